@@ -1,0 +1,273 @@
+use std::collections::{BTreeSet, HashSet};
+use std::ops::Range;
+use std::sync::Arc;
+
+use zarrpipe_store::{ChunkRequest, Dataset, Variable};
+
+use crate::{Error, Result, Window, WindowSpec};
+
+/// How samples are cut from a set of variables: the sample dimensions (iterated, then
+/// windowed), the channels, and the shape of one sample, `[channels, window sizes...]`.
+///
+/// Channel order: variables in the order given; within a variable, its non-sample dimensions
+/// (such as `level`) in C order. So `t2m, z(level=13)` gives `t2m, z[level=0], ..., z[level=12]`.
+#[derive(Debug)]
+pub struct SampleLayout {
+    variables: Vec<Arc<Variable>>,
+    /// Iterated dimensions first (window size 1, squeezed), then the windows in spec order.
+    sample_dims: Vec<SampleDim>,
+    channels: Vec<Channel>,
+    /// First channel of each variable.
+    channel_base: Vec<usize>,
+}
+
+/// One dimension samples move along.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SampleDim {
+    pub name: String,
+    pub length: u64,
+    pub size: u64,
+    pub stride: u64,
+    /// Iterated dimensions are squeezed out of the sample tensor.
+    pub iterated: bool,
+}
+
+impl SampleDim {
+    /// Window positions along this dimension (windows that would cross the end are dropped).
+    pub fn positions(&self) -> u64 {
+        (self.length - self.size) / self.stride + 1
+    }
+}
+
+/// One channel of a sample: a variable, and its index along each stacked dimension.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Channel {
+    pub variable: String,
+    pub index: Vec<(String, u64)>,
+}
+
+impl Channel {
+    /// `t2m`, or `z[level=3]` for a stacked dimension.
+    pub fn label(&self) -> String {
+        if self.index.is_empty() {
+            return self.variable.clone();
+        }
+        let index: Vec<String> = self.index.iter().map(|(dim, i)| format!("{dim}={i}")).collect();
+        format!("{}[{}]", self.variable, index.join(","))
+    }
+}
+
+/// One sample: its number in the epoch's natural order and its origin along each sample
+/// dimension (same order as [`SampleLayout::sample_dims`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sample {
+    pub index: u64,
+    pub origin: Vec<u64>,
+}
+
+impl SampleLayout {
+    /// Lays out samples of `variables` (names in `dataset`) cut by `spec`. With no windows,
+    /// the last two non-iterated dimensions of the first variable are taken whole.
+    pub fn new(dataset: &Dataset, variables: &[impl AsRef<str>], spec: &WindowSpec) -> Result<Self> {
+        if variables.is_empty() {
+            return Err(Error::NoVariables);
+        }
+        let variables: Vec<Arc<Variable>> = variables
+            .iter()
+            .map(|name| dataset.variable(name.as_ref()).cloned())
+            .collect::<std::result::Result<_, _>>()?;
+        let iterate = match &spec.iterate {
+            Some(dims) => dims.clone(),
+            None if variables.iter().any(|v| v.axis("time").is_some()) => vec!["time".into()],
+            None => Vec::new(),
+        };
+        let windows = if spec.windows.is_empty() {
+            whole_trailing_dims(&variables[0], &iterate)
+        } else {
+            spec.windows.clone()
+        };
+        let sample_dims = sample_dims(&variables, &iterate, &windows)?;
+        let (channels, channel_base) = channels(&variables, &sample_dims);
+        Ok(Self { variables, sample_dims, channels, channel_base })
+    }
+
+    pub fn variables(&self) -> &[Arc<Variable>] {
+        &self.variables
+    }
+
+    pub fn sample_dims(&self) -> &[SampleDim] {
+        &self.sample_dims
+    }
+
+    pub fn channels(&self) -> &[Channel] {
+        &self.channels
+    }
+
+    /// The first channel of variable number `variable`.
+    pub fn channel_base(&self, variable: usize) -> usize {
+        self.channel_base[variable]
+    }
+
+    /// The shape of one sample: `[channels, window sizes...]` (iterated dims squeezed).
+    pub fn sample_shape(&self) -> Vec<usize> {
+        let windows = self.sample_dims.iter().filter(|dim| !dim.iterated);
+        std::iter::once(self.channels.len()).chain(windows.map(|dim| dim.size as usize)).collect()
+    }
+
+    /// Elements in one sample.
+    pub fn sample_len(&self) -> usize {
+        self.sample_shape().iter().product()
+    }
+
+    /// Samples in one epoch.
+    pub fn num_samples(&self) -> u64 {
+        self.sample_dims.iter().map(SampleDim::positions).product()
+    }
+
+    /// The sample with number `index` in natural (C) order over the sample dimensions.
+    pub fn sample(&self, index: u64) -> Sample {
+        let mut rest = index;
+        let mut origin = vec![0; self.sample_dims.len()];
+        for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
+            let positions = dim.positions();
+            origin[axis] = (rest % positions) * dim.stride;
+            rest /= positions;
+        }
+        Sample { index, origin }
+    }
+
+    /// The element region variable number `variable` contributes to `sample`: the window
+    /// along sample dimensions, everything along stacked ones.
+    pub fn region(&self, variable: usize, sample: &Sample) -> Vec<Range<u64>> {
+        let variable = &self.variables[variable];
+        let dims = variable.dims().iter().zip(variable.shape());
+        dims.map(|(name, &length)| match self.sample_axis(name) {
+            Some(axis) => {
+                let start = sample.origin[axis];
+                start..start + self.sample_dims[axis].size
+            }
+            None => 0..length,
+        })
+        .collect()
+    }
+
+    /// The position of a dimension among the sample dimensions.
+    pub fn sample_axis(&self, dim: &str) -> Option<usize> {
+        self.sample_dims.iter().position(|sample_dim| sample_dim.name == dim)
+    }
+
+    /// The chunks `samples` need, each once (overlapping windows share chunks), grouped by
+    /// variable and in C order within a variable.
+    pub fn read_plan(&self, samples: &[Sample]) -> Vec<ChunkRequest> {
+        let mut needed = BTreeSet::new();
+        for sample in samples {
+            for variable in 0..self.variables.len() {
+                for chunk in self.variables[variable].chunks_in(&self.region(variable, sample)) {
+                    needed.insert((variable, chunk));
+                }
+            }
+        }
+        needed
+            .into_iter()
+            .map(|(variable, chunk)| ChunkRequest::new(self.variables[variable].clone(), chunk))
+            .collect()
+    }
+}
+
+fn whole_trailing_dims(variable: &Variable, iterate: &[String]) -> Vec<Window> {
+    let dims = variable.dims().iter().zip(variable.shape());
+    let candidates: Vec<Window> = dims
+        .filter(|(name, _)| !iterate.contains(name))
+        .map(|(name, &length)| Window { dim: name.clone(), size: length, stride: length })
+        .collect();
+    candidates[candidates.len().saturating_sub(2)..].to_vec()
+}
+
+fn sample_dims(
+    variables: &[Arc<Variable>],
+    iterate: &[String],
+    windows: &[Window],
+) -> Result<Vec<SampleDim>> {
+    let mut seen = HashSet::new();
+    let iterated = iterate.iter().map(|dim| Window { dim: dim.clone(), size: 1, stride: 1 });
+    let all = iterated.map(|window| (window, true)).chain(windows.iter().cloned().map(|w| (w, false)));
+    let mut sample_dims = Vec::new();
+    for (window, iterated) in all {
+        if !seen.insert(window.dim.clone()) {
+            return Err(Error::DuplicateDimension { dim: window.dim });
+        }
+        if window.size == 0 || window.stride == 0 {
+            return Err(Error::EmptyWindow { dim: window.dim, size: window.size, stride: window.stride });
+        }
+        let length = common_length(variables, &window.dim, !iterated)?;
+        if window.size > length {
+            return Err(Error::WindowTooLarge { dim: window.dim, size: window.size, length });
+        }
+        let Window { dim: name, size, stride } = window;
+        sample_dims.push(SampleDim { name, length, size, stride, iterated });
+    }
+    Ok(sample_dims)
+}
+
+/// The length of `dim`, which must agree across the variables having it. Windowed dims must be
+/// in every variable; an iterated dim may be absent (the variable is then repeated per step).
+fn common_length(variables: &[Arc<Variable>], dim: &str, required: bool) -> Result<u64> {
+    let mut found: Option<(&str, u64)> = None;
+    for variable in variables {
+        let Some(axis) = variable.axis(dim) else {
+            if required {
+                return Err(Error::MissingDimension {
+                    dim: dim.into(),
+                    variable: variable.name().into(),
+                    dims: variable.dims().to_vec(),
+                });
+            }
+            continue;
+        };
+        let length = variable.shape()[axis];
+        match found {
+            None => found = Some((variable.name(), length)),
+            Some((first_variable, first)) if first != length => {
+                return Err(Error::DimensionMismatch {
+                    dim: dim.into(),
+                    first_variable: first_variable.into(),
+                    first,
+                    other_variable: variable.name().into(),
+                    other: length,
+                })
+            }
+            Some(_) => {}
+        }
+    }
+    found.map(|(_, length)| length).ok_or_else(|| Error::MissingDimension {
+        dim: dim.into(),
+        variable: variables[0].name().into(),
+        dims: variables[0].dims().to_vec(),
+    })
+}
+
+fn channels(variables: &[Arc<Variable>], sample_dims: &[SampleDim]) -> (Vec<Channel>, Vec<usize>) {
+    let mut channels = Vec::new();
+    let mut channel_base = Vec::with_capacity(variables.len());
+    for variable in variables {
+        channel_base.push(channels.len());
+        let stacked: Vec<(&String, u64)> = variable
+            .dims()
+            .iter()
+            .zip(variable.shape())
+            .filter(|(name, _)| !sample_dims.iter().any(|dim| &dim.name == *name))
+            .map(|(name, &length)| (name, length))
+            .collect();
+        let count: u64 = stacked.iter().map(|(_, length)| length).product();
+        for flat in 0..count {
+            let mut rest = flat;
+            let mut index = vec![(String::new(), 0); stacked.len()];
+            for (slot, (name, length)) in index.iter_mut().zip(&stacked).rev() {
+                *slot = ((*name).clone(), rest % length);
+                rest /= length;
+            }
+            channels.push(Channel { variable: variable.name().to_string(), index });
+        }
+    }
+    (channels, channel_base)
+}

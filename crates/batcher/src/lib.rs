@@ -1,0 +1,30 @@
+//! Cut samples out of Zarr variables by named dimensions and group them into batches:
+//! windows with a size and stride per dimension, iterated dimensions (one sample per step,
+//! `time` by default), every other dimension stacked as channels, and for each batch the
+//! deduplicated set of chunks it needs.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let dataset = zarrpipe_store::Dataset::open("data/sample.zarr").await?;
+//! let spec = WindowSpec::new().window("latitude", 64, 32).window("longitude", 64, 64);
+//! let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &spec)?);
+//! let batcher = Batcher::new(layout.clone(), 8, false)?;
+//! let first = batcher.batch(0);
+//! println!("{} samples, first batch reads {} chunks", layout.num_samples(), layout.read_plan(&first).len());
+//! # Ok(()) }
+//! ```
+//!
+//! Planning runs on the CPU; there is no GPU code here.
+
+mod batches;
+mod error;
+mod layout;
+mod window;
+
+pub use batches::Batcher;
+pub use error::{Error, Result};
+pub use layout::{Channel, Sample, SampleDim, SampleLayout};
+pub use window::{Window, WindowSpec};

@@ -1,0 +1,110 @@
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::channel::oneshot;
+use futures::future::BoxFuture;
+use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
+use zarrpipe_store::EncodedChunk;
+
+use crate::{ChunkDecoder, DecodedChunk, Error, Result};
+
+/// Decodes chunks with zarrs' codecs on a rayon thread pool, one chunk per task, so the
+/// chunks of a batch decode in parallel on every core.
+#[derive(Clone, Debug, Default)]
+pub struct CpuDecoder {
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl CpuDecoder {
+    /// Decodes on rayon's global pool (all cores).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decodes on the given pool.
+    pub fn with_pool(pool: Arc<rayon::ThreadPool>) -> Self {
+        Self { pool: Some(pool) }
+    }
+
+    fn spawn(&self, task: impl FnOnce() + Send + 'static) {
+        match &self.pool {
+            Some(pool) => pool.spawn(task),
+            None => rayon::spawn(task),
+        }
+    }
+}
+
+impl ChunkDecoder for CpuDecoder {
+    fn decode(&self, chunk: EncodedChunk) -> BoxFuture<'static, Result<DecodedChunk>> {
+        let (sender, receiver) = oneshot::channel();
+        let request = chunk.request.clone();
+        self.spawn(move || {
+            // Skip the work when the pipeline was dropped while the chunk waited in the queue.
+            if sender.is_canceled() {
+                return;
+            }
+            // The receiver is gone when the pipeline was dropped: nothing to deliver then.
+            let _ = sender.send(decode_on_cpu(chunk));
+        });
+        Box::pin(async move {
+            receiver.await.unwrap_or_else(|_| {
+                Err(Error::WorkerGone { variable: request.variable.name().into(), key: request.key() })
+            })
+        })
+    }
+}
+
+/// Decodes one chunk on the calling thread; a missing chunk becomes the fill value.
+pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    let started = Instant::now();
+    let EncodedChunk { request, bytes, fetch_time } = chunk;
+    let variable = &request.variable;
+    let array = variable.array();
+    let decode_error = |source| Error::Decode {
+        variable: variable.name().to_string(),
+        key: request.key(),
+        source,
+    };
+    let shape = array.chunk_shape(&request.indices).map_err(|_| {
+        Error::Store(zarrpipe_store::Error::ChunkOutOfGrid {
+            variable: variable.name().to_string(),
+            indices: request.indices.clone(),
+            grid: variable.chunk_grid_shape().to_vec(),
+        })
+    })?;
+    let elements: u64 = shape.iter().map(|n| n.get()).product();
+    let expected = elements as usize * variable.dtype().size();
+    let stored_len = bytes.as_ref().map_or(0, |bytes| bytes.len());
+    let decoded = match &bytes {
+        Some(bytes) => array
+            .codecs()
+            .decode(
+                Cow::Borrowed(bytes),
+                &shape,
+                array.data_type(),
+                array.fill_value(),
+                &CodecOptions::default(),
+            )
+            .map_err(decode_error)?,
+        None => ArrayBytes::new_fill_value(array.data_type(), elements, array.fill_value())
+            .map_err(|error| decode_error(error.into()))?,
+    };
+    let decoded = decoded.into_fixed().map_err(|error| decode_error(error.into()))?;
+    if decoded.len() != expected {
+        return Err(Error::DecodedSize {
+            variable: variable.name().to_string(),
+            key: request.key(),
+            expected,
+            actual: decoded.len(),
+        });
+    }
+    Ok(DecodedChunk {
+        bytes: decoded.into_owned(),
+        stored_len,
+        missing: bytes.is_none(),
+        request,
+        fetch_time,
+        decode_time: started.elapsed(),
+    })
+}

@@ -1,0 +1,31 @@
+use std::time::Duration;
+
+use zarrpipe_core::DType;
+use zarrpipe_store::ChunkRequest;
+
+/// A decoded chunk in host memory: the full (unclipped) chunk shape in C order, elements in
+/// native byte order.
+#[derive(Clone, Debug)]
+pub struct DecodedChunk {
+    pub request: ChunkRequest,
+    pub bytes: Vec<u8>,
+    /// Bytes the chunk took in the store (0 when missing).
+    pub stored_len: usize,
+    /// True when the chunk was not in the store and holds the fill value.
+    pub missing: bool,
+    /// Time spent reading the chunk (from [`zarrpipe_store::EncodedChunk::fetch_time`]).
+    pub fetch_time: Duration,
+    /// Time spent decoding it.
+    pub decode_time: Duration,
+}
+
+impl DecodedChunk {
+    pub fn dtype(&self) -> DType {
+        self.request.variable.dtype()
+    }
+
+    /// The chunk's shape, which is also the shape of `bytes`.
+    pub fn shape(&self) -> Vec<u64> {
+        self.request.variable.chunk_shape()
+    }
+}

@@ -1,0 +1,55 @@
+//! Decode Zarr chunks: on the CPU with zarrs' codecs (bytes, transpose, zstd, gzip, blosc,
+//! crc32c, sharding_indexed and the numcodecs codecs zarrs supports), in parallel on every
+//! core; the GPU decoder (feature `cuda`, nvCOMP plus own kernels) plugs in behind the same
+//! [`ChunkDecoder`] trait.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use futures::{stream, TryStreamExt};
+//! use zarrpipe_codec_gpu::{CpuDecoder, DecodeExt};
+//! use zarrpipe_store::{ChunkRequest, Dataset, FetchExt};
+//!
+//! # async fn demo() -> Result<(), zarrpipe_codec_gpu::Error> {
+//! let dataset = Dataset::open("data/sample.zarr").await?;
+//! let t2m = dataset.variable("t2m")?.clone();
+//! let requests = (0..4).map(|t| ChunkRequest::new(t2m.clone(), vec![t, 0, 0]));
+//! let decoded: Vec<_> = stream::iter(requests)
+//!     .fetch(16)
+//!     .decode(Arc::new(CpuDecoder::new()), 16)
+//!     .try_collect()
+//!     .await?;
+//! assert_eq!(decoded[0].bytes.len() as u64, t2m.decoded_chunk_bytes());
+//! # Ok(()) }
+//! ```
+
+mod cpu;
+mod decode;
+mod decoded;
+mod error;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::Stream;
+use zarrpipe_store::EncodedChunk;
+
+pub use cpu::{decode_on_cpu, CpuDecoder};
+pub use decode::Decode;
+pub use decoded::DecodedChunk;
+pub use error::{Error, Result};
+
+/// Something that turns a chunk's stored bytes into its decoded elements.
+pub trait ChunkDecoder: Send + Sync + std::fmt::Debug {
+    fn decode(&self, chunk: EncodedChunk) -> BoxFuture<'static, Result<DecodedChunk>>;
+}
+
+/// Stream adapters of the decode stage.
+pub trait DecodeExt: Stream<Item = zarrpipe_store::Result<EncodedChunk>> + Sized {
+    /// Decodes each chunk with `decoder`, up to `concurrency` chunks at once, in input order.
+    /// Fetch errors pass through in their place.
+    fn decode(self, decoder: Arc<dyn ChunkDecoder>, concurrency: usize) -> Decode<Self> {
+        Decode::new(self, decoder, concurrency)
+    }
+}
+
+impl<St: Stream<Item = zarrpipe_store::Result<EncodedChunk>>> DecodeExt for St {}

@@ -1,0 +1,22 @@
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong gathering windows into a batch tensor.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] zarrpipe_store::Error),
+
+    #[error(transparent)]
+    Decode(#[from] zarrpipe_codec_gpu::Error),
+
+    #[error("sample {sample} needs chunk {indices:?} of variable `{variable}`, which was not decoded")]
+    MissingChunk { sample: u64, variable: String, indices: Vec<u64> },
+
+    #[error("decoded chunk {indices:?} of variable `{variable}` is not part of this layout")]
+    UnknownVariable { variable: String, indices: Vec<u64> },
+
+    #[error("the collate thread pool stopped before the batch was finished")]
+    WorkerGone,
+}

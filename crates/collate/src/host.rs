@@ -1,0 +1,179 @@
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
+use zarrpipe_batcher::{Sample, SampleLayout};
+use zarrpipe_codec_gpu::DecodedChunk;
+use zarrpipe_core::convert_to_f32;
+
+use crate::{Error, Result};
+
+/// A batch in host memory: `[batch, channel, window...]` float32, C order.
+#[derive(Clone, Debug)]
+pub struct HostBatch {
+    pub tensor: ArrayD<f32>,
+    pub samples: Vec<Sample>,
+}
+
+/// The decoded chunks a batch needs, with its samples: the input of collation.
+#[derive(Clone, Debug)]
+pub struct DecodedBatch {
+    pub samples: Vec<Sample>,
+    pub chunks: Vec<DecodedChunk>,
+}
+
+/// Gathers the windows of a batch from decoded chunks into one contiguous float32 tensor on
+/// the CPU, samples in parallel.
+#[derive(Clone, Debug)]
+pub struct HostCollator {
+    layout: Arc<SampleLayout>,
+}
+
+type ChunkIndex<'a> = HashMap<(usize, &'a [u64]), &'a DecodedChunk>;
+
+impl HostCollator {
+    pub fn new(layout: Arc<SampleLayout>) -> Self {
+        Self { layout }
+    }
+
+    pub fn layout(&self) -> &Arc<SampleLayout> {
+        &self.layout
+    }
+
+    /// Builds the `[batch, channel, window...]` tensor of `batch`.
+    pub fn collate(&self, batch: DecodedBatch) -> Result<HostBatch> {
+        let index = self.index_chunks(&batch.chunks)?;
+        let sample_len = self.layout.sample_len();
+        let mut shape = vec![batch.samples.len()];
+        shape.extend(self.layout.sample_shape());
+        let mut data = vec![0f32; batch.samples.len() * sample_len];
+        data.par_chunks_mut(sample_len.max(1))
+            .zip(&batch.samples)
+            .try_for_each(|(out, sample)| self.gather_sample(sample, &index, out))?;
+        let tensor = ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length");
+        Ok(HostBatch { tensor, samples: batch.samples })
+    }
+
+    fn index_chunks<'a>(&self, chunks: &'a [DecodedChunk]) -> Result<ChunkIndex<'a>> {
+        let variables = self.layout.variables();
+        chunks
+            .iter()
+            .map(|chunk| {
+                let request = &chunk.request;
+                let variable = variables
+                    .iter()
+                    .position(|v| v.name() == request.variable.name())
+                    .ok_or_else(|| Error::UnknownVariable {
+                        variable: request.variable.name().into(),
+                        indices: request.indices.clone(),
+                    })?;
+                Ok(((variable, request.indices.as_slice()), chunk))
+            })
+            .collect()
+    }
+
+    /// Writes one sample, `[channel, window...]`, into `out`.
+    fn gather_sample(&self, sample: &Sample, chunks: &ChunkIndex<'_>, out: &mut [f32]) -> Result<()> {
+        for (number, variable) in self.layout.variables().iter().enumerate() {
+            let region = self.layout.region(number, sample);
+            let strides = self.destination_strides(number);
+            let base = self.layout.channel_base(number) * self.plane_len();
+            for indices in variable.chunks_in(&region) {
+                let chunk = chunks.get(&(number, indices.as_slice())).ok_or_else(|| {
+                    Error::MissingChunk {
+                        sample: sample.index,
+                        variable: variable.name().into(),
+                        indices: indices.clone(),
+                    }
+                })?;
+                let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
+                let copy = BoxCopy { region: &region, chunk_start: &chunk_start, chunk_shape: &chunk_shape };
+                copy.run(chunk, &strides, base, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Elements of one channel of a sample.
+    fn plane_len(&self) -> usize {
+        self.layout.sample_shape()[1..].iter().product()
+    }
+
+    /// For each axis of variable number `variable`, the step in the sample tensor per element.
+    fn destination_strides(&self, variable: usize) -> Vec<usize> {
+        let layout = &self.layout;
+        let window_dims: Vec<&str> =
+            layout.sample_dims().iter().filter(|d| !d.iterated).map(|d| d.name.as_str()).collect();
+        let sample_shape = layout.sample_shape();
+        let variable = &layout.variables()[variable];
+        let mut channel_stride = self.plane_len();
+        let mut strides = vec![0; variable.dims().len()];
+        // Stacked dims in reverse C order: the last one varies fastest between channels.
+        for (axis, name) in variable.dims().iter().enumerate().rev() {
+            if let Some(position) = window_dims.iter().position(|dim| dim == name) {
+                strides[axis] = sample_shape[position + 2..].iter().product();
+            } else if layout.sample_axis(name).is_none() {
+                strides[axis] = channel_stride;
+                channel_stride *= variable.shape()[axis] as usize;
+            }
+            // Iterated dims keep stride 0: the sample holds one step.
+        }
+        strides
+    }
+}
+
+/// Copies the part of one chunk that falls inside a sample's region.
+struct BoxCopy<'a> {
+    region: &'a [Range<u64>],
+    chunk_start: &'a [u64],
+    chunk_shape: &'a [u64],
+}
+
+impl BoxCopy<'_> {
+    fn run(&self, chunk: &DecodedChunk, dst_strides: &[usize], dst_base: usize, out: &mut [f32]) {
+        let rank = self.region.len();
+        if rank == 0 {
+            convert_to_f32(chunk.dtype(), &chunk.bytes, &mut out[dst_base..], 1);
+            return;
+        }
+        let lo: Vec<u64> = (0..rank).map(|a| self.region[a].start.max(self.chunk_start[a])).collect();
+        let hi: Vec<u64> = (0..rank)
+            .map(|a| self.region[a].end.min(self.chunk_start[a] + self.chunk_shape[a]))
+            .collect();
+        if (0..rank).any(|a| lo[a] >= hi[a]) {
+            return;
+        }
+        let mut src_strides = vec![1usize; rank];
+        for a in (0..rank.saturating_sub(1)).rev() {
+            src_strides[a] = src_strides[a + 1] * self.chunk_shape[a + 1] as usize;
+        }
+        let dtype = chunk.dtype();
+        let size = dtype.size();
+        let last = rank - 1;
+        let run_len = (hi[last] - lo[last]) as usize;
+        let mut coord = lo.clone();
+        loop {
+            let src: usize =
+                (0..rank).map(|a| (coord[a] - self.chunk_start[a]) as usize * src_strides[a]).sum();
+            let dst: usize = dst_base
+                + (0..rank).map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a]).sum::<usize>();
+            let bytes = &chunk.bytes[src * size..(src + run_len) * size];
+            convert_to_f32(dtype, bytes, &mut out[dst..], dst_strides[last].max(1));
+            // Advance the odometer over every axis but the last.
+            let mut axis = last;
+            loop {
+                if axis == 0 {
+                    return;
+                }
+                axis -= 1;
+                coord[axis] += 1;
+                if coord[axis] < hi[axis] {
+                    break;
+                }
+                coord[axis] = lo[axis];
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Shared types of zarrpipe: element types ([`DType`]), devices ([`Device`]), the conversion of
+//! decoded chunk bytes to `f32`, and a small ordered-concurrency stream helper that the stage
+//! adapters build on.
+//!
+//! ```
+//! use zarrpipe_core::{DType, Device};
+//! assert_eq!(DType::from_zarr_name("float32"), Some(DType::Float32));
+//! assert_eq!("cuda:1".parse::<Device>().unwrap(), Device::Cuda(1));
+//! ```
+//!
+//! This crate has no GPU code; the `cuda` features live in the stage crates.
+
+mod device;
+mod dtype;
+mod in_flight;
+
+pub use device::{Device, ParseDeviceError};
+pub use dtype::{convert_to_f32, DType};
+pub use in_flight::InFlight;

@@ -1,0 +1,158 @@
+use std::sync::Arc;
+
+use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
+use zarrpipe_core::Device;
+use zarrpipe_store::Dataset;
+
+use crate::stream::{BatchStream, StageConfig};
+use crate::{Error, Result};
+
+/// Where a pipeline reads from: a URL to open, or a dataset already open.
+#[derive(Debug)]
+enum Source {
+    Url(String),
+    Dataset(Arc<Dataset>),
+}
+
+/// Configures a pipeline; [`build`](PipelineBuilder::build) opens the dataset and returns the
+/// stream of batches.
+#[derive(Debug)]
+#[must_use = "a builder does nothing until built"]
+pub struct PipelineBuilder {
+    source: Source,
+    variables: Vec<String>,
+    spec: WindowSpec,
+    batch_size: usize,
+    drop_last: bool,
+    prefetch: usize,
+    fetch_concurrency: usize,
+    decode_concurrency: usize,
+    device: Device,
+    decoder: Option<Arc<dyn ChunkDecoder>>,
+}
+
+/// Entry point: `Pipeline::builder(url)...build().await?` gives a [`BatchStream`].
+pub struct Pipeline;
+
+impl Pipeline {
+    /// A pipeline over the dataset at `url` (a path, `file://`, `memory://` or `http(s)://`).
+    pub fn builder(url: impl Into<String>) -> PipelineBuilder {
+        PipelineBuilder::new(Source::Url(url.into()))
+    }
+
+    /// A pipeline over a dataset already open.
+    pub fn from_dataset(dataset: Arc<Dataset>) -> PipelineBuilder {
+        PipelineBuilder::new(Source::Dataset(dataset))
+    }
+}
+
+impl PipelineBuilder {
+    fn new(source: Source) -> Self {
+        let threads = rayon::current_num_threads();
+        Self {
+            source,
+            variables: Vec::new(),
+            spec: WindowSpec::new(),
+            batch_size: 4,
+            drop_last: false,
+            prefetch: 2,
+            fetch_concurrency: 64,
+            decode_concurrency: 2 * threads,
+            device: Device::Cpu,
+            decoder: None,
+        }
+    }
+
+    /// The variables stacked as channels, in this order (default: every data variable).
+    pub fn variables<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
+        self.variables = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A window of `size` along `dim`, moved by `stride`.
+    pub fn window(mut self, dim: impl Into<String>, size: u64, stride: u64) -> Self {
+        self.spec = self.spec.window(dim, size, stride);
+        self
+    }
+
+    /// The whole window specification at once.
+    pub fn window_spec(mut self, spec: WindowSpec) -> Self {
+        self.spec = spec;
+        self
+    }
+
+    /// Samples per batch (default 4).
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Drops a last, short batch (default: keep it).
+    pub fn drop_last(mut self, drop_last: bool) -> Self {
+        self.drop_last = drop_last;
+        self
+    }
+
+    /// Batches loaded ahead of the consumer (default 2). Memory is bounded by this many
+    /// batches' chunks and tensors.
+    pub fn prefetch(mut self, batches: usize) -> Self {
+        self.prefetch = batches.max(1);
+        self
+    }
+
+    /// Chunk reads in flight per batch (default 64).
+    pub fn fetch_concurrency(mut self, reads: usize) -> Self {
+        self.fetch_concurrency = reads.max(1);
+        self
+    }
+
+    /// Chunk decodes in flight per batch (default: twice the rayon threads).
+    pub fn decode_concurrency(mut self, decodes: usize) -> Self {
+        self.decode_concurrency = decodes.max(1);
+        self
+    }
+
+    /// Where batches are delivered (default: the CPU).
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Replaces the chunk decoder (default: [`CpuDecoder`] on rayon's global pool).
+    pub fn decoder(mut self, decoder: Arc<dyn ChunkDecoder>) -> Self {
+        self.decoder = Some(decoder);
+        self
+    }
+
+    /// Opens the dataset, checks the layout, and returns the stream of batches. Must be called
+    /// inside a Tokio runtime.
+    pub async fn build(self) -> Result<BatchStream> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        if let Device::Cuda(_) = self.device {
+            return Err(Error::UnsupportedDevice {
+                device: self.device,
+                reason: "GPU delivery is not built into this version; use Device::Cpu",
+            });
+        }
+        let dataset = match self.source {
+            Source::Url(url) => Arc::new(Dataset::open(&url).await?),
+            Source::Dataset(dataset) => dataset,
+        };
+        let variables = if self.variables.is_empty() {
+            dataset.data_variables().map(|v| v.name().to_string()).collect()
+        } else {
+            self.variables
+        };
+        let layout = Arc::new(SampleLayout::new(&dataset, &variables, &self.spec)?);
+        let batcher = Batcher::new(layout, self.batch_size, self.drop_last)?;
+        let stages = StageConfig {
+            decoder: self.decoder.unwrap_or_else(|| Arc::new(CpuDecoder::new())),
+            fetch_concurrency: self.fetch_concurrency,
+            decode_concurrency: self.decode_concurrency,
+            prefetch: self.prefetch,
+            device: self.device,
+        };
+        Ok(BatchStream::start(runtime, dataset, batcher, stages))
+    }
+}

@@ -1,0 +1,34 @@
+//! Compose the stages (fetch, decode, collate) into one stream of training batches, with
+//! batches loaded ahead of the consumer as Tokio tasks, bounded memory, and metrics.
+//!
+//! ```no_run
+//! use futures::TryStreamExt;
+//! use zarrpipe_pipeline::Pipeline;
+//!
+//! # async fn demo() -> zarrpipe_pipeline::Result<()> {
+//! let mut batches = Pipeline::builder("data/sample.zarr")
+//!     .variables(["t2m", "u10", "z"])
+//!     .window("latitude", 64, 64)
+//!     .window("longitude", 64, 64)
+//!     .batch_size(8)
+//!     .build()
+//!     .await?;
+//! while let Some(batch) = batches.try_next().await? {
+//!     println!("batch {} {:?}", batch.index, batch.inputs.shape());
+//! }
+//! println!("{:?}", batches.metrics());
+//! # Ok(()) }
+//! ```
+//!
+//! Batches are delivered to host memory; GPU delivery (feature `cuda`) comes with the GPU
+//! pipeline.
+
+mod builder;
+mod error;
+mod metrics;
+mod stream;
+
+pub use builder::{Pipeline, PipelineBuilder};
+pub use error::{Error, Result};
+pub use metrics::{Metrics, MetricsSnapshot};
+pub use stream::{Batch, BatchStream};

@@ -1,0 +1,171 @@
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures::stream::{self, BoxStream, FusedStream, Stream, StreamExt, TryStreamExt};
+use ndarray::ArrayD;
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use zarrpipe_batcher::{Batcher, Sample, SampleLayout};
+use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
+use zarrpipe_collate::{collate_on_rayon, DecodedBatch, HostCollator};
+use zarrpipe_core::Device;
+use zarrpipe_store::{Dataset, FetchExt};
+
+use crate::{Error, Metrics, MetricsSnapshot, Result};
+
+/// One batch of samples: `inputs` is `[batch, channel, window...]` float32 in host memory.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    /// The batch's number in the epoch.
+    pub index: u64,
+    pub inputs: ArrayD<f32>,
+    pub samples: Vec<Sample>,
+}
+
+/// How the stages run.
+#[derive(Clone, Debug)]
+pub(crate) struct StageConfig {
+    pub decoder: Arc<dyn ChunkDecoder>,
+    pub fetch_concurrency: usize,
+    pub decode_concurrency: usize,
+    pub prefetch: usize,
+    pub device: Device,
+}
+
+/// The stream of batches of one epoch. Batches are loaded `prefetch` ahead as Tokio tasks;
+/// dropping the stream aborts them, and queued decode work is skipped.
+#[must_use = "streams do nothing unless polled"]
+pub struct BatchStream {
+    inner: BoxStream<'static, Result<Batch>>,
+    dataset: Arc<Dataset>,
+    layout: Arc<SampleLayout>,
+    num_batches: u64,
+    device: Device,
+    metrics: Arc<Metrics>,
+    waiting_since: Option<Instant>,
+    done: bool,
+}
+
+/// Aborts the batch's task when the stream drops it before it finished.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl BatchStream {
+    pub(crate) fn start(runtime: Handle, dataset: Arc<Dataset>, batcher: Batcher, stages: StageConfig) -> Self {
+        let layout = batcher.layout().clone();
+        let metrics = Arc::new(Metrics::default());
+        let collator = Arc::new(HostCollator::new(layout.clone()));
+        let num_batches = batcher.num_batches();
+        let device = stages.device;
+        let prefetch = stages.prefetch;
+        let task_metrics = metrics.clone();
+        let inner = stream::iter((0..num_batches).zip(batcher.batches()))
+            .map(move |(index, samples)| {
+                let load = load_batch(index, samples, stages.clone(), collator.clone(), task_metrics.clone());
+                let task = AbortOnDrop(runtime.spawn(load));
+                async move {
+                    let mut task = task;
+                    (&mut task.0).await.map_err(|source| Error::TaskFailed { batch: index, source })?
+                }
+            })
+            .buffered(prefetch)
+            .boxed();
+        Self { inner, dataset, layout, num_batches, device, metrics, waiting_since: None, done: false }
+    }
+
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    /// The sample layout: dimensions, channels, sample shape.
+    pub fn layout(&self) -> &Arc<SampleLayout> {
+        &self.layout
+    }
+
+    /// Batches in the epoch.
+    pub fn num_batches(&self) -> u64 {
+        self.num_batches
+    }
+
+    /// Where batches are delivered.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The counters so far.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// The live counters, which outlive the stream.
+    pub fn metrics_handle(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+}
+
+impl Stream for BatchStream {
+    type Item = Result<Batch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let waiting_since = *self.waiting_since.get_or_insert_with(Instant::now);
+        let poll = self.inner.poll_next_unpin(cx);
+        if let Poll::Ready(item) = &poll {
+            let waited = waiting_since.elapsed();
+            self.waiting_since = None;
+            match item {
+                Some(Ok(batch)) => {
+                    let bytes = batch.inputs.len() * std::mem::size_of::<f32>();
+                    self.metrics.add_delivered(batch.samples.len(), bytes, waited);
+                }
+                Some(Err(_)) => {}
+                None => self.done = true,
+            }
+        }
+        poll
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl FusedStream for BatchStream {
+    fn is_terminated(&self) -> bool {
+        self.done
+    }
+}
+
+/// Reads, decodes and collates one batch.
+async fn load_batch(
+    index: u64,
+    samples: Vec<Sample>,
+    stages: StageConfig,
+    collator: Arc<HostCollator>,
+    metrics: Arc<Metrics>,
+) -> Result<Batch> {
+    let requests = collator.layout().read_plan(&samples);
+    let chunks: Vec<DecodedChunk> = stream::iter(requests)
+        .fetch(stages.fetch_concurrency)
+        .decode(stages.decoder.clone(), stages.decode_concurrency)
+        .inspect_ok(|chunk| {
+            metrics.add_fetch(chunk.fetch_time, chunk.stored_len, chunk.missing);
+            metrics.add_decode(chunk.decode_time, chunk.bytes.len());
+        })
+        .try_collect()
+        .await?;
+    let started = Instant::now();
+    let collated = collate_on_rayon(collator, DecodedBatch { samples, chunks }).await?;
+    metrics.add_collate(started.elapsed());
+    Ok(Batch { index, inputs: collated.tensor, samples: collated.samples })
+}
+

@@ -1,0 +1,73 @@
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong opening a dataset or fetching its chunks. Each variant names the store,
+/// variable or chunk key involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("store not found: {url}")]
+    StoreNotFound { url: String },
+
+    #[error("unsupported store URL `{url}`: {reason}")]
+    UnsupportedUrl { url: String, reason: &'static str },
+
+    #[error("cannot open store {url}")]
+    OpenStore {
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("{url} is not a Zarr store: no zarr.json, .zgroup or .zarray at its root")]
+    NotZarr { url: String },
+
+    #[error("cannot read metadata `{key}` of {url}")]
+    ReadMetadata {
+        url: String,
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("cannot list `{prefix}` in {url} (stores without consolidated metadata are listed)")]
+    List {
+        url: String,
+        prefix: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("malformed metadata `{key}` in {url}")]
+    MalformedMetadata {
+        url: String,
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("variable `{variable}` in {url} cannot be opened")]
+    InvalidArray {
+        url: String,
+        variable: String,
+        #[source]
+        source: zarrs::array::ArrayCreateError,
+    },
+
+    #[error("variable `{variable}` has data type {data_type}, which zarrpipe does not read")]
+    UnsupportedDataType { variable: String, data_type: String },
+
+    #[error("no variable `{name}` in {url} (it has: {available})")]
+    MissingVariable { name: String, url: String, available: String },
+
+    #[error("chunk {indices:?} is outside the chunk grid {grid:?} of variable `{variable}`")]
+    ChunkOutOfGrid { variable: String, indices: Vec<u64>, grid: Vec<u64> },
+
+    #[error("cannot fetch chunk `{key}` of variable `{variable}`")]
+    Fetch {
+        variable: String,
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+}

@@ -1,0 +1,47 @@
+//! Open Zarr v2 and v3 datasets the way xarray sees them (variables, dimension names,
+//! coordinates, attributes) on local disk or object storage, and fetch encoded chunks
+//! concurrently as a `futures::Stream`.
+//!
+//! ```no_run
+//! use futures::{stream, TryStreamExt};
+//! use zarrpipe_store::{ChunkRequest, Dataset, FetchExt};
+//!
+//! # async fn demo() -> zarrpipe_store::Result<()> {
+//! let dataset = Dataset::open("data/sample.zarr").await?;
+//! let t2m = dataset.variable("t2m")?.clone();
+//! let requests = (0..4).map(|t| ChunkRequest::new(t2m.clone(), vec![t, 0, 0]));
+//! let chunks: Vec<_> = stream::iter(requests).fetch(16).try_collect().await?;
+//! println!("{} bytes stored", chunks.iter().map(|c| c.stored_len()).sum::<usize>());
+//! # Ok(()) }
+//! ```
+//!
+//! Local paths, `file://`, `memory://` and `http(s)://` URLs are supported; the scheme picks
+//! the object_store backend. This crate has no GPU code.
+
+mod chunk;
+mod dataset;
+mod error;
+mod fetch;
+mod location;
+mod metadata;
+mod variable;
+
+use futures::Stream;
+
+pub use chunk::{ChunkRequest, EncodedChunk};
+pub use dataset::Dataset;
+pub use error::{Error, Result};
+pub use fetch::{fetch_chunk, Fetch};
+pub use location::Location;
+pub use variable::{Variable, ZarrArray};
+
+/// Stream adapters of the store stage.
+pub trait FetchExt: Stream<Item = ChunkRequest> + Sized {
+    /// Fetches each requested chunk's stored bytes, up to `concurrency` at once, in request
+    /// order.
+    fn fetch(self, concurrency: usize) -> Fetch<Self> {
+        Fetch::new(self, concurrency)
+    }
+}
+
+impl<St: Stream<Item = ChunkRequest>> FetchExt for St {}

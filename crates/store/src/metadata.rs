@@ -1,0 +1,205 @@
+//! Finding the arrays of a Zarr v2 or v3 hierarchy and reading their metadata, from
+//! consolidated metadata when the store has it (one request) or by listing otherwise.
+
+use futures::future::BoxFuture;
+use object_store::path::Path;
+use serde_json::{Map, Value};
+use zarrs::array::{ArrayMetadata, ArrayMetadataV2};
+use zarrs::metadata::v3::ArrayMetadataV3;
+
+use crate::location::Location;
+use crate::{Error, Result};
+
+/// The arrays of a hierarchy, with the root group's attributes.
+#[derive(Debug)]
+pub(crate) struct Hierarchy {
+    pub zarr_format: u8,
+    pub consolidated: bool,
+    pub attributes: Map<String, Value>,
+    /// (path relative to the root, metadata); a root array has the path "".
+    pub arrays: Vec<(String, ArrayMetadata)>,
+}
+
+pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
+    if let Some(root) = read_json(location, "zarr.json").await? {
+        return read_v3(location, root).await;
+    }
+    if let Some(consolidated) = read_json(location, ".zmetadata").await? {
+        return read_v2_consolidated(location, consolidated);
+    }
+    if read_json(location, ".zgroup").await?.is_some() {
+        let attributes = read_attributes(location, ".zattrs").await?;
+        let mut arrays = Vec::new();
+        list_v2(location, String::new(), &mut arrays).await?;
+        return Ok(Hierarchy { zarr_format: 2, consolidated: false, attributes, arrays });
+    }
+    if let Some(array) = read_json(location, ".zarray").await? {
+        let attributes = read_attributes(location, ".zattrs").await?;
+        let metadata = parse_v2(location, ".zarray", array, attributes)?;
+        return Ok(Hierarchy {
+            zarr_format: 2,
+            consolidated: false,
+            attributes: Map::new(),
+            arrays: vec![(String::new(), metadata)],
+        });
+    }
+    Err(Error::NotZarr { url: location.url.clone() })
+}
+
+async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
+    if node_type(&root) == Some("array") {
+        let metadata = parse_v3(location, "zarr.json", root)?;
+        let arrays = vec![(String::new(), metadata)];
+        return Ok(Hierarchy { zarr_format: 3, consolidated: false, attributes: Map::new(), arrays });
+    }
+    let attributes = attributes_of(&root);
+    // zarr-python writes consolidated metadata inline in the root zarr.json (not in the spec).
+    if let Some(Value::Object(nodes)) = root.pointer("/consolidated_metadata/metadata") {
+        let mut arrays = Vec::new();
+        for (path, node) in nodes {
+            if node_type(node) == Some("array") {
+                let key = format!("zarr.json#consolidated_metadata/{path}");
+                arrays.push((path.clone(), parse_v3(location, &key, node.clone())?));
+            }
+        }
+        arrays.sort_by(|a, b| a.0.cmp(&b.0));
+        return Ok(Hierarchy { zarr_format: 3, consolidated: true, attributes, arrays });
+    }
+    let mut arrays = Vec::new();
+    list_v3(location, String::new(), &mut arrays).await?;
+    Ok(Hierarchy { zarr_format: 3, consolidated: false, attributes, arrays })
+}
+
+/// Walks the children of the v3 group at `prefix`, depth first, in name order.
+fn list_v3<'a>(
+    location: &'a Location,
+    prefix: String,
+    arrays: &'a mut Vec<(String, ArrayMetadata)>,
+) -> BoxFuture<'a, Result<()>> {
+    Box::pin(async move {
+        for child in list_children(location, &prefix).await? {
+            let key = format!("{child}/zarr.json");
+            let Some(node) = read_json(location, &key).await? else { continue };
+            match node_type(&node) {
+                Some("array") => arrays.push((child, parse_v3(location, &key, node)?)),
+                Some("group") => list_v3(location, child, arrays).await?,
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Walks the children of the v2 group at `prefix`, depth first, in name order.
+fn list_v2<'a>(
+    location: &'a Location,
+    prefix: String,
+    arrays: &'a mut Vec<(String, ArrayMetadata)>,
+) -> BoxFuture<'a, Result<()>> {
+    Box::pin(async move {
+        for child in list_children(location, &prefix).await? {
+            let key = format!("{child}/.zarray");
+            if let Some(array) = read_json(location, &key).await? {
+                let attributes = read_attributes(location, &format!("{child}/.zattrs")).await?;
+                arrays.push((child, parse_v2(location, &key, array, attributes)?));
+            } else if read_json(location, &format!("{child}/.zgroup")).await?.is_some() {
+                list_v2(location, child, arrays).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn read_v2_consolidated(location: &Location, consolidated: Value) -> Result<Hierarchy> {
+    let malformed = |message: &str| Error::MalformedMetadata {
+        url: location.url.clone(),
+        key: ".zmetadata".into(),
+        source: serde::de::Error::custom(message),
+    };
+    let Some(Value::Object(documents)) = consolidated.get("metadata") else {
+        return Err(malformed("no `metadata` object"));
+    };
+    let attributes = match documents.get(".zattrs") {
+        Some(Value::Object(attributes)) => attributes.clone(),
+        _ => Map::new(),
+    };
+    let mut arrays = Vec::new();
+    for (key, array) in documents {
+        let Some(path) = key.strip_suffix(".zarray") else { continue };
+        let path = path.trim_end_matches('/').to_string();
+        let attributes = match documents.get(&format!("{}.zattrs", key.trim_end_matches(".zarray"))) {
+            Some(Value::Object(attributes)) => attributes.clone(),
+            _ => Map::new(),
+        };
+        let key = format!(".zmetadata#{key}");
+        arrays.push((path, parse_v2(location, &key, array.clone(), attributes)?));
+    }
+    arrays.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Hierarchy { zarr_format: 2, consolidated: true, attributes, arrays })
+}
+
+async fn list_children(location: &Location, prefix: &str) -> Result<Vec<String>> {
+    let path = (!prefix.is_empty()).then(|| Path::from(prefix));
+    let listing = location.store.list_with_delimiter(path.as_ref()).await.map_err(|source| {
+        Error::List { url: location.url.clone(), prefix: prefix.to_string(), source }
+    })?;
+    let mut children: Vec<String> =
+        listing.common_prefixes.iter().map(|child| child.as_ref().to_string()).collect();
+    children.sort();
+    Ok(children)
+}
+
+/// Reads and parses a JSON document; `None` when the key does not exist.
+pub(crate) async fn read_json(location: &Location, key: &str) -> Result<Option<Value>> {
+    use object_store::ObjectStoreExt;
+    let read_error =
+        |source| Error::ReadMetadata { url: location.url.clone(), key: key.to_string(), source };
+    let bytes = match location.store.get(&Path::from(key)).await {
+        Ok(result) => result.bytes().await.map_err(read_error)?,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(source) => return Err(read_error(source)),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|source| Error::MalformedMetadata {
+        url: location.url.clone(),
+        key: key.to_string(),
+        source,
+    })
+}
+
+async fn read_attributes(location: &Location, key: &str) -> Result<Map<String, Value>> {
+    match read_json(location, key).await? {
+        Some(Value::Object(attributes)) => Ok(attributes),
+        _ => Ok(Map::new()),
+    }
+}
+
+fn parse_v3(location: &Location, key: &str, document: Value) -> Result<ArrayMetadata> {
+    let metadata: ArrayMetadataV3 = serde_json::from_value(document).map_err(|source| {
+        Error::MalformedMetadata { url: location.url.clone(), key: key.to_string(), source }
+    })?;
+    Ok(ArrayMetadata::V3(metadata))
+}
+
+fn parse_v2(
+    location: &Location,
+    key: &str,
+    document: Value,
+    attributes: Map<String, Value>,
+) -> Result<ArrayMetadata> {
+    let mut metadata: ArrayMetadataV2 = serde_json::from_value(document).map_err(|source| {
+        Error::MalformedMetadata { url: location.url.clone(), key: key.to_string(), source }
+    })?;
+    metadata.attributes = attributes;
+    Ok(ArrayMetadata::V2(metadata))
+}
+
+fn node_type(document: &Value) -> Option<&str> {
+    document.get("node_type").and_then(Value::as_str)
+}
+
+fn attributes_of(document: &Value) -> Map<String, Value> {
+    match document.get("attributes") {
+        Some(Value::Object(attributes)) => attributes.clone(),
+        _ => Map::new(),
+    }
+}

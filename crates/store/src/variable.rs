@@ -1,0 +1,202 @@
+use std::ops::Range;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use serde_json::{Map, Value};
+use zarrs::array::{Array, ArrayMetadata, ArraySubset};
+use zarrs::plugin::{ExtensionName, ZarrVersion};
+use zarrs::storage::AsyncReadableStorageTraits;
+use zarrpipe_core::DType;
+
+use crate::{Error, Result};
+
+/// A zarrs array over the dataset's store, for users who want zarrs' own API.
+pub type ZarrArray = Array<dyn AsyncReadableStorageTraits>;
+
+/// One array of a dataset, with its dimension names (xarray's view of it).
+pub struct Variable {
+    name: String,
+    dims: Vec<String>,
+    dtype: DType,
+    is_coordinate: bool,
+    array: ZarrArray,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl Variable {
+    pub(crate) fn new(
+        url: &str,
+        name: String,
+        store: Arc<dyn ObjectStore>,
+        storage: Arc<dyn AsyncReadableStorageTraits>,
+        metadata: ArrayMetadata,
+    ) -> Result<Self> {
+        let path = format!("/{name}");
+        let array = Array::new_with_metadata(storage, &path, metadata).map_err(|source| {
+            Error::InvalidArray { url: url.to_string(), variable: name.clone(), source }
+        })?;
+        let data_type = array
+            .data_type()
+            .name(ZarrVersion::V3)
+            .map_or_else(|| array.data_type().to_string(), |name| name.into_owned());
+        let dtype = DType::from_zarr_name(&data_type)
+            .ok_or_else(|| Error::UnsupportedDataType { variable: name.clone(), data_type })?;
+        let dims = dimension_names(&array);
+        Ok(Self { name, dims, dtype, is_coordinate: false, array, store })
+    }
+
+    pub(crate) fn mark_coordinate(&mut self) {
+        self.is_coordinate = true;
+    }
+
+    /// The variable's path in the store ("t2m", "group/x").
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Dimension names, one per axis: v3 `dimension_names`, v2 `_ARRAY_DIMENSIONS`, or
+    /// `dim_0`, `dim_1`, ... when the store has none.
+    pub fn dims(&self) -> &[String] {
+        &self.dims
+    }
+
+    /// The axis of a named dimension.
+    pub fn axis(&self, dim: &str) -> Option<usize> {
+        self.dims.iter().position(|name| name == dim)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> &[u64] {
+        self.array.shape()
+    }
+
+    /// True for xarray coordinate variables (named after their dimension, or listed in a
+    /// data variable's `coordinates` attribute).
+    pub fn is_coordinate(&self) -> bool {
+        self.is_coordinate
+    }
+
+    pub fn attributes(&self) -> &Map<String, Value> {
+        self.array.attributes()
+    }
+
+    /// The number of chunks along each axis (for sharded arrays: shards).
+    pub fn chunk_grid_shape(&self) -> &[u64] {
+        self.array.chunk_grid_shape()
+    }
+
+    /// The shape of the first chunk (for sharded arrays: of a shard), which every chunk of a
+    /// regular grid shares.
+    pub fn chunk_shape(&self) -> Vec<u64> {
+        let origin = vec![0; self.shape().len()];
+        self.array
+            .chunk_shape(&origin)
+            .map(|shape| shape.iter().map(|n| n.get()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The store key of a chunk, such as `t2m/c/0/0/0` or `t2m/0.0.0`.
+    pub fn chunk_key(&self, indices: &[u64]) -> String {
+        self.array.chunk_key(indices).to_string()
+    }
+
+    /// The element region of a chunk: its start and (unclipped) shape.
+    pub fn chunk_region(&self, indices: &[u64]) -> Result<(Vec<u64>, Vec<u64>)> {
+        let subset = self.array.chunk_subset(indices).map_err(|_| self.out_of_grid(indices))?;
+        Ok((subset.start().to_vec(), subset.shape().to_vec()))
+    }
+
+    /// Checks that `indices` name a chunk of this variable's grid.
+    pub fn check_chunk(&self, indices: &[u64]) -> Result<()> {
+        let grid = self.chunk_grid_shape();
+        if indices.len() == grid.len() && indices.iter().zip(grid).all(|(i, n)| i < n) {
+            Ok(())
+        } else {
+            Err(self.out_of_grid(indices))
+        }
+    }
+
+    /// The chunks that intersect `region` (one range per axis), in C order.
+    pub fn chunks_in(&self, region: &[Range<u64>]) -> Vec<Vec<u64>> {
+        let subset = ArraySubset::new_with_ranges(region);
+        match self.array.chunks_in_array_subset(&subset) {
+            Ok(Some(chunks)) => chunks.indices().into_iter().map(|c| c.to_vec()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Bytes of one decoded (full-size) chunk.
+    pub fn decoded_chunk_bytes(&self) -> u64 {
+        self.chunk_shape().iter().product::<u64>() * self.dtype.size() as u64
+    }
+
+    /// Bytes of the whole decoded array.
+    pub fn decoded_bytes(&self) -> u64 {
+        self.shape().iter().product::<u64>() * self.dtype.size() as u64
+    }
+
+    /// The codec chain as names, outermost (array-to-array) first, e.g. `["bytes", "zstd"]`.
+    pub fn codec_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        match self.array.metadata() {
+            ArrayMetadata::V3(metadata) => {
+                names.extend(metadata.codecs.iter().map(|codec| codec.name().to_string()))
+            }
+            ArrayMetadata::V2(metadata) => {
+                let filters = metadata.filters.iter().flatten();
+                names.extend(filters.map(|filter| filter.id().to_string()));
+                names.extend(metadata.compressor.iter().map(|codec| codec.id().to_string()));
+            }
+        }
+        names
+    }
+
+    /// The object store holding the variable's chunks, rooted at the dataset.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The zarrs array behind this variable.
+    pub fn array(&self) -> &ZarrArray {
+        &self.array
+    }
+
+    fn out_of_grid(&self, indices: &[u64]) -> Error {
+        Error::ChunkOutOfGrid {
+            variable: self.name.clone(),
+            indices: indices.to_vec(),
+            grid: self.chunk_grid_shape().to_vec(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Variable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Variable")
+            .field("name", &self.name)
+            .field("dims", &self.dims)
+            .field("shape", &self.shape())
+            .field("dtype", &self.dtype)
+            .field("chunk_shape", &self.chunk_shape())
+            .finish()
+    }
+}
+
+fn dimension_names(array: &ZarrArray) -> Vec<String> {
+    let from_metadata = array.dimension_names().as_ref().map(|names| {
+        names.iter().enumerate().map(|(axis, name)| name.clone().unwrap_or(format!("dim_{axis}")))
+    });
+    let from_attributes = array.attributes().get("_ARRAY_DIMENSIONS").and_then(|names| {
+        let names: Option<Vec<String>> =
+            names.as_array()?.iter().map(|name| name.as_str().map(str::to_string)).collect();
+        names.filter(|names| names.len() == array.dimensionality())
+    });
+    match (from_metadata, from_attributes) {
+        (Some(names), _) => names.collect(),
+        (None, Some(names)) => names,
+        (None, None) => (0..array.dimensionality()).map(|axis| format!("dim_{axis}")).collect(),
+    }
+}

@@ -1,0 +1,210 @@
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use zarrpipe::core::Device;
+use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
+use zarrpipe::pipeline::{Batch, BatchStream, MetricsSnapshot, Pipeline, PipelineBuilder};
+use zarrpipe::store::Dataset;
+use zarrpipe::prelude::TryStreamExt;
+
+use super::gb_per_s;
+use super::generate::generate_progress_bar;
+
+#[derive(Debug, Default, clap::Args)]
+pub struct RunArgs {
+    /// Dataset path or URL (default: the sample dataset, written on first run).
+    url: Option<String>,
+    /// Variables stacked as channels (repeatable; default: every data variable).
+    #[arg(long = "var", value_name = "NAME")]
+    variables: Vec<String>,
+    /// A window `DIM=SIZE` or `DIM=SIZE:STRIDE` (repeatable; default: whole latitude/longitude).
+    #[arg(long = "window", value_name = "DIM=SIZE[:STRIDE]", value_parser = parse_window)]
+    windows: Vec<(String, u64, u64)>,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 4)]
+    batch_size: usize,
+    /// Batches loaded ahead of the consumer.
+    #[arg(long, default_value_t = 2)]
+    prefetch: usize,
+    /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU).
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Timed epochs after one untimed warm-up epoch (default: one epoch, no warm-up); the
+    /// best is reported.
+    #[arg(long)]
+    passes: Option<u32>,
+    /// Also sum every delivered value (in an extra, untimed epoch) to compare with peers.
+    #[arg(long)]
+    checksum: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_window(text: &str) -> Result<(String, u64, u64), String> {
+    let (dim, size) = text.split_once('=').ok_or("expected DIM=SIZE[:STRIDE]")?;
+    let (size, stride) = size.split_once(':').unwrap_or((size, size));
+    let number = |n: &str| n.parse::<u64>().map_err(|_| format!("`{n}` is not a whole number"));
+    Ok((dim.to_string(), number(size)?, number(stride)?))
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let url = match &args.url {
+        Some(url) => url.clone(),
+        None => sample_with_progress()?,
+    };
+    let device = choose_device(&args.device)?;
+    let dataset = Arc::new(Dataset::open(&url).await.with_context(|| format!("cannot open {url}"))?);
+    let (warm_up, timed) = match args.passes {
+        Some(passes) => (1, passes.max(1)),
+        None => (0, 1),
+    };
+    let mut best: Option<(f64, MetricsSnapshot)> = None;
+    for pass in 0..warm_up + timed {
+        let mut batches = pipeline(&args, dataset.clone(), device).build().await?;
+        if pass == 0 && !args.json {
+            describe(&batches);
+        }
+        let (seconds, metrics) = run_epoch(&mut batches, !args.json, |_| {}).await?;
+        let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
+        if pass >= warm_up && faster {
+            best = Some((seconds, metrics));
+        }
+    }
+    let (seconds, metrics) = best.expect("at least one timed pass");
+    let checksum = if args.checksum { Some(checksum(&args, dataset, device).await?) } else { None };
+    if args.json {
+        print_json(&url, device, seconds, &metrics, checksum);
+    } else {
+        summarise(&metrics, seconds);
+        if let Some(checksum) = checksum {
+            println!("checksum (sum of every delivered value, NaN skipped): {checksum}");
+        }
+    }
+    Ok(())
+}
+
+fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> PipelineBuilder {
+    let mut builder = Pipeline::from_dataset(dataset)
+        .variables(args.variables.clone())
+        .batch_size(args.batch_size)
+        .prefetch(args.prefetch)
+        .device(device);
+    for (dim, size, stride) in &args.windows {
+        builder = builder.window(dim.clone(), *size, *stride);
+    }
+    builder
+}
+
+/// Streams one epoch, handing each batch to `consume`; returns its seconds and counters.
+async fn run_epoch(
+    batches: &mut BatchStream,
+    progress: bool,
+    mut consume: impl FnMut(&Batch),
+) -> anyhow::Result<(f64, MetricsSnapshot)> {
+    let started = Instant::now();
+    let bar = if progress { ProgressBar::new(batches.num_batches()) } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} batches {per_sec} [{elapsed_precise}]")?);
+    while let Some(batch) = batches.try_next().await? {
+        // A training step would consume `batch.inputs` here.
+        consume(std::hint::black_box(&batch));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok((started.elapsed().as_secs_f64(), batches.metrics()))
+}
+
+async fn checksum(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> anyhow::Result<f64> {
+    let mut batches = pipeline(args, dataset, device).build().await?;
+    let mut sum = 0f64;
+    run_epoch(&mut batches, false, |batch| {
+        sum += batch.inputs.iter().filter(|v| !v.is_nan()).map(|&v| f64::from(v)).sum::<f64>();
+    })
+    .await?;
+    Ok(sum)
+}
+
+fn print_json(url: &str, device: Device, seconds: f64, metrics: &MetricsSnapshot, checksum: Option<f64>) {
+    let summary = serde_json::json!({
+        "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
+        "url": url,
+        "seconds": seconds,
+        "samples": metrics.samples,
+        "batches": metrics.batches,
+        "stored_bytes": metrics.stored_bytes,
+        "decoded_bytes": metrics.decoded_bytes,
+        "delivered_bytes": metrics.delivered_bytes,
+        "gb_per_s": gb_per_s(metrics.delivered_bytes, seconds),
+        "decoded_gb_per_s": gb_per_s(metrics.decoded_bytes, seconds),
+        "fetch_busy_s": metrics.fetch_busy.as_secs_f64(),
+        "decode_busy_s": metrics.decode_busy.as_secs_f64(),
+        "collate_busy_s": metrics.collate_busy.as_secs_f64(),
+        "consumer_wait_s": metrics.consumer_wait.as_secs_f64(),
+        "checksum": checksum,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+    });
+    println!("{summary}");
+}
+
+/// Writes the sample dataset on first run, with a progress bar; returns its path.
+fn sample_with_progress() -> anyhow::Result<String> {
+    if !Path::new(SAMPLE_PATH).join("zarr.json").exists() {
+        eprintln!("writing the sample dataset to {SAMPLE_PATH} (first run)");
+    }
+    let bar = generate_progress_bar()?;
+    let path = ensure_sample(|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    path
+}
+
+fn choose_device(requested: &str) -> anyhow::Result<Device> {
+    if requested != "auto" {
+        return Ok(requested.parse()?);
+    }
+    let gpu_present = Path::new("/dev/nvidia0").exists();
+    let why = if gpu_present {
+        "a GPU is present, but this build decodes and collates on the CPU only"
+    } else {
+        "no GPU found"
+    };
+    eprintln!("device: cpu ({why})");
+    Ok(Device::Cpu)
+}
+
+fn describe(batches: &BatchStream) {
+    let layout = batches.layout();
+    let channels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
+    let first = channels.iter().take(6).cloned().collect::<Vec<_>>().join(", ");
+    let more = if channels.len() > 6 { ", ..." } else { "" };
+    println!("dataset: {}", batches.dataset().url());
+    println!("sample shape {:?}: {} channels ({first}{more})", layout.sample_shape(), channels.len());
+    println!("{} samples in {} batches on {}", layout.num_samples(), batches.num_batches(), batches.device());
+}
+
+fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
+    println!(
+        "{} samples, {} batches, {} chunks ({} missing) in {seconds:.2} s",
+        metrics.samples, metrics.batches, metrics.chunks, metrics.missing_chunks
+    );
+    println!(
+        "read {:.1} MB, decoded {:.1} MB ({:.2} GB/s), delivered {:.1} MB of float32 batches ({:.2} GB/s)",
+        metrics.stored_bytes as f64 / 1e6,
+        metrics.decoded_bytes as f64 / 1e6,
+        gb_per_s(metrics.decoded_bytes, seconds),
+        metrics.delivered_bytes as f64 / 1e6,
+        gb_per_s(metrics.delivered_bytes, seconds),
+    );
+    println!(
+        "time per stage (busy, summed over parallel work): fetch {:.2} s, decode {:.2} s, collate {:.2} s; consumer waited {:.2} s",
+        metrics.fetch_busy.as_secs_f64(),
+        metrics.decode_busy.as_secs_f64(),
+        metrics.collate_busy.as_secs_f64(),
+        metrics.consumer_wait.as_secs_f64(),
+    );
+}

@@ -1,0 +1,53 @@
+//! Command-line interface: argument parsing and one module per command.
+
+mod default_run;
+mod generate;
+mod info;
+mod stats;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Feed training batches straight from Zarr. With no command: stream one epoch of the embedded
+/// sample dataset (written to data/sample.zarr on first run) and print a summary.
+#[derive(Debug, Parser)]
+#[command(name = "zarrpipe", version, about)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Stream one epoch of a dataset through the default pipeline (the default command).
+    Run(default_run::RunArgs),
+    /// Describe a dataset: variables, dimensions, shapes, dtypes, chunks, codecs, sizes.
+    Info(info::InfoArgs),
+    /// Element count, NaN count, min, max and mean of variables, over whole arrays.
+    Stats(stats::StatsArgs),
+    /// Write a W1-shaped synthetic ERA5-like Zarr v3 store for benchmarks and tests.
+    Generate(generate::GenerateArgs),
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        None => default_run::run(default_run::RunArgs::default()).await,
+        Some(Command::Run(args)) => default_run::run(args).await,
+        Some(Command::Info(args)) => info::run(args).await,
+        Some(Command::Stats(args)) => stats::run(args).await,
+        Some(Command::Generate(args)) => generate::run(args),
+    }
+}
+
+/// Prints the error and its causes on one line and gives the failing exit status.
+pub fn report(error: &anyhow::Error) -> ExitCode {
+    let causes: Vec<String> = error.chain().map(ToString::to_string).collect();
+    eprintln!("error: {}", causes.join(": "));
+    ExitCode::FAILURE
+}
+
+/// GB/s of `bytes` over `seconds`.
+fn gb_per_s(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / 1e9 / seconds.max(1e-9)
+}

@@ -1,0 +1,67 @@
+//! A serialisable description of a dataset: what `zarrpipe info` prints.
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use serde::Serialize;
+use zarrpipe_core::DType;
+use zarrpipe_store::{Dataset, Variable};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DatasetInfo {
+    pub url: String,
+    pub zarr_format: u8,
+    pub consolidated: bool,
+    pub dims: std::collections::BTreeMap<String, u64>,
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+    pub variables: Vec<VariableInfo>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VariableInfo {
+    pub name: String,
+    pub coordinate: bool,
+    pub dims: Vec<String>,
+    pub shape: Vec<u64>,
+    pub dtype: DType,
+    pub chunk_shape: Vec<u64>,
+    pub chunk_grid: Vec<u64>,
+    pub codecs: Vec<String>,
+    /// Bytes of every object under the variable's prefix (metadata included); `None` when the
+    /// store cannot be listed (plain HTTP).
+    pub stored_bytes: Option<u64>,
+    pub decoded_bytes: u64,
+}
+
+/// Describes every variable of `dataset`, listing the store to size what is stored.
+pub async fn describe(dataset: &Dataset) -> DatasetInfo {
+    let mut variables = Vec::new();
+    for variable in dataset.variables() {
+        variables.push(describe_variable(dataset, variable).await);
+    }
+    DatasetInfo {
+        url: dataset.url().to_string(),
+        zarr_format: dataset.zarr_format(),
+        consolidated: dataset.consolidated(),
+        dims: dataset.dims(),
+        attributes: dataset.attributes().clone(),
+        variables,
+    }
+}
+
+async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableInfo {
+    let prefix = Path::from(variable.name());
+    let listing = dataset.store().list(Some(&prefix));
+    let stored_bytes = listing.map_ok(|object| object.size).try_fold(0, |a, b| async move { Ok(a + b) }).await.ok();
+    VariableInfo {
+        name: variable.name().to_string(),
+        coordinate: variable.is_coordinate(),
+        dims: variable.dims().to_vec(),
+        shape: variable.shape().to_vec(),
+        dtype: variable.dtype(),
+        chunk_shape: variable.chunk_shape(),
+        chunk_grid: variable.chunk_grid_shape().to_vec(),
+        codecs: variable.codec_names(),
+        stored_bytes,
+        decoded_bytes: variable.decoded_bytes(),
+    }
+}

@@ -1,0 +1,43 @@
+//! zarrpipe feeds training batches straight from Zarr: open a dataset, cut windows, fetch and
+//! decode chunks in parallel, and collate `[batch, channel, ...]` tensors, as one stream.
+//!
+//! ```no_run
+//! use zarrpipe::prelude::*;
+//!
+//! # async fn demo() -> zarrpipe::pipeline::Result<()> {
+//! let mut batches = Pipeline::builder("data/sample.zarr")
+//!     .variables(["t2m", "z"])
+//!     .batch_size(4)
+//!     .build()
+//!     .await?;
+//! while let Some(batch) = batches.try_next().await? {
+//!     println!("{:?}", batch.inputs.shape());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The crates behind it, each usable alone: [`store`], [`codec`], [`batcher`], [`collate`],
+//! [`pipeline`]. GPU decoding and delivery come behind the `cuda` feature in later versions.
+
+pub use zarrpipe_batcher as batcher;
+pub use zarrpipe_codec_gpu as codec;
+pub use zarrpipe_collate as collate;
+pub use zarrpipe_core as core;
+pub use zarrpipe_pipeline as pipeline;
+pub use zarrpipe_store as store;
+
+pub mod generate;
+pub mod sample;
+pub mod info;
+pub mod stats;
+
+/// The names most programs need.
+pub mod prelude {
+    pub use futures::{StreamExt, TryStreamExt};
+    pub use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+    pub use zarrpipe_codec_gpu::{CpuDecoder, DecodeExt};
+    pub use zarrpipe_collate::{CollateExt, HostCollator};
+    pub use zarrpipe_core::{DType, Device};
+    pub use zarrpipe_pipeline::{Batch, BatchStream, Pipeline};
+    pub use zarrpipe_store::{ChunkRequest, Dataset, FetchExt};
+}

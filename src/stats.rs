@@ -1,0 +1,150 @@
+//! Whole-array statistics through the library's own read path: every chunk fetched and decoded
+//! by the store and codec stages, missing chunks read as their fill value (as zarr-python
+//! reads them), edge chunks clipped to the array.
+
+use std::sync::Arc;
+
+use futures::{stream, TryStreamExt};
+use serde::Serialize;
+use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
+use zarrpipe_core::DType;
+use zarrpipe_store::{ChunkRequest, FetchExt, Variable};
+
+/// Statistics of one variable. `min`, `max` and `mean` are over the non-NaN values and are
+/// `None` when there are none.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VariableStats {
+    pub variable: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// Elements, NaNs included.
+    pub count: u64,
+    pub nan_count: u64,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub mean: Option<f64>,
+}
+
+#[derive(Default)]
+struct Accumulator {
+    count: u64,
+    nan_count: u64,
+    min: f64,
+    max: f64,
+    sum: f64,
+}
+
+impl Accumulator {
+    fn add(&mut self, value: f64) {
+        self.count += 1;
+        if value.is_nan() {
+            self.nan_count += 1;
+            return;
+        }
+        let first = self.count == self.nan_count + 1;
+        self.min = if first { value } else { self.min.min(value) };
+        self.max = if first { value } else { self.max.max(value) };
+        self.sum += value;
+    }
+
+    fn finish(self, variable: &Variable) -> VariableStats {
+        let valid = self.count - self.nan_count;
+        let some = |value: f64| (valid > 0).then_some(value);
+        VariableStats {
+            variable: variable.name().to_string(),
+            dtype: variable.dtype(),
+            shape: variable.shape().to_vec(),
+            count: self.count,
+            nan_count: self.nan_count,
+            min: some(self.min),
+            max: some(self.max),
+            mean: some(self.sum / valid.max(1) as f64),
+        }
+    }
+}
+
+/// Reads every chunk of `variable` and computes its statistics.
+pub async fn variable_stats(
+    variable: &Arc<Variable>,
+    decoder: Arc<dyn ChunkDecoder>,
+    concurrency: usize,
+) -> Result<VariableStats, zarrpipe_codec_gpu::Error> {
+    let whole: Vec<_> = variable.shape().iter().map(|&length| 0..length).collect();
+    let requests = variable
+        .chunks_in(&whole)
+        .into_iter()
+        .map(|indices| ChunkRequest::new(variable.clone(), indices));
+    let mut chunks = stream::iter(requests).fetch(concurrency).decode(decoder, concurrency);
+    let mut accumulator = Accumulator::default();
+    while let Some(chunk) = chunks.try_next().await? {
+        accumulate_chunk(&chunk, &mut accumulator)?;
+    }
+    Ok(accumulator.finish(variable))
+}
+
+/// Adds the elements of `chunk` that lie inside the array.
+fn accumulate_chunk(chunk: &DecodedChunk, accumulator: &mut Accumulator) -> zarrpipe_store::Result<()> {
+    let variable = &chunk.request.variable;
+    let (start, shape) = variable.chunk_region(&chunk.request.indices)?;
+    let rank = shape.len();
+    let inside: Vec<u64> =
+        (0..rank).map(|a| shape[a].min(variable.shape()[a].saturating_sub(start[a]))).collect();
+    if inside.iter().any(|&n| n == 0) {
+        return Ok(());
+    }
+    let dtype = chunk.dtype();
+    if rank == 0 {
+        for_each_value(dtype, &chunk.bytes, |value| accumulator.add(value));
+        return Ok(());
+    }
+    let row = inside[rank - 1] as usize * dtype.size();
+    let mut coord = vec![0u64; rank];
+    loop {
+        let offset = (0..rank).fold(0u64, |offset, a| offset * shape[a] + coord[a]) as usize;
+        let start = offset * dtype.size();
+        for_each_value(dtype, &chunk.bytes[start..start + row], |value| accumulator.add(value));
+        // Advance over every axis but the last.
+        let mut axis = rank - 1;
+        loop {
+            if axis == 0 {
+                return Ok(());
+            }
+            axis -= 1;
+            coord[axis] += 1;
+            if coord[axis] < inside[axis] {
+                break;
+            }
+            coord[axis] = 0;
+        }
+    }
+}
+
+/// Calls `f` with each native-endian element of `bytes` as f64 (exact for every type but
+/// 64-bit integers beyond 2^53).
+fn for_each_value(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) {
+    macro_rules! each {
+        ($ty:ty, $to_f64:expr) => {
+            for element in bytes.chunks_exact(std::mem::size_of::<$ty>()) {
+                f($to_f64(<$ty>::from_ne_bytes(element.try_into().expect("element size"))))
+            }
+        };
+    }
+    match dtype {
+        DType::Bool => each!(u8, |v: u8| (v != 0) as u8 as f64),
+        DType::Int8 => each!(i8, f64::from),
+        DType::Int16 => each!(i16, f64::from),
+        DType::Int32 => each!(i32, f64::from),
+        DType::Int64 => each!(i64, |v: i64| v as f64),
+        DType::UInt8 => each!(u8, f64::from),
+        DType::UInt16 => each!(u16, f64::from),
+        DType::UInt32 => each!(u32, f64::from),
+        DType::UInt64 => each!(u64, |v: u64| v as f64),
+        DType::Float32 => each!(f32, f64::from),
+        DType::Float64 => each!(f64, |v: f64| v),
+        DType::Float16 | DType::BFloat16 => {
+            let mut converted = vec![0f32; bytes.len() / 2];
+            zarrpipe_core::convert_to_f32(dtype, bytes, &mut converted, 1);
+            converted.into_iter().for_each(|v| f(f64::from(v)));
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Bad input gives a typed error naming what and where: a missing store or variable, malformed
+//! metadata, an unsupported codec or data type, a truncated or corrupt chunk, a chunk of the
+//! wrong decoded size. Each case copies a real fixture array (written by zarr-python) into a
+//! scratch store and breaks one thing.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use zarrpipe::codec::Error as DecodeError;
+use zarrpipe::store::{Dataset, Error as StoreError};
+
+/// A scratch v3 store holding copies of fixture arrays from `zp3_v3`, without consolidated
+/// metadata so each array's own zarr.json is read.
+fn scratch_store(arrays: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("zarr.json"),
+        r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    for array in arrays {
+        copy_dir(&fixtures().join("stores/zp3_v3").join(array), &dir.path().join(array));
+    }
+    dir
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn edit_metadata(store: &Path, array: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let path = store.join(array).join("zarr.json");
+    let mut metadata: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut metadata);
+    std::fs::write(path, serde_json::to_vec(&metadata).unwrap()).unwrap();
+}
+
+async fn open(dir: &tempfile::TempDir) -> Result<Dataset, StoreError> {
+    Dataset::open(dir.path().to_str().unwrap()).await
+}
+
+/// The error's message with all its causes.
+fn full_message(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[tokio::test]
+async fn missing_store_is_named() {
+    let error = Dataset::open("/no/such/store.zarr").await.unwrap_err();
+    assert!(matches!(error, StoreError::StoreNotFound { .. }), "{error:?}");
+    assert!(error.to_string().contains("/no/such/store.zarr"));
+}
+
+#[tokio::test]
+async fn directory_without_zarr_metadata_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = open(&dir).await.unwrap_err();
+    assert!(matches!(error, StoreError::NotZarr { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn missing_variable_lists_the_others() {
+    let dir = scratch_store(&["f32_zstd"]);
+    let dataset = open(&dir).await.unwrap();
+    let error = dataset.variable("t2m").unwrap_err();
+    assert!(matches!(error, StoreError::MissingVariable { .. }));
+    let message = error.to_string();
+    assert!(message.contains("t2m") && message.contains("f32_zstd"), "{message}");
+}
+
+#[tokio::test]
+async fn malformed_metadata_names_its_key() {
+    let dir = scratch_store(&["f32_zstd"]);
+    std::fs::write(dir.path().join("f32_zstd/zarr.json"), b"{\"shape\": [30, 45], ").unwrap();
+    let error = open(&dir).await.unwrap_err();
+    assert!(matches!(error, StoreError::MalformedMetadata { .. }), "{error:?}");
+    assert!(error.to_string().contains("f32_zstd/zarr.json"), "{error}");
+}
+
+#[tokio::test]
+async fn metadata_of_the_wrong_shape_names_its_key() {
+    let dir = scratch_store(&["f32_zstd"]);
+    edit_metadata(dir.path(), "f32_zstd", |m| m["shape"] = serde_json::json!("thirty"));
+    let error = open(&dir).await.unwrap_err();
+    assert!(matches!(error, StoreError::MalformedMetadata { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn unsupported_codec_names_variable_and_codec() {
+    let dir = scratch_store(&["f32_zstd"]);
+    edit_metadata(dir.path(), "f32_zstd", |m| {
+        m["codecs"][1] = serde_json::json!({"name": "lzma_from_the_future", "configuration": {}})
+    });
+    let error = open(&dir).await.unwrap_err();
+    assert!(matches!(error, StoreError::InvalidArray { .. }), "{error:?}");
+    let message = full_message(&error);
+    assert!(message.contains("f32_zstd") && message.contains("lzma_from_the_future"), "{message}");
+}
+
+#[tokio::test]
+async fn unsupported_data_type_names_variable_and_type() {
+    let dir = scratch_store(&["f32_zstd"]);
+    edit_metadata(dir.path(), "f32_zstd", |m| {
+        m["data_type"] = serde_json::json!("complex64");
+        m["fill_value"] = serde_json::json!([0.0, 0.0]);
+    });
+    let error = open(&dir).await.unwrap_err();
+    assert!(matches!(error, StoreError::UnsupportedDataType { .. }), "{error:?}");
+    assert!(error.to_string().contains("complex64") && error.to_string().contains("f32_zstd"));
+}
+
+/// Reads the whole array and returns the decode error it must give.
+async fn read_error(dir: &tempfile::TempDir, array: &str) -> DecodeError {
+    let dataset = open(dir).await.unwrap();
+    read_whole(dataset.variable(array).unwrap()).await.expect_err("the broken chunk must fail")
+}
+
+#[tokio::test]
+async fn truncated_chunk_names_variable_and_key() {
+    let dir = scratch_store(&["f32_zstd"]);
+    let chunk = dir.path().join("f32_zstd/c/1/1");
+    let bytes = std::fs::read(&chunk).unwrap();
+    std::fs::write(&chunk, &bytes[..bytes.len() / 2]).unwrap();
+    let error = read_error(&dir, "f32_zstd").await;
+    assert!(matches!(error, DecodeError::Decode { .. }), "{error:?}");
+    assert!(error.to_string().contains("f32_zstd/c/1/1"), "{error}");
+}
+
+#[tokio::test]
+async fn corrupt_chunk_names_variable_and_key() {
+    let dir = scratch_store(&["f32_zstd"]);
+    let chunk = dir.path().join("f32_zstd/c/0/2");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    for byte in bytes.iter_mut().skip(4) {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&chunk, &bytes).unwrap();
+    let error = read_error(&dir, "f32_zstd").await;
+    assert!(matches!(error, DecodeError::Decode { .. }), "{error:?}");
+    assert!(error.to_string().contains("f32_zstd/c/0/2"), "{error}");
+}
+
+#[tokio::test]
+async fn checksum_mismatch_is_an_error() {
+    let dir = scratch_store(&["f32_zstd_crc32c"]);
+    let chunk = dir.path().join("f32_zstd_crc32c/c/0/0");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&chunk, &bytes).unwrap();
+    let error = read_error(&dir, "f32_zstd_crc32c").await;
+    assert!(error.to_string().contains("f32_zstd_crc32c/c/0/0"), "{error}");
+}
+
+#[tokio::test]
+async fn chunk_of_the_wrong_decoded_size_names_variable_and_key() {
+    let dir = scratch_store(&["u8_raw"]);
+    let chunk = dir.path().join("u8_raw/c/0/0/0");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    bytes.extend_from_slice(&[1, 2, 3]);
+    std::fs::write(&chunk, &bytes).unwrap();
+    let error = read_error(&dir, "u8_raw").await;
+    assert!(
+        matches!(error, DecodeError::Decode { .. } | DecodeError::DecodedSize { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("u8_raw/c/0/0/0"), "{error}");
+}
+
+#[tokio::test]
+async fn chunk_outside_the_grid_is_refused() {
+    use zarrpipe::store::{fetch_chunk, ChunkRequest};
+    let dir = scratch_store(&["f32_zstd"]);
+    let dataset = open(&dir).await.unwrap();
+    let variable = dataset.variable("f32_zstd").unwrap().clone();
+    let error = fetch_chunk(ChunkRequest::new(variable, vec![99, 0])).await.unwrap_err();
+    assert!(matches!(error, StoreError::ChunkOutOfGrid { .. }), "{error:?}");
+}
