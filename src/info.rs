@@ -14,6 +14,14 @@ pub struct DatasetInfo {
     pub dims: std::collections::BTreeMap<String, u64>,
     pub attributes: serde_json::Map<String, serde_json::Value>,
     pub variables: Vec<VariableInfo>,
+    /// Arrays zarrpipe cannot read, with the reason (unsupported codec or data type).
+    pub unreadable: Vec<UnreadableInfo>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct UnreadableInfo {
+    pub name: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -45,7 +53,23 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
         dims: dataset.dims(),
         attributes: dataset.attributes().clone(),
         variables,
+        unreadable: dataset
+            .unreadable()
+            .into_iter()
+            .map(|(name, error)| UnreadableInfo { name, reason: error_chain(&error) })
+            .collect(),
     }
+}
+
+/// An error and its causes on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
 }
 
 async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableInfo {

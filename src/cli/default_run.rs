@@ -13,7 +13,7 @@ use zarrpipe::prelude::TryStreamExt;
 use super::gb_per_s;
 use super::generate::generate_progress_bar;
 
-#[derive(Debug, Default, clap::Args)]
+#[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Dataset path or URL (default: the sample dataset, written on first run).
     url: Option<String>,
@@ -56,8 +56,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(url) => url.clone(),
         None => sample_with_progress()?,
     };
-    let device = choose_device(&args.device)?;
+    let (device, why) = choose_device(&args.device)?;
     let dataset = Arc::new(Dataset::open(&url).await.with_context(|| format!("cannot open {url}"))?);
+    if !args.json {
+        println!("device: {device} ({why})");
+    }
     let (warm_up, timed) = match args.passes {
         Some(passes) => (1, passes.max(1)),
         None => (0, 1),
@@ -163,18 +166,17 @@ fn sample_with_progress() -> anyhow::Result<String> {
     path
 }
 
-fn choose_device(requested: &str) -> anyhow::Result<Device> {
+/// The device to deliver to, and why it was chosen.
+fn choose_device(requested: &str) -> anyhow::Result<(Device, &'static str)> {
     if requested != "auto" {
-        return Ok(requested.parse()?);
+        return Ok((requested.parse()?, "as requested"));
     }
-    let gpu_present = Path::new("/dev/nvidia0").exists();
-    let why = if gpu_present {
+    let why = if Path::new("/dev/nvidia0").exists() {
         "a GPU is present, but this build decodes and collates on the CPU only"
     } else {
         "no GPU found"
     };
-    eprintln!("device: cpu ({why})");
-    Ok(Device::Cpu)
+    Ok((Device::Cpu, why))
 }
 
 fn describe(batches: &BatchStream) {
@@ -201,7 +203,7 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
         gb_per_s(metrics.delivered_bytes, seconds),
     );
     println!(
-        "time per stage (busy, summed over parallel work): fetch {:.2} s, decode {:.2} s, collate {:.2} s; consumer waited {:.2} s",
+        "time per stage, summed over chunks in flight: fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s; consumer waited {:.2} s",
         metrics.fetch_busy.as_secs_f64(),
         metrics.decode_busy.as_secs_f64(),
         metrics.collate_busy.as_secs_f64(),

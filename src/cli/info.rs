@@ -37,6 +37,9 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
             megabytes(variable.decoded_bytes),
         );
     }
+    for unreadable in &info.unreadable {
+        println!("unreadable {}: {}", unreadable.name, unreadable.reason);
+    }
     Ok(())
 }
 

@@ -32,7 +32,11 @@ enum Command {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
-        None => default_run::run(default_run::RunArgs::default()).await,
+        // No command: `run` with its defaults, as clap would parse `zarrpipe run`.
+        None => match Args::parse_from(["zarrpipe", "run"]).command {
+            Some(Command::Run(defaults)) => default_run::run(defaults).await,
+            _ => unreachable!("`run` parses as the run command"),
+        },
         Some(Command::Run(args)) => default_run::run(args).await,
         Some(Command::Info(args)) => info::run(args).await,
         Some(Command::Stats(args)) => stats::run(args).await,

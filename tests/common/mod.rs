@@ -27,7 +27,7 @@ pub struct StoreEntry {
     pub zarr_format: u8,
     pub consolidated: bool,
     #[serde(default)]
-    pub coordinates: Vec<String>,
+    pub coordinates: Option<Vec<String>>,
     #[serde(default)]
     pub attributes: serde_json::Map<String, serde_json::Value>,
     pub arrays: Vec<ArrayEntry>,
@@ -41,8 +41,17 @@ pub struct ArrayEntry {
     pub chunks: Vec<u64>,
     pub dimension_names: Option<Vec<String>>,
     pub expected: String,
+    pub codecs: String,
     pub missing_chunk_files: Vec<String>,
     pub nan_count: u64,
+}
+
+impl ArrayEntry {
+    /// The codec of this array that zarrs (and so zarrpipe) does not implement, if any:
+    /// numcodecs' delta filter.
+    pub fn unsupported_codec(&self) -> Option<&'static str> {
+        self.codecs.contains("delta(").then_some("delta")
+    }
 }
 
 pub fn manifest() -> Manifest {

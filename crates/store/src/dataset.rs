@@ -3,6 +3,7 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use serde_json::{Map, Value};
+use zarrs::array::ArrayMetadata;
 use zarrs_object_store::AsyncObjectStore;
 
 use crate::location::Location;
@@ -18,6 +19,9 @@ pub struct Dataset {
     consolidated: bool,
     attributes: Map<String, Value>,
     variables: Vec<Arc<Variable>>,
+    /// Arrays zarrpipe cannot read (unsupported codec or data type), kept so that asking for
+    /// one gives its error while the rest of the dataset stays usable.
+    unreadable: Vec<(String, ArrayMetadata)>,
 }
 
 impl Dataset {
@@ -44,9 +48,16 @@ impl Dataset {
         let hierarchy = read_hierarchy(&location).await?;
         let storage = Arc::new(AsyncObjectStore::new(location.store.clone()));
         let mut variables = Vec::with_capacity(hierarchy.arrays.len());
+        let mut unreadable = Vec::new();
         for (path, metadata) in hierarchy.arrays {
             let name = if path.is_empty() { root_array_name(&location.url) } else { path };
-            variables.push(Variable::new(&location.url, name, location.store.clone(), storage.clone(), metadata)?);
+            match Variable::new(&location, name.clone(), storage.clone(), metadata.clone()) {
+                Ok(variable) => variables.push(variable),
+                Err(Error::InvalidArray { .. } | Error::UnsupportedDataType { .. }) => {
+                    unreadable.push((name, metadata))
+                }
+                Err(error) => return Err(error),
+            }
         }
         mark_coordinates(&mut variables);
         Ok(Self {
@@ -55,6 +66,7 @@ impl Dataset {
             consolidated: hierarchy.consolidated,
             attributes: hierarchy.attributes,
             variables: variables.into_iter().map(Arc::new).collect(),
+            unreadable,
         })
     }
 
@@ -98,16 +110,34 @@ impl Dataset {
         self.variables.iter().filter(|variable| variable.is_coordinate())
     }
 
-    /// A variable by name, or an error listing the names there are.
+    /// A variable by name; for an array zarrpipe cannot read, the reason; for a name that is
+    /// not there, an error listing the names there are.
     pub fn variable(&self, name: &str) -> Result<&Arc<Variable>> {
-        self.variables.iter().find(|variable| variable.name() == name).ok_or_else(|| {
-            let names: Vec<&str> = self.variables.iter().map(|v| v.name()).collect();
-            Error::MissingVariable {
-                name: name.to_string(),
-                url: self.location.url.clone(),
-                available: names.join(", "),
-            }
+        if let Some(variable) = self.variables.iter().find(|variable| variable.name() == name) {
+            return Ok(variable);
+        }
+        if let Some(error) = self.unreadable_error(name) {
+            return Err(error);
+        }
+        let names: Vec<&str> = self.variables.iter().map(|v| v.name()).collect();
+        Err(Error::MissingVariable {
+            name: name.to_string(),
+            url: self.location.url.clone(),
+            available: names.join(", "),
         })
+    }
+
+    /// The arrays of the store that zarrpipe cannot read, with the reason for each.
+    pub fn unreadable(&self) -> Vec<(String, Error)> {
+        let names = self.unreadable.iter().map(|(name, _)| name);
+        names.filter_map(|name| Some((name.clone(), self.unreadable_error(name)?))).collect()
+    }
+
+    /// Opening the array again gives its error (errors are not `Clone`).
+    fn unreadable_error(&self, name: &str) -> Option<Error> {
+        let (_, metadata) = self.unreadable.iter().find(|(unreadable, _)| unreadable == name)?;
+        let storage = Arc::new(AsyncObjectStore::new(self.location.store.clone()));
+        Variable::new(&self.location, name.to_string(), storage, metadata.clone()).err()
     }
 
     /// Dimension lengths, by name, as the first variable that has each dimension gives them.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use object_store::http::HttpBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
-use object_store::ObjectStore;
+use object_store::{ClientOptions, ObjectStore};
 
 use crate::{Error, Result};
 
@@ -24,9 +24,11 @@ impl Location {
             None => local_store(url, url)?,
             Some(("file", path)) => local_store(url, path)?,
             Some(("memory", _)) => Arc::new(InMemory::new()),
-            Some(("http" | "https", _)) => Arc::new(
+            Some((scheme @ ("http" | "https"), _)) => Arc::new(
                 HttpBuilder::new()
                     .with_url(url.trim_end_matches('/'))
+                    // The user asked for http:// explicitly: don't insist on TLS.
+                    .with_client_options(ClientOptions::new().with_allow_http(scheme == "http"))
                     .build()
                     .map_err(|source| Error::OpenStore { url: url.to_string(), source })?,
             ),

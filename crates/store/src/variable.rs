@@ -8,6 +8,7 @@ use zarrs::plugin::{ExtensionName, ZarrVersion};
 use zarrs::storage::AsyncReadableStorageTraits;
 use zarrpipe_core::DType;
 
+use crate::location::Location;
 use crate::{Error, Result};
 
 /// A zarrs array over the dataset's store, for users who want zarrs' own API.
@@ -25,15 +26,15 @@ pub struct Variable {
 
 impl Variable {
     pub(crate) fn new(
-        url: &str,
+        location: &Location,
         name: String,
-        store: Arc<dyn ObjectStore>,
         storage: Arc<dyn AsyncReadableStorageTraits>,
         metadata: ArrayMetadata,
     ) -> Result<Self> {
+        let (url, store) = (&location.url, location.store.clone());
         let path = format!("/{name}");
         let array = Array::new_with_metadata(storage, &path, metadata).map_err(|source| {
-            Error::InvalidArray { url: url.to_string(), variable: name.clone(), source }
+            Error::InvalidArray { url: url.clone(), variable: name.clone(), source }
         })?;
         let data_type = array
             .data_type()
