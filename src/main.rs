@@ -7,6 +7,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+// Decoding allocates a buffer per chunk (megabytes each, thousands per epoch); mimalloc reuses
+// them where the system allocator maps and unmaps, faulting every page in again.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = cli::Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

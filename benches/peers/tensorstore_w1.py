@@ -7,6 +7,7 @@ decodes on all cores, after one warm-up pass; prints the best pass as JSON (deco
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import time
@@ -43,7 +44,7 @@ def main():
     passes = [read_pass(arrays) for _ in range(args.passes)]
     seconds, decoded, checksum = min(passes)
     print(json.dumps({
-        "tool": f"tensorstore {ts.__version__} whole arrays",
+        "tool": f"tensorstore {importlib.metadata.version('tensorstore')} whole arrays",
         "seconds": seconds,
         "decoded_bytes": decoded,
         "gb_per_s": decoded / 1e9 / seconds,

@@ -103,9 +103,10 @@ impl SampleLayout {
         &self.channels
     }
 
-    /// The first channel of variable number `variable`.
-    pub fn channel_base(&self, variable: usize) -> usize {
-        self.channel_base[variable]
+    /// The channels of variable number `variable`.
+    pub fn channel_range(&self, variable: usize) -> Range<usize> {
+        let end = self.channel_base.get(variable + 1).copied().unwrap_or(self.channels.len());
+        self.channel_base[variable]..end
     }
 
     /// The shape of one sample: `[channels, window sizes...]` (iterated dims squeezed).

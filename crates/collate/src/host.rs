@@ -42,16 +42,27 @@ impl HostCollator {
         &self.layout
     }
 
-    /// Builds the `[batch, channel, window...]` tensor of `batch`.
+    /// Builds the `[batch, channel, window...]` tensor of `batch`. Each (sample, variable)
+    /// pair fills its own channels, so the pairs run in parallel.
     pub fn collate(&self, batch: DecodedBatch) -> Result<HostBatch> {
         let index = self.index_chunks(&batch.chunks)?;
         let sample_len = self.layout.sample_len();
         let mut shape = vec![batch.samples.len()];
         shape.extend(self.layout.sample_shape());
         let mut data = vec![0f32; batch.samples.len() * sample_len];
-        data.par_chunks_mut(sample_len.max(1))
-            .zip(&batch.samples)
-            .try_for_each(|(out, sample)| self.gather_sample(sample, &index, out))?;
+        let mut pieces = Vec::with_capacity(batch.samples.len() * self.layout.variables().len());
+        for (slab, sample) in data.chunks_mut(sample_len.max(1)).zip(&batch.samples) {
+            let mut rest = slab;
+            for variable in 0..self.layout.variables().len() {
+                let channels = self.layout.channel_range(variable).len();
+                let (channels_of_variable, tail) = rest.split_at_mut(channels * self.plane_len());
+                pieces.push((sample, variable, channels_of_variable));
+                rest = tail;
+            }
+        }
+        pieces
+            .into_par_iter()
+            .try_for_each(|(sample, variable, out)| self.gather(sample, variable, &index, out))?;
         let tensor = ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length");
         Ok(HostBatch { tensor, samples: batch.samples })
     }
@@ -74,24 +85,20 @@ impl HostCollator {
             .collect()
     }
 
-    /// Writes one sample, `[channel, window...]`, into `out`.
-    fn gather_sample(&self, sample: &Sample, chunks: &ChunkIndex<'_>, out: &mut [f32]) -> Result<()> {
-        for (number, variable) in self.layout.variables().iter().enumerate() {
-            let region = self.layout.region(number, sample);
-            let strides = self.destination_strides(number);
-            let base = self.layout.channel_base(number) * self.plane_len();
-            for indices in variable.chunks_in(&region) {
-                let chunk = chunks.get(&(number, indices.as_slice())).ok_or_else(|| {
-                    Error::MissingChunk {
-                        sample: sample.index,
-                        variable: variable.name().into(),
-                        indices: indices.clone(),
-                    }
-                })?;
-                let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
-                let copy = BoxCopy { region: &region, chunk_start: &chunk_start, chunk_shape: &chunk_shape };
-                copy.run(chunk, &strides, base, out);
-            }
+    /// Writes the channels of variable number `number` for one sample into `out`.
+    fn gather(&self, sample: &Sample, number: usize, chunks: &ChunkIndex<'_>, out: &mut [f32]) -> Result<()> {
+        let variable = &self.layout.variables()[number];
+        let region = self.layout.region(number, sample);
+        let strides = self.destination_strides(number);
+        for indices in variable.chunks_in(&region) {
+            let chunk = chunks.get(&(number, indices.as_slice())).ok_or_else(|| Error::MissingChunk {
+                sample: sample.index,
+                variable: variable.name().into(),
+                indices: indices.clone(),
+            })?;
+            let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
+            let copy = BoxCopy { region: &region, chunk_start: &chunk_start, chunk_shape: &chunk_shape };
+            copy.run(chunk, &strides, out);
         }
         Ok(())
     }
@@ -132,10 +139,10 @@ struct BoxCopy<'a> {
 }
 
 impl BoxCopy<'_> {
-    fn run(&self, chunk: &DecodedChunk, dst_strides: &[usize], dst_base: usize, out: &mut [f32]) {
+    fn run(&self, chunk: &DecodedChunk, dst_strides: &[usize], out: &mut [f32]) {
         let rank = self.region.len();
         if rank == 0 {
-            convert_to_f32(chunk.dtype(), &chunk.bytes, &mut out[dst_base..], 1);
+            convert_to_f32(chunk.dtype(), &chunk.bytes, out, 1);
             return;
         }
         let lo: Vec<u64> = (0..rank).map(|a| self.region[a].start.max(self.chunk_start[a])).collect();
@@ -157,8 +164,8 @@ impl BoxCopy<'_> {
         loop {
             let src: usize =
                 (0..rank).map(|a| (coord[a] - self.chunk_start[a]) as usize * src_strides[a]).sum();
-            let dst: usize = dst_base
-                + (0..rank).map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a]).sum::<usize>();
+            let dst: usize =
+                (0..rank).map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a]).sum();
             let bytes = &chunk.bytes[src * size..(src + run_len) * size];
             convert_to_f32(dtype, bytes, &mut out[dst..], dst_strides[last].max(1));
             // Advance the odometer over every axis but the last.
