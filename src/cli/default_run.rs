@@ -27,7 +27,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4)]
     batch_size: usize,
     /// Batches loaded ahead of the consumer.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 4)]
     prefetch: usize,
     /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU).
     #[arg(long, default_value = "auto")]

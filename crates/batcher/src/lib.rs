@@ -28,3 +28,6 @@ pub use batches::Batcher;
 pub use error::{Error, Result};
 pub use layout::{Channel, Sample, SampleDim, SampleLayout};
 pub use window::{Window, WindowSpec};
+
+#[cfg(test)]
+mod tests;

@@ -56,7 +56,7 @@ impl PipelineBuilder {
             spec: WindowSpec::new(),
             batch_size: 4,
             drop_last: false,
-            prefetch: 2,
+            prefetch: 4,
             fetch_concurrency: 64,
             decode_concurrency: 2 * threads,
             device: Device::Cpu,
@@ -94,7 +94,7 @@ impl PipelineBuilder {
         self
     }
 
-    /// Batches loaded ahead of the consumer (default 2). Memory is bounded by this many
+    /// Batches loaded ahead of the consumer (default 4). Memory is bounded by this many
     /// batches' chunks and tensors.
     pub fn prefetch(mut self, batches: usize) -> Self {
         self.prefetch = batches.max(1);

@@ -1,0 +1,97 @@
+//! Layout and planning on a small in-memory dataset: `a(time, lat, lon)` and
+//! `b(time, level, lat, lon)`, time 3, level 2, lat 10, lon 8, chunks of 4 x 4 on lat/lon.
+
+use std::sync::Arc;
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+use zarrpipe_store::Dataset;
+
+use crate::{Batcher, Error, SampleLayout, WindowSpec};
+
+fn array(dims: &[&str], shape: &[u64], chunks: &[u64]) -> serde_json::Value {
+    serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0.0,
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "dimension_names": dims,
+    })
+}
+
+fn dataset() -> Dataset {
+    let store = Arc::new(InMemory::new());
+    let documents = [
+        ("zarr.json", serde_json::json!({"zarr_format": 3, "node_type": "group"})),
+        ("a/zarr.json", array(&["time", "lat", "lon"], &[3, 10, 8], &[1, 4, 4])),
+        ("b/zarr.json", array(&["time", "level", "lat", "lon"], &[3, 2, 10, 8], &[1, 1, 4, 4])),
+        ("short/zarr.json", array(&["time", "lat", "lon"], &[3, 9, 8], &[1, 4, 4])),
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime.block_on(async {
+        for (key, document) in documents {
+            store.put(&Path::from(key), serde_json::to_vec(&document).unwrap().into()).await.unwrap();
+        }
+        Dataset::open_store("memory://test", store).await.unwrap()
+    })
+}
+
+#[test]
+fn samples_move_by_stride_in_c_order() {
+    let spec = WindowSpec::new().window("lat", 4, 3).window("lon", 8, 8);
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec).unwrap();
+    // time 3 x lat positions (0, 3, 6) x lon 1.
+    assert_eq!(layout.num_samples(), 9);
+    let origins: Vec<Vec<u64>> = (0..4).map(|i| layout.sample(i).origin).collect();
+    assert_eq!(origins, [[0, 0, 0], [0, 3, 0], [0, 6, 0], [1, 0, 0]]);
+    assert_eq!(layout.sample_shape(), [1, 4, 8]);
+}
+
+#[test]
+fn other_dimensions_become_channels_in_order() {
+    let layout = SampleLayout::new(&dataset(), &["b", "a"], &WindowSpec::new()).unwrap();
+    let labels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
+    assert_eq!(labels, ["b[level=0]", "b[level=1]", "a"]);
+    assert_eq!(layout.channel_range(0), 0..2);
+    assert_eq!(layout.channel_range(1), 2..3);
+    // Default window: the last two dims whole.
+    assert_eq!(layout.sample_shape(), [3, 10, 8]);
+    assert_eq!(layout.num_samples(), 3);
+}
+
+#[test]
+fn read_plans_read_each_chunk_once() {
+    let spec = WindowSpec::new().window("lat", 4, 2).window("lon", 4, 4);
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec).unwrap();
+    // The first two samples (lat 0..4 and 2..6, lon 0..4) overlap on chunk (0, 0, 0).
+    let samples: Vec<_> = (0..2).map(|i| layout.sample(i)).collect();
+    assert_eq!(samples[1].origin, [0, 0, 4]);
+    let plan = layout.read_plan(&[layout.sample(0), layout.sample(2)]);
+    let chunks: Vec<Vec<u64>> = plan.iter().map(|request| request.indices.clone()).collect();
+    // Sample 2 (lat 2..6) crosses into the second row of chunks.
+    assert_eq!(chunks, [vec![0, 0, 0], vec![0, 1, 0]]);
+}
+
+#[test]
+fn batches_cover_the_epoch_once() {
+    let layout = Arc::new(SampleLayout::new(&dataset(), &["a", "b"], &WindowSpec::new()).unwrap());
+    let batcher = Batcher::new(layout.clone(), 2, false).unwrap();
+    let indices: Vec<u64> = batcher.batches().flatten().map(|sample| sample.index).collect();
+    assert_eq!(indices, [0, 1, 2]);
+    assert_eq!(Batcher::new(layout.clone(), 2, true).unwrap().num_batches(), 1);
+    assert!(matches!(Batcher::new(layout, 0, false), Err(Error::ZeroBatchSize)));
+}
+
+#[test]
+fn bad_specifications_are_refused() {
+    let dataset = dataset();
+    let refuse = |variables: &[&str], spec: WindowSpec| SampleLayout::new(&dataset, variables, &spec).unwrap_err();
+    assert!(matches!(refuse(&["a"], WindowSpec::new().window("lat", 11, 1)), Error::WindowTooLarge { .. }));
+    assert!(matches!(refuse(&["a"], WindowSpec::new().window("level", 1, 1)), Error::MissingDimension { .. }));
+    assert!(matches!(refuse(&["a", "short"], WindowSpec::new().window("lat", 4, 4)), Error::DimensionMismatch { .. }));
+    assert!(matches!(refuse(&["a"], WindowSpec::new().window("lat", 4, 4).window("lat", 2, 2)), Error::DuplicateDimension { .. }));
+    assert!(matches!(refuse(&["a"], WindowSpec::new().window("lat", 0, 1)), Error::EmptyWindow { .. }));
+    assert!(matches!(refuse(&["nope"], WindowSpec::new()), Error::Store(_)));
+    assert!(matches!(SampleLayout::new(&dataset, &[] as &[&str], &WindowSpec::new()), Err(Error::NoVariables)));
+}
