@@ -20,11 +20,19 @@ async fn main() -> anyhow::Result<()> {
     // --- 1. Open the dataset ---
     let url = ensure_sample(|_, _| {})?;
     let dataset = Dataset::open(&url).await?;
-    println!("{url}: Zarr v{}, dimensions {:?}", dataset.zarr_format(), dataset.dims());
+    println!(
+        "{url}: Zarr v{}, dimensions {:?}",
+        dataset.zarr_format(),
+        dataset.dims()
+    );
 
     // --- 2. List the variables ---
     for variable in dataset.variables() {
-        let kind = if variable.is_coordinate() { "coordinate" } else { "data" };
+        let kind = if variable.is_coordinate() {
+            "coordinate"
+        } else {
+            "data"
+        };
         println!(
             "  {:<10} {:<10} {:?} {:?} {} chunks {:?} codecs {:?}",
             variable.name(),
@@ -43,8 +51,11 @@ async fn main() -> anyhow::Result<()> {
     let encoded = fetch_chunk(ChunkRequest::new(t2m.clone(), vec![0, 0, 0])).await?;
     let stored = encoded.stored_len();
     let decoded = decode_on_cpu(encoded)?;
-    let values: Vec<f32> =
-        decoded.bytes.chunks_exact(4).map(|b| f32::from_ne_bytes(b.try_into().unwrap())).collect();
+    let values: Vec<f32> = decoded
+        .bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_ne_bytes(b.try_into().unwrap()))
+        .collect();
     println!(
         "chunk {} : {} bytes stored, {} decoded (ratio {:.2}) in {:.2} ms; first values {:?}",
         decoded.request.key(),

@@ -30,14 +30,22 @@ async fn main() -> anyhow::Result<()> {
     let labels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
     println!("sample shape {:?}", layout.sample_shape());
     println!("channels: {}", labels.join(", "));
-    println!("{} samples in {} batches", layout.num_samples(), batches.num_batches());
+    println!(
+        "{} samples in {} batches",
+        layout.num_samples(),
+        batches.num_batches()
+    );
 
     // --- 3. Stream the epoch ---
     let started = Instant::now();
     while let Some(batch) = batches.try_next().await? {
         if batch.index == 0 {
             let first = &batch.samples[0];
-            println!("batch 0: inputs {:?}, first sample at {:?}", batch.inputs.shape(), first.origin);
+            println!(
+                "batch 0: inputs {:?}, first sample at {:?}",
+                batch.inputs.shape(),
+                first.origin
+            );
         }
     }
     let seconds = started.elapsed().as_secs_f64();

@@ -56,26 +56,22 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
         unreadable: dataset
             .unreadable()
             .into_iter()
-            .map(|(name, error)| UnreadableInfo { name, reason: error_chain(&error) })
+            .map(|(name, error)| UnreadableInfo {
+                name,
+                reason: crate::error_chain(&error),
+            })
             .collect(),
     }
-}
-
-/// An error and its causes on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message = format!("{message}: {cause}");
-        source = cause.source();
-    }
-    message
 }
 
 async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableInfo {
     let prefix = Path::from(variable.name());
     let listing = dataset.store().list(Some(&prefix));
-    let stored_bytes = listing.map_ok(|object| object.size).try_fold(0, |a, b| async move { Ok(a + b) }).await.ok();
+    let stored_bytes = listing
+        .map_ok(|object| object.size)
+        .try_fold(0, |a, b| async move { Ok(a + b) })
+        .await
+        .ok();
     VariableInfo {
         name: variable.name().to_string(),
         coordinate: variable.is_coordinate(),

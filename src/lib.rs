@@ -27,9 +27,20 @@ pub use zarrpipe_pipeline as pipeline;
 pub use zarrpipe_store as store;
 
 pub mod generate;
-pub mod sample;
 pub mod info;
+pub mod sample;
 pub mod stats;
+
+/// An error and its causes on one line, `outer: cause: root cause`.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
+}
 
 /// The names most programs need.
 pub mod prelude {

@@ -14,9 +14,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
-        Err(error) => return cli::report(&anyhow::Error::new(error).context("cannot start the async runtime")),
+        Err(error) => {
+            return cli::report(
+                &anyhow::Error::new(error).context("cannot start the async runtime"),
+            )
+        }
     };
     match runtime.block_on(cli::run(args)) {
         Ok(()) => ExitCode::SUCCESS,

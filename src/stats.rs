@@ -74,7 +74,9 @@ pub async fn variable_stats(
         .chunks_in(&whole)
         .into_iter()
         .map(|indices| ChunkRequest::new(variable.clone(), indices));
-    let mut chunks = stream::iter(requests).fetch(concurrency).decode(decoder, concurrency);
+    let mut chunks = stream::iter(requests)
+        .fetch(concurrency)
+        .decode(decoder, concurrency);
     let mut accumulator = Accumulator::default();
     while let Some(chunk) = chunks.try_next().await? {
         accumulate_chunk(&chunk, &mut accumulator)?;
@@ -83,13 +85,17 @@ pub async fn variable_stats(
 }
 
 /// Adds the elements of `chunk` that lie inside the array.
-fn accumulate_chunk(chunk: &DecodedChunk, accumulator: &mut Accumulator) -> zarrpipe_store::Result<()> {
+fn accumulate_chunk(
+    chunk: &DecodedChunk,
+    accumulator: &mut Accumulator,
+) -> zarrpipe_store::Result<()> {
     let variable = &chunk.request.variable;
     let (start, shape) = variable.chunk_region(&chunk.request.indices)?;
     let rank = shape.len();
-    let inside: Vec<u64> =
-        (0..rank).map(|a| shape[a].min(variable.shape()[a].saturating_sub(start[a]))).collect();
-    if inside.iter().any(|&n| n == 0) {
+    let inside: Vec<u64> = (0..rank)
+        .map(|a| shape[a].min(variable.shape()[a].saturating_sub(start[a])))
+        .collect();
+    if inside.contains(&0) {
         return Ok(());
     }
     let dtype = chunk.dtype();
@@ -102,7 +108,9 @@ fn accumulate_chunk(chunk: &DecodedChunk, accumulator: &mut Accumulator) -> zarr
     loop {
         let offset = (0..rank).fold(0u64, |offset, a| offset * shape[a] + coord[a]) as usize;
         let start = offset * dtype.size();
-        for_each_value(dtype, &chunk.bytes[start..start + row], |value| accumulator.add(value));
+        for_each_value(dtype, &chunk.bytes[start..start + row], |value| {
+            accumulator.add(value)
+        });
         // Advance over every axis but the last.
         let mut axis = rank - 1;
         loop {
@@ -125,7 +133,9 @@ fn for_each_value(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) {
     macro_rules! each {
         ($ty:ty, $to_f64:expr) => {
             for element in bytes.chunks_exact(std::mem::size_of::<$ty>()) {
-                f($to_f64(<$ty>::from_ne_bytes(element.try_into().expect("element size"))))
+                f($to_f64(<$ty>::from_ne_bytes(
+                    element.try_into().expect("element size"),
+                )))
             }
         };
     }

@@ -8,17 +8,30 @@ use std::process::{Command, Output};
 use common::{manifest, store_path};
 
 fn zarrpipe(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zarrpipe")).args(args).output().expect("run zarrpipe")
+    Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
+        .args(args)
+        .output()
+        .expect("run zarrpipe")
 }
 
 fn stdout(output: &Output) -> String {
-    assert!(output.status.success(), "failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
 #[test]
 fn every_command_has_help() {
-    for command in [vec!["--help"], vec!["run", "--help"], vec!["info", "--help"], vec!["stats", "--help"], vec!["generate", "--help"]] {
+    for command in [
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["info", "--help"],
+        vec!["stats", "--help"],
+        vec!["generate", "--help"],
+    ] {
         let text = stdout(&zarrpipe(&command));
         assert!(text.contains("Usage"), "{command:?}: {text}");
     }
@@ -28,20 +41,41 @@ fn every_command_has_help() {
 fn info_describes_an_xarray_store() {
     let text = stdout(&zarrpipe(&["info", &store_path("xr_v2")]));
     assert!(text.contains("Zarr v2, consolidated"), "{text}");
-    assert!(text.contains("t2m") && text.contains("(time, latitude, longitude)"), "{text}");
-    let json: serde_json::Value = serde_json::from_str(&stdout(&zarrpipe(&["info", &store_path("xr_v3"), "--json"]))).unwrap();
+    assert!(
+        text.contains("t2m") && text.contains("(time, latitude, longitude)"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&zarrpipe(&[
+        "info",
+        &store_path("xr_v3"),
+        "--json",
+    ])))
+    .unwrap();
     let variables = json["variables"].as_array().unwrap();
     let z = variables.iter().find(|v| v["name"] == "z").unwrap();
-    assert_eq!(z["dims"], serde_json::json!(["time", "level", "latitude", "longitude"]));
+    assert_eq!(
+        z["dims"],
+        serde_json::json!(["time", "level", "latitude", "longitude"])
+    );
     assert_eq!(z["dtype"], "float32");
     assert!(z["stored_bytes"].as_u64().unwrap() > 0);
 }
 
 #[test]
 fn stats_json_counts_elements_and_nans() {
-    let store = manifest().stores.into_iter().find(|s| s.store == "zp3_v3").unwrap();
+    let store = manifest()
+        .stores
+        .into_iter()
+        .find(|s| s.store == "zp3_v3")
+        .unwrap();
     let array = store.arrays.iter().find(|a| a.path == "f32_zstd").unwrap();
-    let output = zarrpipe(&["stats", &store_path("zp3_v3"), "--var", "f32_zstd", "--json"]);
+    let output = zarrpipe(&[
+        "stats",
+        &store_path("zp3_v3"),
+        "--var",
+        "f32_zstd",
+        "--json",
+    ]);
     let json: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
     assert_eq!(json[0]["count"], array.shape.iter().product::<u64>());
     assert_eq!(json[0]["nan_count"], array.nan_count);
@@ -52,9 +86,34 @@ fn generate_then_run_streams_an_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w1.zarr");
     let path = path.to_str().unwrap();
-    let written = stdout(&zarrpipe(&["generate", path, "--time", "2", "--levels", "2", "--lat", "16", "--lon", "32", "--codec", "blosc-lz4"]));
+    let written = stdout(&zarrpipe(&[
+        "generate",
+        path,
+        "--time",
+        "2",
+        "--levels",
+        "2",
+        "--lat",
+        "16",
+        "--lon",
+        "32",
+        "--codec",
+        "blosc-lz4",
+    ]));
     assert!(written.contains("7 variables"), "{written}");
-    let run = zarrpipe(&["run", path, "--window", "latitude=8", "--window", "longitude=16:8", "--batch-size", "3", "--device", "cpu", "--json"]);
+    let run = zarrpipe(&[
+        "run",
+        path,
+        "--window",
+        "latitude=8",
+        "--window",
+        "longitude=16:8",
+        "--batch-size",
+        "3",
+        "--device",
+        "cpu",
+        "--json",
+    ]);
     let summary: serde_json::Value = serde_json::from_str(&stdout(&run)).unwrap();
     // 2 times x 2 latitude windows x 3 longitude windows.
     assert_eq!(summary["samples"], 12);
@@ -79,9 +138,15 @@ fn failures_are_one_line_and_non_zero() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{case:?} should fail");
         assert_eq!(stderr.trim().lines().count(), 1, "{case:?}: {stderr}");
-        assert!(stderr.starts_with("error: ") && !stderr.contains("panicked"), "{case:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && !stderr.contains("panicked"),
+            "{case:?}: {stderr}"
+        );
     }
     let missing_variable = zarrpipe(&["stats", &store_path("xr_v2"), "--var", "nope"]);
     let stderr = String::from_utf8_lossy(&missing_variable.stderr);
-    assert!(stderr.contains("no variable `nope`") && stderr.contains("t2m"), "{stderr}");
+    assert!(
+        stderr.contains("no variable `nope`") && stderr.contains("t2m"),
+        "{stderr}"
+    );
 }

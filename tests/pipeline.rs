@@ -12,7 +12,15 @@ use zarrpipe::generate::{generate, Compression, GenerateOptions};
 use zarrpipe::prelude::*;
 
 fn tiny(compression: Compression, shard: Option<u64>) -> GenerateOptions {
-    GenerateOptions { time: 3, levels: 2, lat: 8, lon: 16, compression, shard, seed: 7 }
+    GenerateOptions {
+        time: 3,
+        levels: 2,
+        lat: 8,
+        lon: 16,
+        compression,
+        shard,
+        seed: 7,
+    }
 }
 
 fn write_store(dir: &Path, options: &GenerateOptions) -> String {
@@ -44,13 +52,20 @@ async fn check_batches_equal_slices(url: &str) {
     let mut seen = 0;
     while let Some(batch) = batches.try_next().await.unwrap() {
         for (position, sample) in batch.samples.iter().enumerate() {
-            let (t, la, lo) = (sample.origin[0] as usize, sample.origin[1] as usize, sample.origin[2] as usize);
+            let (t, la, lo) = (
+                sample.origin[0] as usize,
+                sample.origin[1] as usize,
+                sample.origin[2] as usize,
+            );
             for y in 0..4 {
                 for x in 0..8 {
                     let at = |channel: usize| batch.inputs[[position, channel, y, x]];
                     assert_eq!(at(0), t2m[(t * 8 + la + y) * 16 + lo + x]);
                     for level in 0..2 {
-                        assert_eq!(at(1 + level), z[((t * 2 + level) * 8 + la + y) * 16 + lo + x]);
+                        assert_eq!(
+                            at(1 + level),
+                            z[((t * 2 + level) * 8 + la + y) * 16 + lo + x]
+                        );
                     }
                 }
             }
@@ -65,7 +80,10 @@ async fn check_batches_equal_slices(url: &str) {
 }
 
 fn bytes_to_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|b| f32::from_ne_bytes(b.try_into().unwrap())).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_ne_bytes(b.try_into().unwrap()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +94,12 @@ async fn zstd_batches_equal_array_slices() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blosc_and_gzip_batches_equal_array_slices() {
-    for compression in [Compression::BloscLz4, Compression::BloscZstd, Compression::Gzip, Compression::None] {
+    for compression in [
+        Compression::BloscLz4,
+        Compression::BloscZstd,
+        Compression::Gzip,
+        Compression::None,
+    ] {
         let dir = tempfile::tempdir().unwrap();
         check_batches_equal_slices(&write_store(dir.path(), &tiny(compression, None))).await;
     }
@@ -98,7 +121,10 @@ async fn default_window_takes_whole_fields_and_stacks_levels() {
     assert_eq!(layout.sample_shape(), vec![4 + 3 * 2, 8, 16]);
     assert_eq!(layout.num_samples(), 3);
     let all: Vec<Batch> = batches.try_collect().await.unwrap();
-    assert_eq!(all.iter().map(|b| b.samples.len()).collect::<Vec<_>>(), [2, 1]);
+    assert_eq!(
+        all.iter().map(|b| b.samples.len()).collect::<Vec<_>>(),
+        [2, 1]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,9 +132,17 @@ async fn missing_chunk_reads_as_fill_value() {
     let dir = tempfile::tempdir().unwrap();
     let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
     std::fs::remove_file(Path::new(&url).join("t2m/c/1/0/0")).unwrap();
-    let batches = Pipeline::builder(url).variables(["t2m"]).batch_size(1).build().await.unwrap();
+    let batches = Pipeline::builder(url)
+        .variables(["t2m"])
+        .batch_size(1)
+        .build()
+        .await
+        .unwrap();
     let all: Vec<Batch> = batches.try_collect().await.unwrap();
-    assert!(all[1].inputs.iter().all(|v| v.is_nan()), "fill value is NaN");
+    assert!(
+        all[1].inputs.iter().all(|v| v.is_nan()),
+        "fill value is NaN"
+    );
     assert!(all[0].inputs.iter().all(|v| v.is_finite()));
 }
 
@@ -117,7 +151,12 @@ async fn corrupt_chunk_fails_its_batch_only() {
     let dir = tempfile::tempdir().unwrap();
     let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
     std::fs::write(Path::new(&url).join("z/c/1/1/0/0"), b"not zstd at all").unwrap();
-    let mut batches = Pipeline::builder(url).variables(["t2m", "z"]).batch_size(1).build().await.unwrap();
+    let mut batches = Pipeline::builder(url)
+        .variables(["t2m", "z"])
+        .batch_size(1)
+        .build()
+        .await
+        .unwrap();
     let mut outcomes = Vec::new();
     while let Some(outcome) = batches.next().await {
         outcomes.push(outcome);
@@ -125,15 +164,29 @@ async fn corrupt_chunk_fails_its_batch_only() {
     assert_eq!(outcomes.len(), 3);
     assert!(outcomes[0].is_ok() && outcomes[2].is_ok());
     let error = outcomes[1].as_ref().unwrap_err().to_string();
-    assert!(error.contains("z/c/1/1/0/0") && error.contains("`z`"), "{error}");
+    assert!(
+        error.contains("z/c/1/1/0/0") && error.contains("`z`"),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_stream_stops_the_work() {
     let dir = tempfile::tempdir().unwrap();
-    let options = GenerateOptions { time: 24, levels: 4, lat: 64, lon: 128, ..tiny(Compression::Zstd, None) };
+    let options = GenerateOptions {
+        time: 24,
+        levels: 4,
+        lat: 64,
+        lon: 128,
+        ..tiny(Compression::Zstd, None)
+    };
     let url = write_store(dir.path(), &options);
-    let mut batches = Pipeline::builder(url).batch_size(1).prefetch(2).build().await.unwrap();
+    let mut batches = Pipeline::builder(url)
+        .batch_size(1)
+        .prefetch(2)
+        .build()
+        .await
+        .unwrap();
     let total_chunks = 24 * (4 + 3 * 4);
     batches.try_next().await.unwrap().expect("a first batch");
     let metrics = batches.metrics_handle();
@@ -141,15 +194,24 @@ async fn dropping_the_stream_stops_the_work() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let settled = metrics.snapshot().chunks;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(metrics.snapshot().chunks, settled, "work went on after the drop");
-    assert!(settled < total_chunks / 2, "read {settled} of {total_chunks} chunks");
+    assert_eq!(
+        metrics.snapshot().chunks,
+        settled,
+        "work went on after the drop"
+    );
+    assert!(
+        settled < total_chunks / 2,
+        "read {settled} of {total_chunks} chunks"
+    );
 }
 
 #[test]
 fn stages_are_send() {
     fn assert_send<T: Send>() {}
     type Requests = futures::stream::Iter<std::vec::IntoIter<ChunkRequest>>;
-    type Decoded = futures::stream::Iter<std::vec::IntoIter<zarrpipe::collate::Result<zarrpipe::collate::DecodedBatch>>>;
+    type Decoded = futures::stream::Iter<
+        std::vec::IntoIter<zarrpipe::collate::Result<zarrpipe::collate::DecodedBatch>>,
+    >;
     assert_send::<BatchStream>();
     assert_send::<zarrpipe::store::Fetch<Requests>>();
     assert_send::<zarrpipe::codec::Decode<zarrpipe::store::Fetch<Requests>>>();

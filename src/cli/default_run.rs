@@ -5,10 +5,10 @@ use std::time::Instant;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use zarrpipe::core::Device;
-use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
 use zarrpipe::pipeline::{Batch, BatchStream, MetricsSnapshot, Pipeline, PipelineBuilder};
-use zarrpipe::store::Dataset;
 use zarrpipe::prelude::TryStreamExt;
+use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
+use zarrpipe::store::Dataset;
 
 use super::gb_per_s;
 use super::generate::generate_progress_bar;
@@ -47,7 +47,10 @@ pub struct RunArgs {
 fn parse_window(text: &str) -> Result<(String, u64, u64), String> {
     let (dim, size) = text.split_once('=').ok_or("expected DIM=SIZE[:STRIDE]")?;
     let (size, stride) = size.split_once(':').unwrap_or((size, size));
-    let number = |n: &str| n.parse::<u64>().map_err(|_| format!("`{n}` is not a whole number"));
+    let number = |n: &str| {
+        n.parse::<u64>()
+            .map_err(|_| format!("`{n}` is not a whole number"))
+    };
     Ok((dim.to_string(), number(size)?, number(stride)?))
 }
 
@@ -57,7 +60,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => sample_with_progress()?,
     };
     let (device, why) = choose_device(&args.device)?;
-    let dataset = Arc::new(Dataset::open(&url).await.with_context(|| format!("cannot open {url}"))?);
+    let dataset = Arc::new(
+        Dataset::open(&url)
+            .await
+            .with_context(|| format!("cannot open {url}"))?,
+    );
     if !args.json {
         println!("device: {device} ({why})");
     }
@@ -78,7 +85,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let (seconds, metrics) = best.expect("at least one timed pass");
-    let checksum = if args.checksum { Some(checksum(&args, dataset, device).await?) } else { None };
+    let checksum = if args.checksum {
+        Some(checksum(&args, dataset, device).await?)
+    } else {
+        None
+    };
     if args.json {
         print_json(&url, device, seconds, &metrics, checksum);
     } else {
@@ -109,8 +120,14 @@ async fn run_epoch(
     mut consume: impl FnMut(&Batch),
 ) -> anyhow::Result<(f64, MetricsSnapshot)> {
     let started = Instant::now();
-    let bar = if progress { ProgressBar::new(batches.num_batches()) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} batches {per_sec} [{elapsed_precise}]")?);
+    let bar = if progress {
+        ProgressBar::new(batches.num_batches())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} batches {per_sec} [{elapsed_precise}]",
+    )?);
     while let Some(batch) = batches.try_next().await? {
         // A training step would consume `batch.inputs` here.
         consume(std::hint::black_box(&batch));
@@ -124,13 +141,24 @@ async fn checksum(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> anyh
     let mut batches = pipeline(args, dataset, device).build().await?;
     let mut sum = 0f64;
     run_epoch(&mut batches, false, |batch| {
-        sum += batch.inputs.iter().filter(|v| !v.is_nan()).map(|&v| f64::from(v)).sum::<f64>();
+        sum += batch
+            .inputs
+            .iter()
+            .filter(|v| !v.is_nan())
+            .map(|&v| f64::from(v))
+            .sum::<f64>();
     })
     .await?;
     Ok(sum)
 }
 
-fn print_json(url: &str, device: Device, seconds: f64, metrics: &MetricsSnapshot, checksum: Option<f64>) {
+fn print_json(
+    url: &str,
+    device: Device,
+    seconds: f64,
+    metrics: &MetricsSnapshot,
+    checksum: Option<f64>,
+) {
     let summary = serde_json::json!({
         "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
         "url": url,
@@ -182,11 +210,25 @@ fn choose_device(requested: &str) -> anyhow::Result<(Device, &'static str)> {
 fn describe(batches: &BatchStream) {
     let layout = batches.layout();
     let channels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
-    let first = channels.iter().take(6).cloned().collect::<Vec<_>>().join(", ");
+    let first = channels
+        .iter()
+        .take(6)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     let more = if channels.len() > 6 { ", ..." } else { "" };
     println!("dataset: {}", batches.dataset().url());
-    println!("sample shape {:?}: {} channels ({first}{more})", layout.sample_shape(), channels.len());
-    println!("{} samples in {} batches on {}", layout.num_samples(), batches.num_batches(), batches.device());
+    println!(
+        "sample shape {:?}: {} channels ({first}{more})",
+        layout.sample_shape(),
+        channels.len()
+    );
+    println!(
+        "{} samples in {} batches on {}",
+        layout.num_samples(),
+        batches.num_batches(),
+        batches.device()
+    );
 }
 
 fn summarise(metrics: &MetricsSnapshot, seconds: f64) {

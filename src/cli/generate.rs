@@ -72,6 +72,8 @@ pub fn write_with_progress(
 
 pub fn generate_progress_bar() -> anyhow::Result<ProgressBar> {
     let bar = ProgressBar::new(0);
-    bar.set_style(ProgressStyle::with_template("generating {bar:40} {pos}/{len} chunks")?);
+    bar.set_style(ProgressStyle::with_template(
+        "generating {bar:40} {pos}/{len} chunks",
+    )?);
     Ok(bar)
 }

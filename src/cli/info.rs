@@ -17,12 +17,24 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(());
     }
-    let consolidated = if info.consolidated { ", consolidated" } else { "" };
+    let consolidated = if info.consolidated {
+        ", consolidated"
+    } else {
+        ""
+    };
     println!("{} (Zarr v{}{consolidated})", info.url, info.zarr_format);
-    let dims: Vec<String> = info.dims.iter().map(|(name, length)| format!("{name}={length}")).collect();
+    let dims: Vec<String> = info
+        .dims
+        .iter()
+        .map(|(name, length)| format!("{name}={length}"))
+        .collect();
     println!("dimensions: {}", dims.join(", "));
     for variable in &info.variables {
-        let kind = if variable.coordinate { "coord" } else { "data " };
+        let kind = if variable.coordinate {
+            "coord"
+        } else {
+            "data "
+        };
         let stored = variable.stored_bytes.map_or("?".to_string(), megabytes);
         println!(
             "{kind} {:<12} {:<8} ({}) shape {:?} chunks {:?} x {:?} codecs [{}] stored {} decoded {}",

@@ -46,8 +46,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// Prints the error and its causes on one line and gives the failing exit status.
 pub fn report(error: &anyhow::Error) -> ExitCode {
-    let causes: Vec<String> = error.chain().map(ToString::to_string).collect();
-    eprintln!("error: {}", causes.join(": "));
+    eprintln!("error: {}", zarrpipe::error_chain(error.as_ref()));
     ExitCode::FAILURE
 }
 

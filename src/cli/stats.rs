@@ -22,7 +22,10 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     let variables = if args.variables.is_empty() {
         dataset.variables().to_vec()
     } else {
-        args.variables.iter().map(|name| dataset.variable(name).cloned()).collect::<Result<_, _>>()?
+        args.variables
+            .iter()
+            .map(|name| dataset.variable(name).cloned())
+            .collect::<Result<_, _>>()?
     };
     let decoder = Arc::new(CpuDecoder::new());
     let concurrency = 2 * rayon::current_num_threads();
@@ -37,7 +40,10 @@ pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
     }
-    println!("{:<16} {:>12} {:>10} {:>14} {:>14} {:>14}", "variable", "count", "nan", "min", "max", "mean");
+    println!(
+        "{:<16} {:>12} {:>10} {:>14} {:>14} {:>14}",
+        "variable", "count", "nan", "min", "max", "mean"
+    );
     let show = |value: Option<f64>| value.map_or("-".to_string(), |v| format!("{v:.6}"));
     for stats in &all {
         println!(

@@ -60,7 +60,11 @@ pub fn manifest() -> Manifest {
 }
 
 pub fn store_path(store: &str) -> String {
-    fixtures().join("stores").join(store).to_string_lossy().into_owned()
+    fixtures()
+        .join("stores")
+        .join(store)
+        .to_string_lossy()
+        .into_owned()
 }
 
 pub fn expected_bytes(array: &ArrayEntry) -> Vec<u8> {
@@ -73,8 +77,13 @@ pub async fn read_whole(variable: &Arc<Variable>) -> Result<Vec<u8>, zarrpipe::c
     let size = variable.dtype().size();
     let mut whole = vec![0u8; shape.iter().product::<u64>() as usize * size];
     let ranges: Vec<_> = shape.iter().map(|&n| 0..n).collect();
-    let requests = variable.chunks_in(&ranges).into_iter().map(|c| ChunkRequest::new(variable.clone(), c));
-    let mut chunks = stream::iter(requests).fetch(8).decode(Arc::new(CpuDecoder::new()), 8);
+    let requests = variable
+        .chunks_in(&ranges)
+        .into_iter()
+        .map(|c| ChunkRequest::new(variable.clone(), c));
+    let mut chunks = stream::iter(requests)
+        .fetch(8)
+        .decode(Arc::new(CpuDecoder::new()), 8);
     while let Some(chunk) = chunks.try_next().await? {
         let (start, chunk_shape) = variable.chunk_region(&chunk.request.indices)?;
         copy_into_whole(&chunk.bytes, &start, &chunk_shape, &shape, size, &mut whole);
@@ -82,13 +91,22 @@ pub async fn read_whole(variable: &Arc<Variable>) -> Result<Vec<u8>, zarrpipe::c
     Ok(whole)
 }
 
-fn copy_into_whole(src: &[u8], start: &[u64], chunk: &[u64], shape: &[u64], size: usize, out: &mut [u8]) {
+fn copy_into_whole(
+    src: &[u8],
+    start: &[u64],
+    chunk: &[u64],
+    shape: &[u64],
+    size: usize,
+    out: &mut [u8],
+) {
     let rank = shape.len();
     if rank == 0 {
         out.copy_from_slice(&src[..size]);
         return;
     }
-    let inside: Vec<u64> = (0..rank).map(|a| chunk[a].min(shape[a] - start[a])).collect();
+    let inside: Vec<u64> = (0..rank)
+        .map(|a| chunk[a].min(shape[a] - start[a]))
+        .collect();
     let total: u64 = inside[..rank - 1].iter().product();
     let row = inside[rank - 1] as usize * size;
     for flat in 0..total {
@@ -99,7 +117,8 @@ fn copy_into_whole(src: &[u8], start: &[u64], chunk: &[u64], shape: &[u64], size
             rest /= inside[a];
         }
         let src_offset = (0..rank).fold(0, |o, a| o * chunk[a] + coord[a]) as usize * size;
-        let dst_offset = (0..rank).fold(0, |o, a| o * shape[a] + start[a] + coord[a]) as usize * size;
+        let dst_offset =
+            (0..rank).fold(0, |o, a| o * shape[a] + start[a] + coord[a]) as usize * size;
         out[dst_offset..dst_offset + row].copy_from_slice(&src[src_offset..src_offset + row]);
     }
 }
@@ -126,7 +145,9 @@ fn floats_equal<const N: usize>(a: &[u8], b: &[u8], to_f64: impl Fn([u8; N]) -> 
 
 /// Serves `root` over HTTP on a loopback port (range requests included); returns the base URL.
 pub async fn serve_directory(root: PathBuf) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
     let address = listener.local_addr().expect("local address");
     let app = axum::Router::new().fallback_service(tower_http::services::ServeDir::new(root));
     tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });

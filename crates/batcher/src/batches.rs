@@ -16,7 +16,11 @@ impl Batcher {
         if batch_size == 0 {
             return Err(Error::ZeroBatchSize);
         }
-        Ok(Self { layout, batch_size, drop_last })
+        Ok(Self {
+            layout,
+            batch_size,
+            drop_last,
+        })
     }
 
     pub fn layout(&self) -> &Arc<SampleLayout> {
@@ -42,7 +46,9 @@ impl Batcher {
     pub fn batch(&self, batch: u64) -> Vec<Sample> {
         let start = batch * self.batch_size as u64;
         let end = (start + self.batch_size as u64).min(self.layout.num_samples());
-        (start..end).map(|index| self.layout.sample(index)).collect()
+        (start..end)
+            .map(|index| self.layout.sample(index))
+            .collect()
     }
 
     /// Every batch of the epoch, in order.

@@ -12,7 +12,11 @@ pub enum Error {
     NoVariables,
 
     #[error("dimension `{dim}` is windowed but variable `{variable}` does not have it (its dims: {dims:?})")]
-    MissingDimension { dim: String, variable: String, dims: Vec<String> },
+    MissingDimension {
+        dim: String,
+        variable: String,
+        dims: Vec<String>,
+    },
 
     #[error("dimension `{dim}` has length {first} in `{first_variable}` but {other} in `{other_variable}`")]
     DimensionMismatch {

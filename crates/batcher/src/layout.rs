@@ -52,7 +52,11 @@ impl Channel {
         if self.index.is_empty() {
             return self.variable.clone();
         }
-        let index: Vec<String> = self.index.iter().map(|(dim, i)| format!("{dim}={i}")).collect();
+        let index: Vec<String> = self
+            .index
+            .iter()
+            .map(|(dim, i)| format!("{dim}={i}"))
+            .collect();
         format!("{}[{}]", self.variable, index.join(","))
     }
 }
@@ -68,7 +72,11 @@ pub struct Sample {
 impl SampleLayout {
     /// Lays out samples of `variables` (names in `dataset`) cut by `spec`. With no windows,
     /// the last two non-iterated dimensions of the first variable are taken whole.
-    pub fn new(dataset: &Dataset, variables: &[impl AsRef<str>], spec: &WindowSpec) -> Result<Self> {
+    pub fn new(
+        dataset: &Dataset,
+        variables: &[impl AsRef<str>],
+        spec: &WindowSpec,
+    ) -> Result<Self> {
         if variables.is_empty() {
             return Err(Error::NoVariables);
         }
@@ -88,7 +96,12 @@ impl SampleLayout {
         };
         let sample_dims = sample_dims(&variables, &iterate, &windows)?;
         let (channels, channel_base) = channels(&variables, &sample_dims);
-        Ok(Self { variables, sample_dims, channels, channel_base })
+        Ok(Self {
+            variables,
+            sample_dims,
+            channels,
+            channel_base,
+        })
     }
 
     pub fn variables(&self) -> &[Arc<Variable>] {
@@ -105,14 +118,20 @@ impl SampleLayout {
 
     /// The channels of variable number `variable`.
     pub fn channel_range(&self, variable: usize) -> Range<usize> {
-        let end = self.channel_base.get(variable + 1).copied().unwrap_or(self.channels.len());
+        let end = self
+            .channel_base
+            .get(variable + 1)
+            .copied()
+            .unwrap_or(self.channels.len());
         self.channel_base[variable]..end
     }
 
     /// The shape of one sample: `[channels, window sizes...]` (iterated dims squeezed).
     pub fn sample_shape(&self) -> Vec<usize> {
         let windows = self.sample_dims.iter().filter(|dim| !dim.iterated);
-        std::iter::once(self.channels.len()).chain(windows.map(|dim| dim.size as usize)).collect()
+        std::iter::once(self.channels.len())
+            .chain(windows.map(|dim| dim.size as usize))
+            .collect()
     }
 
     /// Elements in one sample.
@@ -154,7 +173,9 @@ impl SampleLayout {
 
     /// The position of a dimension among the sample dimensions.
     pub fn sample_axis(&self, dim: &str) -> Option<usize> {
-        self.sample_dims.iter().position(|sample_dim| sample_dim.name == dim)
+        self.sample_dims
+            .iter()
+            .position(|sample_dim| sample_dim.name == dim)
     }
 
     /// The chunks `samples` need, each once (overlapping windows share chunks), grouped by
@@ -179,7 +200,11 @@ fn whole_trailing_dims(variable: &Variable, iterate: &[String]) -> Vec<Window> {
     let dims = variable.dims().iter().zip(variable.shape());
     let candidates: Vec<Window> = dims
         .filter(|(name, _)| !iterate.contains(name))
-        .map(|(name, &length)| Window { dim: name.clone(), size: length, stride: length })
+        .map(|(name, &length)| Window {
+            dim: name.clone(),
+            size: length,
+            stride: length,
+        })
         .collect();
     candidates[candidates.len().saturating_sub(2)..].to_vec()
 }
@@ -190,22 +215,46 @@ fn sample_dims(
     windows: &[Window],
 ) -> Result<Vec<SampleDim>> {
     let mut seen = HashSet::new();
-    let iterated = iterate.iter().map(|dim| Window { dim: dim.clone(), size: 1, stride: 1 });
-    let all = iterated.map(|window| (window, true)).chain(windows.iter().cloned().map(|w| (w, false)));
+    let iterated = iterate.iter().map(|dim| Window {
+        dim: dim.clone(),
+        size: 1,
+        stride: 1,
+    });
+    let all = iterated
+        .map(|window| (window, true))
+        .chain(windows.iter().cloned().map(|w| (w, false)));
     let mut sample_dims = Vec::new();
     for (window, iterated) in all {
         if !seen.insert(window.dim.clone()) {
             return Err(Error::DuplicateDimension { dim: window.dim });
         }
         if window.size == 0 || window.stride == 0 {
-            return Err(Error::EmptyWindow { dim: window.dim, size: window.size, stride: window.stride });
+            return Err(Error::EmptyWindow {
+                dim: window.dim,
+                size: window.size,
+                stride: window.stride,
+            });
         }
         let length = common_length(variables, &window.dim, !iterated)?;
         if window.size > length {
-            return Err(Error::WindowTooLarge { dim: window.dim, size: window.size, length });
+            return Err(Error::WindowTooLarge {
+                dim: window.dim,
+                size: window.size,
+                length,
+            });
         }
-        let Window { dim: name, size, stride } = window;
-        sample_dims.push(SampleDim { name, length, size, stride, iterated });
+        let Window {
+            dim: name,
+            size,
+            stride,
+        } = window;
+        sample_dims.push(SampleDim {
+            name,
+            length,
+            size,
+            stride,
+            iterated,
+        });
     }
     Ok(sample_dims)
 }
@@ -240,11 +289,13 @@ fn common_length(variables: &[Arc<Variable>], dim: &str, required: bool) -> Resu
             Some(_) => {}
         }
     }
-    found.map(|(_, length)| length).ok_or_else(|| Error::MissingDimension {
-        dim: dim.into(),
-        variable: variables[0].name().into(),
-        dims: variables[0].dims().to_vec(),
-    })
+    found
+        .map(|(_, length)| length)
+        .ok_or_else(|| Error::MissingDimension {
+            dim: dim.into(),
+            variable: variables[0].name().into(),
+            dims: variables[0].dims().to_vec(),
+        })
 }
 
 fn channels(variables: &[Arc<Variable>], sample_dims: &[SampleDim]) -> (Vec<Channel>, Vec<usize>) {
@@ -267,7 +318,10 @@ fn channels(variables: &[Arc<Variable>], sample_dims: &[SampleDim]) -> (Vec<Chan
                 *slot = ((*name).clone(), rest % length);
                 rest /= length;
             }
-            channels.push(Channel { variable: variable.name().to_string(), index });
+            channels.push(Channel {
+                variable: variable.name().to_string(),
+                index,
+            });
         }
     }
     (channels, channel_base)

@@ -23,15 +23,39 @@ fn array(dims: &[&str], shape: &[u64], chunks: &[u64]) -> serde_json::Value {
 fn dataset() -> Dataset {
     let store = Arc::new(InMemory::new());
     let documents = [
-        ("zarr.json", serde_json::json!({"zarr_format": 3, "node_type": "group"})),
-        ("a/zarr.json", array(&["time", "lat", "lon"], &[3, 10, 8], &[1, 4, 4])),
-        ("b/zarr.json", array(&["time", "level", "lat", "lon"], &[3, 2, 10, 8], &[1, 1, 4, 4])),
-        ("short/zarr.json", array(&["time", "lat", "lon"], &[3, 9, 8], &[1, 4, 4])),
+        (
+            "zarr.json",
+            serde_json::json!({"zarr_format": 3, "node_type": "group"}),
+        ),
+        (
+            "a/zarr.json",
+            array(&["time", "lat", "lon"], &[3, 10, 8], &[1, 4, 4]),
+        ),
+        (
+            "b/zarr.json",
+            array(
+                &["time", "level", "lat", "lon"],
+                &[3, 2, 10, 8],
+                &[1, 1, 4, 4],
+            ),
+        ),
+        (
+            "short/zarr.json",
+            array(&["time", "lat", "lon"], &[3, 9, 8], &[1, 4, 4]),
+        ),
     ];
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         for (key, document) in documents {
-            store.put(&Path::from(key), serde_json::to_vec(&document).unwrap().into()).await.unwrap();
+            store
+                .put(
+                    &Path::from(key),
+                    serde_json::to_vec(&document).unwrap().into(),
+                )
+                .await
+                .unwrap();
         }
         Dataset::open_store("memory://test", store).await.unwrap()
     })
@@ -77,21 +101,57 @@ fn read_plans_read_each_chunk_once() {
 fn batches_cover_the_epoch_once() {
     let layout = Arc::new(SampleLayout::new(&dataset(), &["a", "b"], &WindowSpec::new()).unwrap());
     let batcher = Batcher::new(layout.clone(), 2, false).unwrap();
-    let indices: Vec<u64> = batcher.batches().flatten().map(|sample| sample.index).collect();
+    let indices: Vec<u64> = batcher
+        .batches()
+        .flatten()
+        .map(|sample| sample.index)
+        .collect();
     assert_eq!(indices, [0, 1, 2]);
-    assert_eq!(Batcher::new(layout.clone(), 2, true).unwrap().num_batches(), 1);
-    assert!(matches!(Batcher::new(layout, 0, false), Err(Error::ZeroBatchSize)));
+    assert_eq!(
+        Batcher::new(layout.clone(), 2, true).unwrap().num_batches(),
+        1
+    );
+    assert!(matches!(
+        Batcher::new(layout, 0, false),
+        Err(Error::ZeroBatchSize)
+    ));
 }
 
 #[test]
 fn bad_specifications_are_refused() {
     let dataset = dataset();
-    let refuse = |variables: &[&str], spec: WindowSpec| SampleLayout::new(&dataset, variables, &spec).unwrap_err();
-    assert!(matches!(refuse(&["a"], WindowSpec::new().window("lat", 11, 1)), Error::WindowTooLarge { .. }));
-    assert!(matches!(refuse(&["a"], WindowSpec::new().window("level", 1, 1)), Error::MissingDimension { .. }));
-    assert!(matches!(refuse(&["a", "short"], WindowSpec::new().window("lat", 4, 4)), Error::DimensionMismatch { .. }));
-    assert!(matches!(refuse(&["a"], WindowSpec::new().window("lat", 4, 4).window("lat", 2, 2)), Error::DuplicateDimension { .. }));
-    assert!(matches!(refuse(&["a"], WindowSpec::new().window("lat", 0, 1)), Error::EmptyWindow { .. }));
-    assert!(matches!(refuse(&["nope"], WindowSpec::new()), Error::Store(_)));
-    assert!(matches!(SampleLayout::new(&dataset, &[] as &[&str], &WindowSpec::new()), Err(Error::NoVariables)));
+    let refuse = |variables: &[&str], spec: WindowSpec| {
+        SampleLayout::new(&dataset, variables, &spec).unwrap_err()
+    };
+    assert!(matches!(
+        refuse(&["a"], WindowSpec::new().window("lat", 11, 1)),
+        Error::WindowTooLarge { .. }
+    ));
+    assert!(matches!(
+        refuse(&["a"], WindowSpec::new().window("level", 1, 1)),
+        Error::MissingDimension { .. }
+    ));
+    assert!(matches!(
+        refuse(&["a", "short"], WindowSpec::new().window("lat", 4, 4)),
+        Error::DimensionMismatch { .. }
+    ));
+    assert!(matches!(
+        refuse(
+            &["a"],
+            WindowSpec::new().window("lat", 4, 4).window("lat", 2, 2)
+        ),
+        Error::DuplicateDimension { .. }
+    ));
+    assert!(matches!(
+        refuse(&["a"], WindowSpec::new().window("lat", 0, 1)),
+        Error::EmptyWindow { .. }
+    ));
+    assert!(matches!(
+        refuse(&["nope"], WindowSpec::new()),
+        Error::Store(_)
+    ));
+    assert!(matches!(
+        SampleLayout::new(&dataset, &[] as &[&str], &WindowSpec::new()),
+        Err(Error::NoVariables)
+    ));
 }

@@ -25,7 +25,11 @@ impl WindowSpec {
 
     /// Adds a window of `size` along `dim`, moved by `stride`.
     pub fn window(mut self, dim: impl Into<String>, size: u64, stride: u64) -> Self {
-        self.windows.push(Window { dim: dim.into(), size, stride });
+        self.windows.push(Window {
+            dim: dim.into(),
+            size,
+            stride,
+        });
         self
     }
 

@@ -4,8 +4,8 @@ use std::time::Instant;
 
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
-use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 use zarrpipe_store::EncodedChunk;
+use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
 use crate::{ChunkDecoder, DecodedChunk, Error, Result};
 
@@ -49,7 +49,10 @@ impl ChunkDecoder for CpuDecoder {
         });
         Box::pin(async move {
             receiver.await.unwrap_or_else(|_| {
-                Err(Error::WorkerGone { variable: request.variable.name().into(), key: request.key() })
+                Err(Error::WorkerGone {
+                    variable: request.variable.name().into(),
+                    key: request.key(),
+                })
             })
         })
     }
@@ -58,7 +61,11 @@ impl ChunkDecoder for CpuDecoder {
 /// Decodes one chunk on the calling thread; a missing chunk becomes the fill value.
 pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
     let started = Instant::now();
-    let EncodedChunk { request, bytes, fetch_time } = chunk;
+    let EncodedChunk {
+        request,
+        bytes,
+        fetch_time,
+    } = chunk;
     let variable = &request.variable;
     let array = variable.array();
     let decode_error = |source| Error::Decode {
@@ -90,7 +97,9 @@ pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
         None => ArrayBytes::new_fill_value(array.data_type(), elements, array.fill_value())
             .map_err(|error| decode_error(error.into()))?,
     };
-    let decoded = decoded.into_fixed().map_err(|error| decode_error(error.into()))?;
+    let decoded = decoded
+        .into_fixed()
+        .map_err(|error| decode_error(error.into()))?;
     if decoded.len() != expected {
         return Err(Error::DecodedSize {
             variable: variable.name().to_string(),

@@ -28,7 +28,9 @@ impl<St: Stream<Item = zarrpipe_store::Result<EncodedChunk>>> Decode<St> {
             // A fetch error passes through in its place, with its context.
             Err(error) => Either::Right(future::ready(Err(error.into()))),
         });
-        Self { inner: InFlight::new(stream, concurrency, make) }
+        Self {
+            inner: InFlight::new(stream, concurrency, make),
+        }
     }
 
     /// The stream of encoded chunks; decodes in flight are dropped.

@@ -20,7 +20,12 @@ pub enum Error {
     #[error(
         "chunk `{key}` of variable `{variable}` decoded to {actual} bytes, expected {expected}"
     )]
-    DecodedSize { variable: String, key: String, expected: usize, actual: usize },
+    DecodedSize {
+        variable: String,
+        key: String,
+        expected: usize,
+        actual: usize,
+    },
 
     #[error("the decoding thread pool stopped before chunk `{key}` of `{variable}` was decoded")]
     WorkerGone { variable: String, key: String },

@@ -28,7 +28,9 @@ impl<St: Stream<Item = Result<DecodedBatch>>> Collate<St> {
             Err(error) => Either::Right(future::ready(Err(error))),
         });
         // One batch at a time: collation already uses every core.
-        Self { inner: InFlight::new(stream, 1, make) }
+        Self {
+            inner: InFlight::new(stream, 1, make),
+        }
     }
 }
 

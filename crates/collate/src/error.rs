@@ -11,8 +11,14 @@ pub enum Error {
     #[error(transparent)]
     Decode(#[from] zarrpipe_codec_gpu::Error),
 
-    #[error("sample {sample} needs chunk {indices:?} of variable `{variable}`, which was not decoded")]
-    MissingChunk { sample: u64, variable: String, indices: Vec<u64> },
+    #[error(
+        "sample {sample} needs chunk {indices:?} of variable `{variable}`, which was not decoded"
+    )]
+    MissingChunk {
+        sample: u64,
+        variable: String,
+        indices: Vec<u64>,
+    },
 
     #[error("decoded chunk {indices:?} of variable `{variable}` is not part of this layout")]
     UnknownVariable { variable: String, indices: Vec<u64> },

@@ -64,7 +64,10 @@ impl HostCollator {
             .into_par_iter()
             .try_for_each(|(sample, variable, out)| self.gather(sample, variable, &index, out))?;
         let tensor = ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length");
-        Ok(HostBatch { tensor, samples: batch.samples })
+        Ok(HostBatch {
+            tensor,
+            samples: batch.samples,
+        })
     }
 
     fn index_chunks<'a>(&self, chunks: &'a [DecodedChunk]) -> Result<ChunkIndex<'a>> {
@@ -86,18 +89,31 @@ impl HostCollator {
     }
 
     /// Writes the channels of variable number `number` for one sample into `out`.
-    fn gather(&self, sample: &Sample, number: usize, chunks: &ChunkIndex<'_>, out: &mut [f32]) -> Result<()> {
+    fn gather(
+        &self,
+        sample: &Sample,
+        number: usize,
+        chunks: &ChunkIndex<'_>,
+        out: &mut [f32],
+    ) -> Result<()> {
         let variable = &self.layout.variables()[number];
         let region = self.layout.region(number, sample);
         let strides = self.destination_strides(number);
         for indices in variable.chunks_in(&region) {
-            let chunk = chunks.get(&(number, indices.as_slice())).ok_or_else(|| Error::MissingChunk {
-                sample: sample.index,
-                variable: variable.name().into(),
-                indices: indices.clone(),
-            })?;
+            let chunk =
+                chunks
+                    .get(&(number, indices.as_slice()))
+                    .ok_or_else(|| Error::MissingChunk {
+                        sample: sample.index,
+                        variable: variable.name().into(),
+                        indices: indices.clone(),
+                    })?;
             let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
-            let copy = BoxCopy { region: &region, chunk_start: &chunk_start, chunk_shape: &chunk_shape };
+            let copy = BoxCopy {
+                region: &region,
+                chunk_start: &chunk_start,
+                chunk_shape: &chunk_shape,
+            };
             copy.run(chunk, &strides, out);
         }
         Ok(())
@@ -111,8 +127,12 @@ impl HostCollator {
     /// For each axis of variable number `variable`, the step in the sample tensor per element.
     fn destination_strides(&self, variable: usize) -> Vec<usize> {
         let layout = &self.layout;
-        let window_dims: Vec<&str> =
-            layout.sample_dims().iter().filter(|d| !d.iterated).map(|d| d.name.as_str()).collect();
+        let window_dims: Vec<&str> = layout
+            .sample_dims()
+            .iter()
+            .filter(|d| !d.iterated)
+            .map(|d| d.name.as_str())
+            .collect();
         let sample_shape = layout.sample_shape();
         let variable = &layout.variables()[variable];
         let mut channel_stride = self.plane_len();
@@ -145,9 +165,15 @@ impl BoxCopy<'_> {
             convert_to_f32(chunk.dtype(), &chunk.bytes, out, 1);
             return;
         }
-        let lo: Vec<u64> = (0..rank).map(|a| self.region[a].start.max(self.chunk_start[a])).collect();
+        let lo: Vec<u64> = (0..rank)
+            .map(|a| self.region[a].start.max(self.chunk_start[a]))
+            .collect();
         let hi: Vec<u64> = (0..rank)
-            .map(|a| self.region[a].end.min(self.chunk_start[a] + self.chunk_shape[a]))
+            .map(|a| {
+                self.region[a]
+                    .end
+                    .min(self.chunk_start[a] + self.chunk_shape[a])
+            })
             .collect();
         if (0..rank).any(|a| lo[a] >= hi[a]) {
             return;
@@ -162,10 +188,12 @@ impl BoxCopy<'_> {
         let run_len = (hi[last] - lo[last]) as usize;
         let mut coord = lo.clone();
         loop {
-            let src: usize =
-                (0..rank).map(|a| (coord[a] - self.chunk_start[a]) as usize * src_strides[a]).sum();
-            let dst: usize =
-                (0..rank).map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a]).sum();
+            let src: usize = (0..rank)
+                .map(|a| (coord[a] - self.chunk_start[a]) as usize * src_strides[a])
+                .sum();
+            let dst: usize = (0..rank)
+                .map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a])
+                .sum();
             let bytes = &chunk.bytes[src * size..(src + run_len) * size];
             convert_to_f32(dtype, bytes, &mut out[dst..], dst_strides[last].max(1));
             // Advance the odometer over every axis but the last.

@@ -57,7 +57,9 @@ impl DType {
 
     /// Parses a Zarr v3 data type name; `None` for types zarrpipe does not read.
     pub fn from_zarr_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|dtype| dtype.zarr_name() == name)
+        Self::ALL
+            .into_iter()
+            .find(|dtype| dtype.zarr_name() == name)
     }
 
     /// Bytes per element.
@@ -85,7 +87,10 @@ impl fmt::Display for DType {
 pub fn convert_to_f32(dtype: DType, src: &[u8], dst: &mut [f32], dst_stride: usize) {
     let count = src.len() / dtype.size();
     assert_eq!(src.len(), count * dtype.size(), "partial element");
-    assert!(count == 0 || (count - 1) * dst_stride < dst.len(), "destination too short");
+    assert!(
+        count == 0 || (count - 1) * dst_stride < dst.len(),
+        "destination too short"
+    );
     macro_rules! convert {
         ($ty:ty, $to_f32:expr) => {{
             const N: usize = std::mem::size_of::<$ty>();
@@ -159,17 +164,28 @@ mod tests {
     #[test]
     fn converts_each_type() {
         let mut out = [0f32; 2];
-        convert_to_f32(DType::Int16, &[0xff, 0xff, 7, 0].map(|b| b as u8), &mut out, 1);
+        convert_to_f32(
+            DType::Int16,
+            &[0xff, 0xff, 7, 0].map(|b| b as u8),
+            &mut out,
+            1,
+        );
         assert_eq!(out, [-1.0, 7.0]);
         convert_to_f32(DType::Bool, &[0, 2], &mut out, 1);
         assert_eq!(out, [0.0, 1.0]);
-        let halves: Vec<u8> = [0x3c00u16, 0xc000].iter().flat_map(|h| h.to_ne_bytes()).collect();
+        let halves: Vec<u8> = [0x3c00u16, 0xc000]
+            .iter()
+            .flat_map(|h| h.to_ne_bytes())
+            .collect();
         convert_to_f32(DType::Float16, &halves, &mut out, 1);
         assert_eq!(out, [1.0, -2.0]);
         let subnormal = 0x8001u16.to_ne_bytes();
         convert_to_f32(DType::Float16, &subnormal, &mut out, 1);
         assert_eq!(out[0], -(2f32.powi(-24)));
-        let doubles: Vec<u8> = [1.5f64, f64::NAN].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let doubles: Vec<u8> = [1.5f64, f64::NAN]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
         convert_to_f32(DType::Float64, &doubles, &mut out, 1);
         assert_eq!(out[0], 1.5);
         assert!(out[1].is_nan());
@@ -178,7 +194,10 @@ mod tests {
     #[test]
     fn strided_writes_leave_gaps() {
         let mut out = [9f32; 5];
-        let src: Vec<u8> = [1f32, 2., 3.].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let src: Vec<u8> = [1f32, 2., 3.]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
         convert_to_f32(DType::Float32, &src, &mut out, 2);
         assert_eq!(out, [1., 9., 2., 9., 3.]);
     }

@@ -27,7 +27,13 @@ where
 {
     /// `limit` of zero is taken as one.
     pub fn new(stream: St, limit: usize, make: F) -> Self {
-        Self { stream, make, running: FuturesOrdered::new(), limit: limit.max(1), stream_done: false }
+        Self {
+            stream,
+            make,
+            running: FuturesOrdered::new(),
+            limit: limit.max(1),
+            stream_done: false,
+        }
     }
 
     /// The wrapped stream; futures still running are dropped.
@@ -65,7 +71,10 @@ where
             return (running, Some(running));
         }
         let (lower, upper) = self.stream.size_hint();
-        (lower.saturating_add(running), upper.and_then(|upper| upper.checked_add(running)))
+        (
+            lower.saturating_add(running),
+            upper.and_then(|upper| upper.checked_add(running)),
+        )
     }
 }
 

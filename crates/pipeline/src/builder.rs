@@ -140,7 +140,10 @@ impl PipelineBuilder {
             Source::Dataset(dataset) => dataset,
         };
         let variables = if self.variables.is_empty() {
-            dataset.data_variables().map(|v| v.name().to_string()).collect()
+            dataset
+                .data_variables()
+                .map(|v| v.name().to_string())
+                .collect()
         } else {
             self.variables
         };

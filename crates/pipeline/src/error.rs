@@ -28,5 +28,8 @@ pub enum Error {
     NoRuntime,
 
     #[error("device {device} is not supported by this build: {reason}")]
-    UnsupportedDevice { device: zarrpipe_core::Device, reason: &'static str },
+    UnsupportedDevice {
+        device: zarrpipe_core::Device,
+        reason: &'static str,
+    },
 }

@@ -58,7 +58,12 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 impl BatchStream {
-    pub(crate) fn start(runtime: Handle, dataset: Arc<Dataset>, batcher: Batcher, stages: StageConfig) -> Self {
+    pub(crate) fn start(
+        runtime: Handle,
+        dataset: Arc<Dataset>,
+        batcher: Batcher,
+        stages: StageConfig,
+    ) -> Self {
         let layout = batcher.layout().clone();
         let metrics = Arc::new(Metrics::default());
         let collator = Arc::new(HostCollator::new(layout.clone()));
@@ -68,16 +73,34 @@ impl BatchStream {
         let task_metrics = metrics.clone();
         let inner = stream::iter((0..num_batches).zip(batcher.batches()))
             .map(move |(index, samples)| {
-                let load = load_batch(index, samples, stages.clone(), collator.clone(), task_metrics.clone());
+                let load = load_batch(
+                    index,
+                    samples,
+                    stages.clone(),
+                    collator.clone(),
+                    task_metrics.clone(),
+                );
                 let task = AbortOnDrop(runtime.spawn(load));
                 async move {
                     let mut task = task;
-                    (&mut task.0).await.map_err(|source| Error::TaskFailed { batch: index, source })?
+                    (&mut task.0).await.map_err(|source| Error::TaskFailed {
+                        batch: index,
+                        source,
+                    })?
                 }
             })
             .buffered(prefetch)
             .boxed();
-        Self { inner, dataset, layout, num_batches, device, metrics, waiting_since: None, done: false }
+        Self {
+            inner,
+            dataset,
+            layout,
+            num_batches,
+            device,
+            metrics,
+            waiting_since: None,
+            done: false,
+        }
     }
 
     pub fn dataset(&self) -> &Arc<Dataset> {
@@ -125,7 +148,8 @@ impl Stream for BatchStream {
             match item {
                 Some(Ok(batch)) => {
                     let bytes = batch.inputs.len() * std::mem::size_of::<f32>();
-                    self.metrics.add_delivered(batch.samples.len(), bytes, waited);
+                    self.metrics
+                        .add_delivered(batch.samples.len(), bytes, waited);
                 }
                 Some(Err(_)) => {}
                 None => self.done = true,
@@ -166,6 +190,9 @@ async fn load_batch(
     let started = Instant::now();
     let collated = collate_on_rayon(collator, DecodedBatch { samples, chunks }).await?;
     metrics.add_collate(started.elapsed());
-    Ok(Batch { index, inputs: collated.tensor, samples: collated.samples })
+    Ok(Batch {
+        index,
+        inputs: collated.tensor,
+        samples: collated.samples,
+    })
 }
-

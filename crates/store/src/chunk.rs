@@ -26,7 +26,13 @@ impl ChunkRequest {
 
 impl fmt::Display for ChunkRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} chunk {:?} ({})", self.variable.name(), self.indices, self.key())
+        write!(
+            f,
+            "{} chunk {:?} ({})",
+            self.variable.name(),
+            self.indices,
+            self.key()
+        )
     }
 }
 

@@ -50,7 +50,11 @@ impl Dataset {
         let mut variables = Vec::with_capacity(hierarchy.arrays.len());
         let mut unreadable = Vec::new();
         for (path, metadata) in hierarchy.arrays {
-            let name = if path.is_empty() { root_array_name(&location.url) } else { path };
+            let name = if path.is_empty() {
+                root_array_name(&location.url)
+            } else {
+                path
+            };
             match Variable::new(&location, name.clone(), storage.clone(), metadata.clone()) {
                 Ok(variable) => variables.push(variable),
                 Err(Error::InvalidArray { .. } | Error::UnsupportedDataType { .. }) => {
@@ -102,18 +106,26 @@ impl Dataset {
 
     /// The arrays that are not coordinates.
     pub fn data_variables(&self) -> impl Iterator<Item = &Arc<Variable>> {
-        self.variables.iter().filter(|variable| !variable.is_coordinate())
+        self.variables
+            .iter()
+            .filter(|variable| !variable.is_coordinate())
     }
 
     /// The coordinate arrays.
     pub fn coordinates(&self) -> impl Iterator<Item = &Arc<Variable>> {
-        self.variables.iter().filter(|variable| variable.is_coordinate())
+        self.variables
+            .iter()
+            .filter(|variable| variable.is_coordinate())
     }
 
     /// A variable by name; for an array zarrpipe cannot read, the reason; for a name that is
     /// not there, an error listing the names there are.
     pub fn variable(&self, name: &str) -> Result<&Arc<Variable>> {
-        if let Some(variable) = self.variables.iter().find(|variable| variable.name() == name) {
+        if let Some(variable) = self
+            .variables
+            .iter()
+            .find(|variable| variable.name() == name)
+        {
             return Ok(variable);
         }
         if let Some(error) = self.unreadable_error(name) {
@@ -130,12 +142,17 @@ impl Dataset {
     /// The arrays of the store that zarrpipe cannot read, with the reason for each.
     pub fn unreadable(&self) -> Vec<(String, Error)> {
         let names = self.unreadable.iter().map(|(name, _)| name);
-        names.filter_map(|name| Some((name.clone(), self.unreadable_error(name)?))).collect()
+        names
+            .filter_map(|name| Some((name.clone(), self.unreadable_error(name)?)))
+            .collect()
     }
 
     /// Opening the array again gives its error (errors are not `Clone`).
     fn unreadable_error(&self, name: &str) -> Option<Error> {
-        let (_, metadata) = self.unreadable.iter().find(|(unreadable, _)| unreadable == name)?;
+        let (_, metadata) = self
+            .unreadable
+            .iter()
+            .find(|(unreadable, _)| unreadable == name)?;
         let storage = Arc::new(AsyncObjectStore::new(self.location.store.clone()));
         Variable::new(&self.location, name.to_string(), storage, metadata.clone()).err()
     }
@@ -154,7 +171,11 @@ impl Dataset {
 
 /// A store whose root is an array: name the variable after the store's last path segment.
 fn root_array_name(url: &str) -> String {
-    let last = url.trim_end_matches('/').rsplit('/').next().unwrap_or("data");
+    let last = url
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("data");
     last.trim_end_matches(".zarr").to_string()
 }
 

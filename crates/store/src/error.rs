@@ -51,17 +51,25 @@ pub enum Error {
         url: String,
         variable: String,
         #[source]
-        source: zarrs::array::ArrayCreateError,
+        source: Box<zarrs::array::ArrayCreateError>,
     },
 
     #[error("variable `{variable}` has data type {data_type}, which zarrpipe does not read")]
     UnsupportedDataType { variable: String, data_type: String },
 
     #[error("no variable `{name}` in {url} (it has: {available})")]
-    MissingVariable { name: String, url: String, available: String },
+    MissingVariable {
+        name: String,
+        url: String,
+        available: String,
+    },
 
     #[error("chunk {indices:?} is outside the chunk grid {grid:?} of variable `{variable}`")]
-    ChunkOutOfGrid { variable: String, indices: Vec<u64>, grid: Vec<u64> },
+    ChunkOutOfGrid {
+        variable: String,
+        indices: Vec<u64>,
+        grid: Vec<u64>,
+    },
 
     #[error("cannot fetch chunk `{key}` of variable `{variable}`")]
     Fetch {

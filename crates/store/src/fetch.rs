@@ -24,7 +24,11 @@ pin_project_lite::pin_project! {
 
 impl<St: Stream<Item = ChunkRequest>> Fetch<St> {
     pub(crate) fn new(stream: St, concurrency: usize) -> Self {
-        Self { inner: InFlight::new(stream, concurrency, |request| Box::pin(fetch_chunk(request))) }
+        Self {
+            inner: InFlight::new(stream, concurrency, |request| {
+                Box::pin(fetch_chunk(request))
+            }),
+        }
     }
 
     /// The stream of requests; fetches in flight are dropped.
@@ -67,5 +71,9 @@ pub async fn fetch_chunk(request: ChunkRequest) -> Result<EncodedChunk> {
         Err(object_store::Error::NotFound { .. }) => None,
         Err(source) => return Err(fetch_error(source)),
     };
-    Ok(EncodedChunk { request, bytes, fetch_time: started.elapsed() })
+    Ok(EncodedChunk {
+        request,
+        bytes,
+        fetch_time: started.elapsed(),
+    })
 }

@@ -30,7 +30,10 @@ impl Location {
                     // The user asked for http:// explicitly: don't insist on TLS.
                     .with_client_options(ClientOptions::new().with_allow_http(scheme == "http"))
                     .build()
-                    .map_err(|source| Error::OpenStore { url: url.to_string(), source })?,
+                    .map_err(|source| Error::OpenStore {
+                        url: url.to_string(),
+                        source,
+                    })?,
             ),
             Some(("s3" | "gs" | "az" | "abfs", _)) => {
                 return Err(Error::UnsupportedUrl {
@@ -46,22 +49,32 @@ impl Location {
                 })
             }
         };
-        Ok(Self { url: url.to_string(), store })
+        Ok(Self {
+            url: url.to_string(),
+            store,
+        })
     }
 
     /// Wraps an existing object store (rooted at the dataset) under a display name.
     pub fn from_store(url: impl Into<String>, store: Arc<dyn ObjectStore>) -> Self {
-        Self { url: url.into(), store }
+        Self {
+            url: url.into(),
+            store,
+        }
     }
 }
 
 fn local_store(url: &str, path: &str) -> Result<Arc<dyn ObjectStore>> {
     let path = std::path::Path::new(path);
     if !path.is_dir() {
-        return Err(Error::StoreNotFound { url: url.to_string() });
+        return Err(Error::StoreNotFound {
+            url: url.to_string(),
+        });
     }
-    let store = LocalFileSystem::new_with_prefix(path)
-        .map_err(|source| Error::OpenStore { url: url.to_string(), source })?;
+    let store = LocalFileSystem::new_with_prefix(path).map_err(|source| Error::OpenStore {
+        url: url.to_string(),
+        source,
+    })?;
     Ok(Arc::new(store))
 }
 
@@ -81,6 +94,9 @@ mod tests {
             Location::parse("/no/such/store.zarr"),
             Err(Error::StoreNotFound { .. })
         ));
-        assert!(matches!(Location::parse("ftp://x/y"), Err(Error::UnsupportedUrl { .. })));
+        assert!(matches!(
+            Location::parse("ftp://x/y"),
+            Err(Error::UnsupportedUrl { .. })
+        ));
     }
 }

@@ -31,7 +31,12 @@ pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
         let attributes = read_attributes(location, ".zattrs").await?;
         let mut arrays = Vec::new();
         list_v2(location, String::new(), &mut arrays).await?;
-        return Ok(Hierarchy { zarr_format: 2, consolidated: false, attributes, arrays });
+        return Ok(Hierarchy {
+            zarr_format: 2,
+            consolidated: false,
+            attributes,
+            arrays,
+        });
     }
     if let Some(array) = read_json(location, ".zarray").await? {
         let attributes = read_attributes(location, ".zattrs").await?;
@@ -43,14 +48,21 @@ pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
             arrays: vec![(String::new(), metadata)],
         });
     }
-    Err(Error::NotZarr { url: location.url.clone() })
+    Err(Error::NotZarr {
+        url: location.url.clone(),
+    })
 }
 
 async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
     if node_type(&root) == Some("array") {
         let metadata = parse_v3(location, "zarr.json", root)?;
         let arrays = vec![(String::new(), metadata)];
-        return Ok(Hierarchy { zarr_format: 3, consolidated: false, attributes: Map::new(), arrays });
+        return Ok(Hierarchy {
+            zarr_format: 3,
+            consolidated: false,
+            attributes: Map::new(),
+            arrays,
+        });
     }
     let attributes = attributes_of(&root);
     // zarr-python writes consolidated metadata inline in the root zarr.json (not in the spec).
@@ -63,11 +75,21 @@ async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
             }
         }
         arrays.sort_by(|a, b| a.0.cmp(&b.0));
-        return Ok(Hierarchy { zarr_format: 3, consolidated: true, attributes, arrays });
+        return Ok(Hierarchy {
+            zarr_format: 3,
+            consolidated: true,
+            attributes,
+            arrays,
+        });
     }
     let mut arrays = Vec::new();
     list_v3(location, String::new(), &mut arrays).await?;
-    Ok(Hierarchy { zarr_format: 3, consolidated: false, attributes, arrays })
+    Ok(Hierarchy {
+        zarr_format: 3,
+        consolidated: false,
+        attributes,
+        arrays,
+    })
 }
 
 /// Walks the children of the v3 group at `prefix`, depth first, in name order.
@@ -79,7 +101,9 @@ fn list_v3<'a>(
     Box::pin(async move {
         for child in list_children(location, &prefix).await? {
             let key = format!("{child}/zarr.json");
-            let Some(node) = read_json(location, &key).await? else { continue };
+            let Some(node) = read_json(location, &key).await? else {
+                continue;
+            };
             match node_type(&node) {
                 Some("array") => arrays.push((child, parse_v3(location, &key, node)?)),
                 Some("group") => list_v3(location, child, arrays).await?,
@@ -102,7 +126,10 @@ fn list_v2<'a>(
             if let Some(array) = read_json(location, &key).await? {
                 let attributes = read_attributes(location, &format!("{child}/.zattrs")).await?;
                 arrays.push((child, parse_v2(location, &key, array, attributes)?));
-            } else if read_json(location, &format!("{child}/.zgroup")).await?.is_some() {
+            } else if read_json(location, &format!("{child}/.zgroup"))
+                .await?
+                .is_some()
+            {
                 list_v2(location, child, arrays).await?;
             }
         }
@@ -125,9 +152,12 @@ fn read_v2_consolidated(location: &Location, consolidated: Value) -> Result<Hier
     };
     let mut arrays = Vec::new();
     for (key, array) in documents {
-        let Some(path) = key.strip_suffix(".zarray") else { continue };
+        let Some(path) = key.strip_suffix(".zarray") else {
+            continue;
+        };
         let path = path.trim_end_matches('/').to_string();
-        let attributes = match documents.get(&format!("{}.zattrs", key.trim_end_matches(".zarray"))) {
+        let attributes = match documents.get(&format!("{}.zattrs", key.trim_end_matches(".zarray")))
+        {
             Some(Value::Object(attributes)) => attributes.clone(),
             _ => Map::new(),
         };
@@ -135,16 +165,30 @@ fn read_v2_consolidated(location: &Location, consolidated: Value) -> Result<Hier
         arrays.push((path, parse_v2(location, &key, array.clone(), attributes)?));
     }
     arrays.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Hierarchy { zarr_format: 2, consolidated: true, attributes, arrays })
+    Ok(Hierarchy {
+        zarr_format: 2,
+        consolidated: true,
+        attributes,
+        arrays,
+    })
 }
 
 async fn list_children(location: &Location, prefix: &str) -> Result<Vec<String>> {
     let path = (!prefix.is_empty()).then(|| Path::from(prefix));
-    let listing = location.store.list_with_delimiter(path.as_ref()).await.map_err(|source| {
-        Error::List { url: location.url.clone(), prefix: prefix.to_string(), source }
-    })?;
-    let mut children: Vec<String> =
-        listing.common_prefixes.iter().map(|child| child.as_ref().to_string()).collect();
+    let listing = location
+        .store
+        .list_with_delimiter(path.as_ref())
+        .await
+        .map_err(|source| Error::List {
+            url: location.url.clone(),
+            prefix: prefix.to_string(),
+            source,
+        })?;
+    let mut children: Vec<String> = listing
+        .common_prefixes
+        .iter()
+        .map(|child| child.as_ref().to_string())
+        .collect();
     children.sort();
     Ok(children)
 }
@@ -152,18 +196,23 @@ async fn list_children(location: &Location, prefix: &str) -> Result<Vec<String>>
 /// Reads and parses a JSON document; `None` when the key does not exist.
 pub(crate) async fn read_json(location: &Location, key: &str) -> Result<Option<Value>> {
     use object_store::ObjectStoreExt;
-    let read_error =
-        |source| Error::ReadMetadata { url: location.url.clone(), key: key.to_string(), source };
+    let read_error = |source| Error::ReadMetadata {
+        url: location.url.clone(),
+        key: key.to_string(),
+        source,
+    };
     let bytes = match location.store.get(&Path::from(key)).await {
         Ok(result) => result.bytes().await.map_err(read_error)?,
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(source) => return Err(read_error(source)),
     };
-    serde_json::from_slice(&bytes).map(Some).map_err(|source| Error::MalformedMetadata {
-        url: location.url.clone(),
-        key: key.to_string(),
-        source,
-    })
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| Error::MalformedMetadata {
+            url: location.url.clone(),
+            key: key.to_string(),
+            source,
+        })
 }
 
 async fn read_attributes(location: &Location, key: &str) -> Result<Map<String, Value>> {
@@ -174,9 +223,12 @@ async fn read_attributes(location: &Location, key: &str) -> Result<Map<String, V
 }
 
 fn parse_v3(location: &Location, key: &str, document: Value) -> Result<ArrayMetadata> {
-    let metadata: ArrayMetadataV3 = serde_json::from_value(document).map_err(|source| {
-        Error::MalformedMetadata { url: location.url.clone(), key: key.to_string(), source }
-    })?;
+    let metadata: ArrayMetadataV3 =
+        serde_json::from_value(document).map_err(|source| Error::MalformedMetadata {
+            url: location.url.clone(),
+            key: key.to_string(),
+            source,
+        })?;
     Ok(ArrayMetadata::V3(metadata))
 }
 
@@ -186,9 +238,12 @@ fn parse_v2(
     document: Value,
     attributes: Map<String, Value>,
 ) -> Result<ArrayMetadata> {
-    let mut metadata: ArrayMetadataV2 = serde_json::from_value(document).map_err(|source| {
-        Error::MalformedMetadata { url: location.url.clone(), key: key.to_string(), source }
-    })?;
+    let mut metadata: ArrayMetadataV2 =
+        serde_json::from_value(document).map_err(|source| Error::MalformedMetadata {
+            url: location.url.clone(),
+            key: key.to_string(),
+            source,
+        })?;
     metadata.attributes = attributes;
     Ok(ArrayMetadata::V2(metadata))
 }

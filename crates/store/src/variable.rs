@@ -3,10 +3,10 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use serde_json::{Map, Value};
+use zarrpipe_core::DType;
 use zarrs::array::{Array, ArrayMetadata, ArraySubset};
 use zarrs::plugin::{ExtensionName, ZarrVersion};
 use zarrs::storage::AsyncReadableStorageTraits;
-use zarrpipe_core::DType;
 
 use crate::location::Location;
 use crate::{Error, Result};
@@ -34,16 +34,30 @@ impl Variable {
         let (url, store) = (&location.url, location.store.clone());
         let path = format!("/{name}");
         let array = Array::new_with_metadata(storage, &path, metadata).map_err(|source| {
-            Error::InvalidArray { url: url.clone(), variable: name.clone(), source }
+            Error::InvalidArray {
+                url: url.clone(),
+                variable: name.clone(),
+                source: Box::new(source),
+            }
         })?;
         let data_type = array
             .data_type()
             .name(ZarrVersion::V3)
             .map_or_else(|| array.data_type().to_string(), |name| name.into_owned());
-        let dtype = DType::from_zarr_name(&data_type)
-            .ok_or_else(|| Error::UnsupportedDataType { variable: name.clone(), data_type })?;
+        let dtype =
+            DType::from_zarr_name(&data_type).ok_or_else(|| Error::UnsupportedDataType {
+                variable: name.clone(),
+                data_type,
+            })?;
         let dims = dimension_names(&array);
-        Ok(Self { name, dims, dtype, is_coordinate: false, array, store })
+        Ok(Self {
+            name,
+            dims,
+            dtype,
+            is_coordinate: false,
+            array,
+            store,
+        })
     }
 
     pub(crate) fn mark_coordinate(&mut self) {
@@ -106,7 +120,10 @@ impl Variable {
 
     /// The element region of a chunk: its start and (unclipped) shape.
     pub fn chunk_region(&self, indices: &[u64]) -> Result<(Vec<u64>, Vec<u64>)> {
-        let subset = self.array.chunk_subset(indices).map_err(|_| self.out_of_grid(indices))?;
+        let subset = self
+            .array
+            .chunk_subset(indices)
+            .map_err(|_| self.out_of_grid(indices))?;
         Ok((subset.start().to_vec(), subset.shape().to_vec()))
     }
 
@@ -149,7 +166,12 @@ impl Variable {
             ArrayMetadata::V2(metadata) => {
                 let filters = metadata.filters.iter().flatten();
                 names.extend(filters.map(|filter| filter.id().to_string()));
-                names.extend(metadata.compressor.iter().map(|codec| codec.id().to_string()));
+                names.extend(
+                    metadata
+                        .compressor
+                        .iter()
+                        .map(|codec| codec.id().to_string()),
+                );
             }
         }
         names
@@ -188,16 +210,27 @@ impl std::fmt::Debug for Variable {
 
 fn dimension_names(array: &ZarrArray) -> Vec<String> {
     let from_metadata = array.dimension_names().as_ref().map(|names| {
-        names.iter().enumerate().map(|(axis, name)| name.clone().unwrap_or(format!("dim_{axis}")))
+        names
+            .iter()
+            .enumerate()
+            .map(|(axis, name)| name.clone().unwrap_or(format!("dim_{axis}")))
     });
-    let from_attributes = array.attributes().get("_ARRAY_DIMENSIONS").and_then(|names| {
-        let names: Option<Vec<String>> =
-            names.as_array()?.iter().map(|name| name.as_str().map(str::to_string)).collect();
-        names.filter(|names| names.len() == array.dimensionality())
-    });
+    let from_attributes = array
+        .attributes()
+        .get("_ARRAY_DIMENSIONS")
+        .and_then(|names| {
+            let names: Option<Vec<String>> = names
+                .as_array()?
+                .iter()
+                .map(|name| name.as_str().map(str::to_string))
+                .collect();
+            names.filter(|names| names.len() == array.dimensionality())
+        });
     match (from_metadata, from_attributes) {
         (Some(names), _) => names.collect(),
         (None, Some(names)) => names,
-        (None, None) => (0..array.dimensionality()).map(|axis| format!("dim_{axis}")).collect(),
+        (None, None) => (0..array.dimensionality())
+            .map(|axis| format!("dim_{axis}"))
+            .collect(),
     }
 }
