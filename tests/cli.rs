@@ -101,24 +101,30 @@ fn generate_then_run_streams_an_epoch() {
         "blosc-lz4",
     ]));
     assert!(written.contains("7 variables"), "{written}");
-    let run = zarrpipe(&[
-        "run",
-        path,
-        "--window",
-        "latitude=8",
-        "--window",
-        "longitude=16:8",
+    let window = [
+        "--input-dims",
+        "latitude=8,longitude=16",
+        "--input-overlap",
+        "longitude=8",
         "--batch-size",
         "3",
-        "--device",
-        "cpu",
-        "--json",
-    ]);
+    ];
+    let run = zarrpipe(&[&["run", path, "--device", "cpu", "--json"][..], &window].concat());
     let summary: serde_json::Value = serde_json::from_str(&stdout(&run)).unwrap();
     // 2 times x 2 latitude windows x 3 longitude windows.
     assert_eq!(summary["samples"], 12);
     assert_eq!(summary["batches"], 4);
     assert_eq!(summary["delivered_bytes"], 12 * (4 + 3 * 2) * 8 * 16 * 4);
+    let plan = zarrpipe(&[&["plan", path, "--json"][..], &window].concat());
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&plan)).unwrap();
+    assert_eq!(plan["samples"], 12);
+    assert_eq!(plan["batches"], 4);
+    assert_eq!(plan["sample_shape"], serde_json::json!([10, 8, 16]));
+    // Chunks are whole fields (16 x 32); each batch holds the 3 windows of one time step and
+    // latitude row, so it reads that step's 10 fields: 40 reads of 512 values for 12 x 10
+    // windows of 128 values.
+    assert_eq!(plan["chunk_reads"], 40);
+    assert!((plan["read_amplification"].as_f64().unwrap() - 4.0 / 3.0).abs() < 1e-12);
 }
 
 #[test]

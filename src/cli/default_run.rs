@@ -12,20 +12,14 @@ use zarrpipe::store::Dataset;
 
 use super::gb_per_s;
 use super::generate::generate_progress_bar;
+use super::windows::WindowArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Dataset path or URL (default: the sample dataset, written on first run).
     url: Option<String>,
-    /// Variables stacked as channels (repeatable; default: every data variable).
-    #[arg(long = "var", value_name = "NAME")]
-    variables: Vec<String>,
-    /// A window `DIM=SIZE` or `DIM=SIZE:STRIDE` (repeatable; default: whole latitude/longitude).
-    #[arg(long = "window", value_name = "DIM=SIZE[:STRIDE]", value_parser = parse_window)]
-    windows: Vec<(String, u64, u64)>,
-    /// Samples per batch.
-    #[arg(long, default_value_t = 4)]
-    batch_size: usize,
+    #[command(flatten)]
+    windows: WindowArgs,
     /// Batches loaded ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
@@ -42,16 +36,6 @@ pub struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_window(text: &str) -> Result<(String, u64, u64), String> {
-    let (dim, size) = text.split_once('=').ok_or("expected DIM=SIZE[:STRIDE]")?;
-    let (size, stride) = size.split_once(':').unwrap_or((size, size));
-    let number = |n: &str| {
-        n.parse::<u64>()
-            .map_err(|_| format!("`{n}` is not a whole number"))
-    };
-    Ok((dim.to_string(), number(size)?, number(stride)?))
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -74,7 +58,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut best: Option<(f64, MetricsSnapshot)> = None;
     for pass in 0..warm_up + timed {
-        let mut batches = pipeline(&args, dataset.clone(), device).build().await?;
+        let mut batches = pipeline(&args, dataset.clone(), device)?.build().await?;
         if pass == 0 && !args.json {
             describe(&batches);
         }
@@ -101,16 +85,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> PipelineBuilder {
-    let mut builder = Pipeline::from_dataset(dataset)
-        .variables(args.variables.clone())
-        .batch_size(args.batch_size)
+fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> anyhow::Result<PipelineBuilder> {
+    Ok(Pipeline::from_dataset(dataset)
+        .variables(args.windows.variables.clone())
+        .window_spec(args.windows.spec()?)
+        .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
-        .device(device);
-    for (dim, size, stride) in &args.windows {
-        builder = builder.window(dim.clone(), *size, *stride);
-    }
-    builder
+        .device(device))
 }
 
 /// Streams one epoch, handing each batch to `consume`; returns its seconds and counters.
@@ -138,7 +119,7 @@ async fn run_epoch(
 }
 
 async fn checksum(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> anyhow::Result<f64> {
-    let mut batches = pipeline(args, dataset, device).build().await?;
+    let mut batches = pipeline(args, dataset, device)?.build().await?;
     let mut sum = 0f64;
     run_epoch(&mut batches, false, |batch| {
         sum += batch

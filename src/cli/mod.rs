@@ -3,7 +3,9 @@
 mod default_run;
 mod generate;
 mod info;
+mod plan;
 mod stats;
+mod windows;
 
 use std::process::ExitCode;
 
@@ -26,6 +28,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Element count, NaN count, min, max and mean of variables, over whole arrays.
     Stats(stats::StatsArgs),
+    /// Samples, batches, chunk reads and read amplification of an epoch (no data is read).
+    Plan(plan::PlanArgs),
     /// Write a W1-shaped synthetic ERA5-like Zarr v3 store for benchmarks and tests.
     Generate(generate::GenerateArgs),
 }
@@ -40,6 +44,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Run(args)) => default_run::run(args).await,
         Some(Command::Info(args)) => info::run(args).await,
         Some(Command::Stats(args)) => stats::run(args).await,
+        Some(Command::Plan(args)) => plan::run(args).await,
         Some(Command::Generate(args)) => generate::run(args),
     }
 }

@@ -22,11 +22,13 @@
 mod batches;
 mod error;
 mod layout;
+mod plan;
 mod window;
 
 pub use batches::Batcher;
 pub use error::{Error, Result};
 pub use layout::{Channel, Sample, SampleDim, SampleLayout};
+pub use plan::PlanSummary;
 pub use window::{Window, WindowSpec};
 
 #[cfg(test)]

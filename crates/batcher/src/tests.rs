@@ -155,3 +155,21 @@ fn bad_specifications_are_refused() {
         Err(Error::NoVariables)
     ));
 }
+
+#[test]
+fn plan_counts_reads_and_amplification() {
+    use crate::PlanSummary;
+    // Windows of 4 x 4 aligned with the 4 x 4 chunks: every chunk read is delivered once.
+    let spec = WindowSpec::new().window("lat", 4, 4).window("lon", 4, 4);
+    let layout = Arc::new(SampleLayout::new(&dataset(), &["a"], &spec).unwrap());
+    let plan = PlanSummary::of_epoch(&Batcher::new(layout, 4, false).unwrap());
+    assert_eq!((plan.samples, plan.batches, plan.chunk_reads), (12, 3, 12));
+    assert_eq!(plan.read_amplification, 1.0);
+    // Overlapping windows of one sample per batch read shared chunks again in each batch.
+    let spec = WindowSpec::new().window("lat", 4, 2).window("lon", 4, 4);
+    let layout = Arc::new(SampleLayout::new(&dataset(), &["a"], &spec).unwrap());
+    let plan = PlanSummary::of_epoch(&Batcher::new(layout, 1, false).unwrap());
+    // lat origins 0, 2, 4, 6: 0 and 4 are aligned (one chunk), 2 and 6 straddle two chunks.
+    assert_eq!(plan.chunk_reads, 3 * 2 * (1 + 2 + 1 + 2));
+    assert_eq!(plan.read_amplification, 1.5);
+}

@@ -1,0 +1,45 @@
+use std::sync::Arc;
+
+use zarrpipe::batcher::{Batcher, PlanSummary, SampleLayout};
+use zarrpipe::store::Dataset;
+
+use super::windows::WindowArgs;
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// Dataset path or URL (file://, http(s)://).
+    url: String,
+    #[command(flatten)]
+    windows: WindowArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let dataset = Dataset::open(&args.url).await?;
+    let variables = if args.windows.variables.is_empty() {
+        dataset.data_variables().map(|v| v.name().to_string()).collect()
+    } else {
+        args.windows.variables.clone()
+    };
+    let layout = Arc::new(SampleLayout::new(&dataset, &variables, &args.windows.spec()?)?);
+    let batcher = Batcher::new(layout.clone(), args.windows.batch_size, false)?;
+    let plan = PlanSummary::of_epoch(&batcher);
+    if args.json {
+        let mut json = serde_json::to_value(&plan)?;
+        json["sample_shape"] = serde_json::json!(layout.sample_shape());
+        println!("{json}");
+        return Ok(());
+    }
+    println!("sample shape {:?}, {} channels", layout.sample_shape(), layout.channels().len());
+    println!("{} samples per epoch in {} batches", plan.samples, plan.batches);
+    println!(
+        "{} chunk reads per epoch, {:.1} MB decoded for {:.1} MB delivered: read amplification {:.3}",
+        plan.chunk_reads,
+        plan.bytes_read as f64 / 1e6,
+        plan.bytes_delivered as f64 / 1e6,
+        plan.read_amplification
+    );
+    Ok(())
+}
