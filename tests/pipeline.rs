@@ -217,3 +217,111 @@ fn stages_are_send() {
     assert_send::<zarrpipe::codec::Decode<zarrpipe::store::Fetch<Requests>>>();
     assert_send::<zarrpipe::collate::Collate<Decoded>>();
 }
+
+/// Sample numbers delivered by a pipeline, batch by batch.
+async fn delivered(builder: zarrpipe::pipeline::PipelineBuilder) -> Vec<Vec<u64>> {
+    let batches: Vec<Batch> = builder.build().await.unwrap().try_collect().await.unwrap();
+    batches
+        .iter()
+        .map(|batch| batch.samples.iter().map(|s| s.index).collect())
+        .collect()
+}
+
+fn patches(url: &str) -> zarrpipe::pipeline::PipelineBuilder {
+    Pipeline::builder(url)
+        .variables(["t2m"])
+        .window("latitude", 4, 2)
+        .window("longitude", 8, 8)
+        .batch_size(4)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shuffled_epochs_split_across_ranks_cover_every_sample() {
+    use zarrpipe::batcher::{Ranks, Shuffle, Uneven};
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
+    let mut all = Vec::new();
+    for rank in 0..2 {
+        let ranks = Ranks::new(rank, 2).unwrap();
+        let batches = delivered(
+            patches(&url)
+                .shuffle(Shuffle::Full)
+                .seed(3)
+                .ranks(ranks)
+                .uneven(Uneven::Drop),
+        )
+        .await;
+        assert_eq!(
+            batches.iter().map(Vec::len).collect::<Vec<_>>(),
+            [4, 4, 1],
+            "rank {rank}"
+        );
+        all.extend(batches.into_iter().flatten());
+    }
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        (0..18).collect::<Vec<u64>>(),
+        "every sample exactly once across ranks"
+    );
+    assert_ne!(all, sorted, "shuffled");
+    let epoch_1: Vec<u64> = delivered(patches(&url).shuffle(Shuffle::Full).seed(3).epoch(1))
+        .await
+        .concat();
+    let epoch_0: Vec<u64> = delivered(patches(&url).shuffle(Shuffle::Full).seed(3))
+        .await
+        .concat();
+    assert_ne!(epoch_0, epoch_1, "each epoch reshuffles");
+    let blocks: Vec<u64> = delivered(patches(&url).shuffle(Shuffle::Blocks).seed(3))
+        .await
+        .concat();
+    let mut blocks_sorted = blocks.clone();
+    blocks_sorted.sort();
+    assert_eq!(blocks_sorted, (0..18).collect::<Vec<u64>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_epoch_delivers_exactly_the_rest() {
+    use zarrpipe::batcher::{SamplerState, Shuffle};
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
+    let whole = delivered(patches(&url).shuffle(Shuffle::Full).seed(9)).await;
+    let mut first_run = patches(&url)
+        .shuffle(Shuffle::Full)
+        .seed(9)
+        .build()
+        .await
+        .unwrap();
+    let first = first_run.try_next().await.unwrap().unwrap();
+    let saved = serde_json::to_string(&first_run.state()).unwrap();
+    drop(first_run);
+    let state: SamplerState = serde_json::from_str(&saved).unwrap();
+    let rest = delivered(
+        patches(&url)
+            .shuffle(Shuffle::Full)
+            .seed(9)
+            .resume(state.clone()),
+    )
+    .await;
+    let mut resumed = vec![first.samples.iter().map(|s| s.index).collect::<Vec<u64>>()];
+    resumed.extend(rest);
+    assert_eq!(resumed, whole);
+    let error = patches(&url)
+        .shuffle(Shuffle::Full)
+        .seed(10)
+        .resume(state.clone())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("seed"), "{error}");
+    let error = patches(&url)
+        .batch_size(3)
+        .shuffle(Shuffle::Full)
+        .seed(9)
+        .resume(state)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("spec"), "{error}");
+}

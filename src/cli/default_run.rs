@@ -85,7 +85,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> anyhow::Result<PipelineBuilder> {
+fn pipeline(
+    args: &RunArgs,
+    dataset: Arc<Dataset>,
+    device: Device,
+) -> anyhow::Result<PipelineBuilder> {
     Ok(Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
         .window_spec(args.windows.spec()?)

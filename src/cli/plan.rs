@@ -19,11 +19,18 @@ pub struct PlanArgs {
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let dataset = Dataset::open(&args.url).await?;
     let variables = if args.windows.variables.is_empty() {
-        dataset.data_variables().map(|v| v.name().to_string()).collect()
+        dataset
+            .data_variables()
+            .map(|v| v.name().to_string())
+            .collect()
     } else {
         args.windows.variables.clone()
     };
-    let layout = Arc::new(SampleLayout::new(&dataset, &variables, &args.windows.spec()?)?);
+    let layout = Arc::new(SampleLayout::new(
+        &dataset,
+        &variables,
+        &args.windows.spec()?,
+    )?);
     let batcher = Batcher::new(layout.clone(), args.windows.batch_size, false)?;
     let plan = PlanSummary::of_epoch(&batcher);
     if args.json {
@@ -32,8 +39,15 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         println!("{json}");
         return Ok(());
     }
-    println!("sample shape {:?}, {} channels", layout.sample_shape(), layout.channels().len());
-    println!("{} samples per epoch in {} batches", plan.samples, plan.batches);
+    println!(
+        "sample shape {:?}, {} channels",
+        layout.sample_shape(),
+        layout.channels().len()
+    );
+    println!(
+        "{} samples per epoch in {} batches",
+        plan.samples, plan.batches
+    );
     println!(
         "{} chunk reads per epoch, {:.1} MB decoded for {:.1} MB delivered: read amplification {:.3}",
         plan.chunk_reads,

@@ -9,7 +9,10 @@ pub struct DimSizes(Vec<(String, u64)>);
 
 impl DimSizes {
     fn get(&self, dim: &str) -> Option<u64> {
-        self.0.iter().find(|(name, _)| name == dim).map(|(_, size)| *size)
+        self.0
+            .iter()
+            .find(|(name, _)| name == dim)
+            .map(|(_, size)| *size)
     }
 }
 
@@ -52,8 +55,12 @@ impl WindowArgs {
 
 fn parse_sizes(text: &str) -> Result<DimSizes, String> {
     let pairs = text.split(',').map(|pair| {
-        let (dim, size) = pair.split_once('=').ok_or(format!("`{pair}`: expected DIM=SIZE"))?;
-        let size = size.parse().map_err(|_| format!("`{size}` is not a whole number"))?;
+        let (dim, size) = pair
+            .split_once('=')
+            .ok_or(format!("`{pair}`: expected DIM=SIZE"))?;
+        let size = size
+            .parse()
+            .map_err(|_| format!("`{size}` is not a whole number"))?;
         Ok((dim.to_string(), size))
     });
     pairs.collect::<Result<_, String>>().map(DimSizes)

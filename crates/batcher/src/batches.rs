@@ -1,25 +1,87 @@
 use std::sync::Arc;
 
-use crate::{Error, Result, Sample, SampleLayout};
+use crate::{
+    EpochSampler, Error, Ranks, Result, Sample, SampleLayout, SamplerSpec, SamplerState, Shuffle,
+    Uneven,
+};
 
-/// Splits an epoch into batches of samples in a deterministic order (natural C order over the
-/// sample dimensions). The last batch may be short unless `drop_last` is set.
+/// How an epoch is ordered and shared: shuffling, seed, ranks (see [`EpochSampler`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EpochOptions {
+    pub epoch: u64,
+    pub seed: u64,
+    pub shuffle: Shuffle,
+    pub ranks: Ranks,
+    pub uneven: Uneven,
+    /// Drop a last, short batch.
+    pub drop_last: bool,
+}
+
+impl Default for EpochOptions {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            seed: 0,
+            shuffle: Shuffle::None,
+            ranks: Ranks::single(),
+            uneven: Uneven::Pad,
+            drop_last: false,
+        }
+    }
+}
+
+/// Splits this rank's share of an epoch into batches of samples, in the sampler's order
+/// (natural C order over the sample dimensions unless shuffled).
 #[derive(Clone, Debug)]
 pub struct Batcher {
     layout: Arc<SampleLayout>,
-    batch_size: usize,
-    drop_last: bool,
+    sampler: Arc<EpochSampler>,
+    /// The first batch still to deliver (after a resume).
+    first: u64,
 }
 
 impl Batcher {
+    /// Natural order, one rank: every sample once, in batches of `batch_size`.
     pub fn new(layout: Arc<SampleLayout>, batch_size: usize, drop_last: bool) -> Result<Self> {
-        if batch_size == 0 {
-            return Err(Error::ZeroBatchSize);
-        }
-        Ok(Self {
+        Self::with_options(
             layout,
             batch_size,
-            drop_last,
+            &EpochOptions {
+                drop_last,
+                ..EpochOptions::default()
+            },
+        )
+    }
+
+    /// The epoch `options` describe.
+    pub fn with_options(
+        layout: Arc<SampleLayout>,
+        batch_size: usize,
+        options: &EpochOptions,
+    ) -> Result<Self> {
+        let spec = sampler_spec(&layout, batch_size, options)?;
+        let sampler = EpochSampler::new(spec, options.epoch)?;
+        Ok(Self {
+            layout,
+            sampler: Arc::new(sampler),
+            first: 0,
+        })
+    }
+
+    /// Continues the epoch of `state` with exactly the batches not yet delivered; refused when
+    /// the layout or options differ from those the state was saved with.
+    pub fn resume(
+        layout: Arc<SampleLayout>,
+        batch_size: usize,
+        options: &EpochOptions,
+        state: &SamplerState,
+    ) -> Result<Self> {
+        let spec = sampler_spec(&layout, batch_size, options)?;
+        let (sampler, first) = EpochSampler::resume(spec, state)?;
+        Ok(Self {
+            layout,
+            sampler: Arc::new(sampler),
+            first,
         })
     }
 
@@ -28,32 +90,57 @@ impl Batcher {
     }
 
     pub fn batch_size(&self) -> usize {
-        self.batch_size
+        self.sampler.spec().batch_size
     }
 
-    /// Batches in one epoch.
+    /// Batches in this rank's epoch, those already delivered before a resume included.
     pub fn num_batches(&self) -> u64 {
-        let samples = self.layout.num_samples();
-        let size = self.batch_size as u64;
-        if self.drop_last {
-            samples / size
-        } else {
-            samples.div_ceil(size)
-        }
+        self.sampler.num_batches()
+    }
+
+    /// The first batch this batcher delivers (0 unless resumed).
+    pub fn first_batch(&self) -> u64 {
+        self.first
     }
 
     /// The samples of batch number `batch`.
     pub fn batch(&self, batch: u64) -> Vec<Sample> {
-        let start = batch * self.batch_size as u64;
-        let end = (start + self.batch_size as u64).min(self.layout.num_samples());
-        (start..end)
-            .map(|index| self.layout.sample(index))
+        self.sampler
+            .batch(batch)
+            .iter()
+            .map(|&index| self.layout.sample(index))
             .collect()
     }
 
-    /// Every batch of the epoch, in order.
-    pub fn batches(&self) -> impl Iterator<Item = Vec<Sample>> + Send + 'static {
+    /// The batches still to deliver, with their numbers, in order.
+    pub fn batches(&self) -> impl Iterator<Item = (u64, Vec<Sample>)> + Send + 'static {
         let this = self.clone();
-        (0..self.num_batches()).map(move |batch| this.batch(batch))
+        (self.first..self.num_batches()).map(move |batch| (batch, this.batch(batch)))
     }
+
+    /// The state to save after `delivered` batches of this epoch (counted from its start).
+    pub fn state(&self, delivered: u64) -> SamplerState {
+        self.sampler.state(delivered)
+    }
+}
+
+fn sampler_spec(
+    layout: &SampleLayout,
+    batch_size: usize,
+    options: &EpochOptions,
+) -> Result<SamplerSpec> {
+    if batch_size == 0 {
+        return Err(Error::ZeroBatchSize);
+    }
+    let block_of = (options.shuffle == Shuffle::Blocks).then(|| layout.block_ids().into());
+    Ok(SamplerSpec {
+        seed: options.seed,
+        shuffle: options.shuffle,
+        ranks: options.ranks,
+        uneven: options.uneven,
+        drop_last_batch: options.drop_last,
+        block_of,
+        layout_hash: layout.layout_hash(),
+        ..SamplerSpec::new(layout.num_samples(), batch_size)
+    })
 }

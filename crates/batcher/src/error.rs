@@ -38,4 +38,40 @@ pub enum Error {
 
     #[error("batch size must be at least 1")]
     ZeroBatchSize,
+
+    #[error("rank {rank} is not valid in a world of size {world_size} (need world_size >= 1 and rank < world_size)")]
+    InvalidRanks { rank: usize, world_size: usize },
+
+    #[error("environment variable {variable}=`{value}` is invalid: {reason}")]
+    BadEnvVar {
+        variable: &'static str,
+        value: String,
+        reason: String,
+    },
+
+    #[error("environment variable {set} is set but {variable} is not: set both (as torchrun does) or neither")]
+    MissingEnvVar {
+        variable: &'static str,
+        set: &'static str,
+    },
+
+    #[error("block shuffling needs a block id per sample (`SamplerSpec::block_of`)")]
+    MissingBlocks,
+
+    #[error("`block_of` has {found} block ids but there are {num_samples} samples")]
+    BlockCountMismatch { num_samples: u64, found: u64 },
+
+    #[error("saved sampler state belongs to another sampler: its {field} is {found}, this sampler's is {expected} (resume with the same dataset, windows, variables, seed, shuffle, ranks and batch size)")]
+    StateMismatch {
+        field: &'static str,
+        expected: u64,
+        found: u64,
+    },
+
+    #[error("saved sampler state says {position} batches of epoch {epoch} were delivered, but the epoch has {num_batches}")]
+    PositionBeyondEpoch {
+        epoch: u64,
+        position: u64,
+        num_batches: u64,
+    },
 }

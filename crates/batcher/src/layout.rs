@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use zarrpipe_store::{ChunkRequest, Dataset, Variable};
 
+use crate::sampler::Fnv1a;
 use crate::{Error, Result, Window, WindowSpec};
 
 /// How samples are cut from a set of variables: the sample dimensions (iterated, then
@@ -169,6 +170,52 @@ impl SampleLayout {
             None => 0..length,
         })
         .collect()
+    }
+
+    /// A stable hash of what defines the samples (variables, sample dimensions, windows), for
+    /// [`SamplerSpec::layout_hash`](crate::SamplerSpec): a saved state only resumes the same
+    /// layout.
+    pub fn layout_hash(&self) -> u64 {
+        let mut hash = Fnv1a::new();
+        for variable in &self.variables {
+            hash.bytes(variable.name().as_bytes());
+            hash.u64(0xff);
+        }
+        for dim in &self.sample_dims {
+            hash.bytes(dim.name.as_bytes());
+            for value in [dim.length, dim.size, dim.stride, dim.iterated as u64] {
+                hash.u64(value);
+            }
+        }
+        hash.finish()
+    }
+
+    /// For each sample, the chunk of the first variable its window starts in (C-order number
+    /// over the sample dimensions): the blocks of [`Shuffle::Blocks`](crate::Shuffle), so
+    /// samples sharing chunks are delivered together.
+    pub fn block_ids(&self) -> Vec<u64> {
+        let first = &self.variables[0];
+        let chunk_shape = first.chunk_shape();
+        // Per sample dimension: the chunk extent along it (1 where the variable lacks it).
+        let extents: Vec<(u64, u64)> = self
+            .sample_dims
+            .iter()
+            .map(|dim| match first.axis(&dim.name) {
+                Some(axis) => (chunk_shape[axis].max(1), first.chunk_grid_shape()[axis]),
+                None => (dim.length.max(1), 1),
+            })
+            .collect();
+        (0..self.num_samples())
+            .map(|index| {
+                let origin = self.sample(index).origin;
+                origin
+                    .iter()
+                    .zip(&extents)
+                    .fold(0, |id, (start, (extent, count))| {
+                        id * count + start / extent
+                    })
+            })
+            .collect()
     }
 
     /// The position of a dimension among the sample dimensions.

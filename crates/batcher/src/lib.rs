@@ -23,12 +23,14 @@ mod batches;
 mod error;
 mod layout;
 mod plan;
+mod sampler;
 mod window;
 
-pub use batches::Batcher;
+pub use batches::{Batcher, EpochOptions};
 pub use error::{Error, Result};
 pub use layout::{Channel, Sample, SampleDim, SampleLayout};
 pub use plan::PlanSummary;
+pub use sampler::{EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven};
 pub use window::{Window, WindowSpec};
 
 #[cfg(test)]

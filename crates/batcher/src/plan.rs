@@ -36,14 +36,15 @@ impl PlanSummary {
                 elements * layout.variables()[variable].dtype().size() as u64
             })
             .sum();
-        for samples in batcher.batches() {
+        for (_, samples) in batcher.batches() {
             summary.bytes_delivered += per_sample * samples.len() as u64;
             for request in layout.read_plan(&samples) {
                 summary.chunk_reads += 1;
                 summary.bytes_read += request.variable.decoded_chunk_bytes();
             }
         }
-        summary.read_amplification = summary.bytes_read as f64 / summary.bytes_delivered.max(1) as f64;
+        summary.read_amplification =
+            summary.bytes_read as f64 / summary.bytes_delivered.max(1) as f64;
         summary
     }
 }

@@ -103,7 +103,7 @@ fn batches_cover_the_epoch_once() {
     let batcher = Batcher::new(layout.clone(), 2, false).unwrap();
     let indices: Vec<u64> = batcher
         .batches()
-        .flatten()
+        .flat_map(|(_, samples)| samples)
         .map(|sample| sample.index)
         .collect();
     assert_eq!(indices, [0, 1, 2]);

@@ -1,6 +1,8 @@
 use std::sync::Arc;
 
-use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+use zarrpipe_batcher::{
+    Batcher, EpochOptions, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
+};
 use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
 use zarrpipe_core::Device;
 use zarrpipe_store::Dataset;
@@ -24,7 +26,8 @@ pub struct PipelineBuilder {
     variables: Vec<String>,
     spec: WindowSpec,
     batch_size: usize,
-    drop_last: bool,
+    epoch: EpochOptions,
+    resume: Option<SamplerState>,
     prefetch: usize,
     fetch_concurrency: usize,
     decode_concurrency: usize,
@@ -55,7 +58,8 @@ impl PipelineBuilder {
             variables: Vec::new(),
             spec: WindowSpec::new(),
             batch_size: 4,
-            drop_last: false,
+            epoch: EpochOptions::default(),
+            resume: None,
             prefetch: 4,
             fetch_concurrency: 64,
             decode_concurrency: 2 * threads,
@@ -90,7 +94,45 @@ impl PipelineBuilder {
 
     /// Drops a last, short batch (default: keep it).
     pub fn drop_last(mut self, drop_last: bool) -> Self {
-        self.drop_last = drop_last;
+        self.epoch.drop_last = drop_last;
+        self
+    }
+
+    /// Sample order: natural (default), a full seeded permutation, or chunk-aware blocks.
+    pub fn shuffle(mut self, shuffle: Shuffle) -> Self {
+        self.epoch.shuffle = shuffle;
+        self
+    }
+
+    /// The shuffling seed; each epoch shuffles with `seed + epoch` (default 0).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.epoch.seed = seed;
+        self
+    }
+
+    /// The epoch number (default 0).
+    pub fn epoch(mut self, epoch: u64) -> Self {
+        self.epoch.epoch = epoch;
+        self
+    }
+
+    /// This process's share of each epoch (default: the only rank; see
+    /// [`Ranks::from_env`] for torchrun's variables).
+    pub fn ranks(mut self, ranks: Ranks) -> Self {
+        self.epoch.ranks = ranks;
+        self
+    }
+
+    /// When samples don't divide evenly across ranks: pad by repeating samples (default) or drop.
+    pub fn uneven(mut self, uneven: Uneven) -> Self {
+        self.epoch.uneven = uneven;
+        self
+    }
+
+    /// Continues an epoch from a saved [`BatchStream::state`] with exactly the batches not yet
+    /// delivered. The other options must be those of the saved run (checked).
+    pub fn resume(mut self, state: SamplerState) -> Self {
+        self.resume = Some(state);
         self
     }
 
@@ -148,7 +190,10 @@ impl PipelineBuilder {
             self.variables
         };
         let layout = Arc::new(SampleLayout::new(&dataset, &variables, &self.spec)?);
-        let batcher = Batcher::new(layout, self.batch_size, self.drop_last)?;
+        let batcher = match &self.resume {
+            Some(state) => Batcher::resume(layout, self.batch_size, &self.epoch, state)?,
+            None => Batcher::with_options(layout, self.batch_size, &self.epoch)?,
+        };
         let stages = StageConfig {
             decoder: self.decoder.unwrap_or_else(|| Arc::new(CpuDecoder::new())),
             fetch_concurrency: self.fetch_concurrency,

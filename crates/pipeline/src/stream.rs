@@ -7,7 +7,7 @@ use futures::stream::{self, BoxStream, FusedStream, Stream, StreamExt, TryStream
 use ndarray::ArrayD;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
-use zarrpipe_batcher::{Batcher, Sample, SampleLayout};
+use zarrpipe_batcher::{Batcher, Sample, SampleLayout, SamplerState};
 use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
 use zarrpipe_collate::{collate_on_rayon, DecodedBatch, HostCollator};
 use zarrpipe_core::Device;
@@ -41,11 +41,25 @@ pub struct BatchStream {
     inner: BoxStream<'static, Result<Batch>>,
     dataset: Arc<Dataset>,
     layout: Arc<SampleLayout>,
+    batcher: Batcher,
+    /// Batches of the epoch delivered so far (a resumed epoch starts past zero).
+    delivered: u64,
     num_batches: u64,
     device: Device,
     metrics: Arc<Metrics>,
     waiting_since: Option<Instant>,
     done: bool,
+}
+
+impl std::fmt::Debug for BatchStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchStream")
+            .field("dataset", &self.dataset.url())
+            .field("device", &self.device)
+            .field("num_batches", &self.num_batches)
+            .field("delivered", &self.delivered)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Aborts the batch's task when the stream drops it before it finished.
@@ -68,10 +82,12 @@ impl BatchStream {
         let metrics = Arc::new(Metrics::default());
         let collator = Arc::new(HostCollator::new(layout.clone()));
         let num_batches = batcher.num_batches();
+        let delivered = batcher.first_batch();
         let device = stages.device;
         let prefetch = stages.prefetch;
         let task_metrics = metrics.clone();
-        let inner = stream::iter((0..num_batches).zip(batcher.batches()))
+        let batches = batcher.batches();
+        let inner = stream::iter(batches)
             .map(move |(index, samples)| {
                 let load = load_batch(
                     index,
@@ -95,6 +111,8 @@ impl BatchStream {
             inner,
             dataset,
             layout,
+            batcher,
+            delivered,
             num_batches,
             device,
             metrics,
@@ -112,9 +130,15 @@ impl BatchStream {
         &self.layout
     }
 
-    /// Batches in the epoch.
+    /// Batches in this rank's epoch (those delivered before a resume included).
     pub fn num_batches(&self) -> u64 {
         self.num_batches
+    }
+
+    /// What to save to resume this epoch later with exactly the batches not yet delivered
+    /// (pass it to [`PipelineBuilder::resume`](crate::PipelineBuilder::resume)).
+    pub fn state(&self) -> SamplerState {
+        self.batcher.state(self.delivered)
     }
 
     /// Where batches are delivered.
@@ -147,6 +171,7 @@ impl Stream for BatchStream {
             self.waiting_since = None;
             match item {
                 Some(Ok(batch)) => {
+                    self.delivered = batch.index + 1;
                     let bytes = batch.inputs.len() * std::mem::size_of::<f32>();
                     self.metrics
                         .add_delivered(batch.samples.len(), bytes, waited);
