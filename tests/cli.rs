@@ -124,6 +124,17 @@ fn generate_then_run_streams_an_epoch() {
     // latitude row, so it reads that step's 10 fields: 40 reads of 512 values for 12 x 10
     // windows of 128 values.
     assert_eq!(plan["chunk_reads"], 40);
+    // A full shuffle scatters windows of one time step over batches: more reads.
+    let shuffled = zarrpipe(
+        &[
+            &["plan", path, "--json", "--shuffle", "full", "--seed", "1"][..],
+            &window,
+        ]
+        .concat(),
+    );
+    let shuffled: serde_json::Value = serde_json::from_str(&stdout(&shuffled)).unwrap();
+    assert_eq!(shuffled["samples"], 12);
+    assert!(shuffled["chunk_reads"].as_u64().unwrap() >= 40);
     assert!((plan["read_amplification"].as_f64().unwrap() - 4.0 / 3.0).abs() < 1e-12);
 }
 

@@ -92,6 +92,7 @@ fn pipeline(
 ) -> anyhow::Result<PipelineBuilder> {
     Ok(Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
+        .epoch_options(args.windows.epoch_options()?)
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)

@@ -31,7 +31,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         &variables,
         &args.windows.spec()?,
     )?);
-    let batcher = Batcher::new(layout.clone(), args.windows.batch_size, false)?;
+    let batcher = Batcher::with_options(
+        layout.clone(),
+        args.windows.batch_size,
+        &args.windows.epoch_options()?,
+    )?;
     let plan = PlanSummary::of_epoch(&batcher);
     if args.json {
         let mut json = serde_json::to_value(&plan)?;

@@ -1,7 +1,7 @@
 //! The window options shared by `run` and `plan`, in xbatcher's terms.
 
 use anyhow::bail;
-use zarrpipe::batcher::WindowSpec;
+use zarrpipe::batcher::{EpochOptions, Ranks, Shuffle, WindowSpec};
 
 /// `DIM=SIZE,DIM=SIZE` in the order given.
 #[derive(Debug, Clone, Default)]
@@ -31,9 +31,42 @@ pub struct WindowArgs {
     /// Samples per batch.
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
+    /// Sample order: natural, a full seeded permutation, or chunk-aware blocks.
+    #[arg(long, value_enum, default_value_t = ShuffleArg::None)]
+    pub shuffle: ShuffleArg,
+    /// Shuffling seed (each epoch uses seed + epoch).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Epoch number.
+    #[arg(long, default_value_t = 0)]
+    pub epoch: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShuffleArg {
+    None,
+    Full,
+    Blocks,
 }
 
 impl WindowArgs {
+    /// Epoch order and this process's share: ranks from RANK and WORLD_SIZE as torchrun sets them.
+    pub fn epoch_options(&self) -> anyhow::Result<EpochOptions> {
+        let shuffle = match self.shuffle {
+            ShuffleArg::None => Shuffle::None,
+            ShuffleArg::Full => Shuffle::Full,
+            ShuffleArg::Blocks => Shuffle::Blocks,
+        };
+        let ranks = Ranks::from_env()?;
+        Ok(EpochOptions {
+            epoch: self.epoch,
+            seed: self.seed,
+            shuffle,
+            ranks,
+            ..EpochOptions::default()
+        })
+    }
+
     /// The window specification, windows in the order --input-dims gives them.
     pub fn spec(&self) -> anyhow::Result<WindowSpec> {
         let sizes = self.input_dims.clone().unwrap_or_default();

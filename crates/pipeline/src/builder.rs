@@ -129,6 +129,12 @@ impl PipelineBuilder {
         self
     }
 
+    /// Every epoch option at once (order, seed, epoch, ranks, uneven, drop_last).
+    pub fn epoch_options(mut self, options: EpochOptions) -> Self {
+        self.epoch = options;
+        self
+    }
+
     /// Continues an epoch from a saved [`BatchStream::state`] with exactly the batches not yet
     /// delivered. The other options must be those of the saved run (checked).
     pub fn resume(mut self, state: SamplerState) -> Self {
