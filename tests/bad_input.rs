@@ -29,19 +29,6 @@ fn scratch_store(arrays: &[&str]) -> tempfile::TempDir {
     dir
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 fn edit_metadata(store: &Path, array: &str, edit: impl FnOnce(&mut serde_json::Value)) {
     let path = store.join(array).join("zarr.json");
     let mut metadata: serde_json::Value =

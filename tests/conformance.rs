@@ -205,3 +205,39 @@ fn float_values(dtype: &str, bytes: &[u8]) -> Vec<f64> {
             .collect(),
     }
 }
+
+#[tokio::test]
+async fn stores_without_consolidated_metadata_are_listed() {
+    // Remove the consolidated metadata of copies of the fixtures: the hierarchy is then listed.
+    for store in manifest().stores.iter().filter(|s| s.consolidated) {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(&fixtures().join("stores").join(&store.store), dir.path());
+        let _ = std::fs::remove_file(dir.path().join(".zmetadata"));
+        let root = dir.path().join("zarr.json");
+        if let Ok(text) = std::fs::read(&root) {
+            let mut group: serde_json::Value = serde_json::from_slice(&text).unwrap();
+            group
+                .as_object_mut()
+                .unwrap()
+                .remove("consolidated_metadata");
+            std::fs::write(&root, serde_json::to_vec(&group).unwrap()).unwrap();
+        }
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        assert!(!dataset.consolidated(), "{}", store.store);
+        for array in store
+            .arrays
+            .iter()
+            .filter(|a| a.unsupported_codec().is_none())
+        {
+            let variable = dataset
+                .variable(&array.path)
+                .unwrap_or_else(|e| panic!("{}: {e}", store.store));
+            let actual = read_whole(variable).await.unwrap();
+            assert!(
+                same_values(&array.dtype, &actual, &expected_bytes(array)),
+                "{}",
+                array.path
+            );
+        }
+    }
+}

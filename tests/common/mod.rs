@@ -67,6 +67,20 @@ pub fn store_path(store: &str) -> String {
         .into_owned()
 }
 
+/// Copies a directory tree (a fixture store) to `to`.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 pub fn expected_bytes(array: &ArrayEntry) -> Vec<u8> {
     std::fs::read(fixtures().join(&array.expected)).expect("expected values")
 }

@@ -30,7 +30,7 @@ pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
     if read_json(location, ".zgroup").await?.is_some() {
         let attributes = read_attributes(location, ".zattrs").await?;
         let mut arrays = Vec::new();
-        list_v2(location, String::new(), &mut arrays).await?;
+        list_arrays(location, 2, String::new(), &mut arrays).await?;
         return Ok(Hierarchy {
             zarr_format: 2,
             consolidated: false,
@@ -83,7 +83,7 @@ async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
         });
     }
     let mut arrays = Vec::new();
-    list_v3(location, String::new(), &mut arrays).await?;
+    list_arrays(location, 3, String::new(), &mut arrays).await?;
     Ok(Hierarchy {
         zarr_format: 3,
         consolidated: false,
@@ -92,48 +92,56 @@ async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
     })
 }
 
-/// Walks the children of the v3 group at `prefix`, depth first, in name order.
-fn list_v3<'a>(
+/// What a child of a group is.
+enum Node {
+    Array(Box<ArrayMetadata>),
+    Group,
+    Other,
+}
+
+/// Walks the children of the group at `prefix`, depth first, in name order.
+fn list_arrays<'a>(
     location: &'a Location,
+    zarr_format: u8,
     prefix: String,
     arrays: &'a mut Vec<(String, ArrayMetadata)>,
 ) -> BoxFuture<'a, Result<()>> {
     Box::pin(async move {
         for child in list_children(location, &prefix).await? {
-            let key = format!("{child}/zarr.json");
-            let Some(node) = read_json(location, &key).await? else {
-                continue;
-            };
-            match node_type(&node) {
-                Some("array") => arrays.push((child, parse_v3(location, &key, node)?)),
-                Some("group") => list_v3(location, child, arrays).await?,
-                _ => {}
+            match read_node(location, zarr_format, &child).await? {
+                Node::Array(metadata) => arrays.push((child, *metadata)),
+                Node::Group => list_arrays(location, zarr_format, child, arrays).await?,
+                Node::Other => {}
             }
         }
         Ok(())
     })
 }
 
-/// Walks the children of the v2 group at `prefix`, depth first, in name order.
-fn list_v2<'a>(
-    location: &'a Location,
-    prefix: String,
-    arrays: &'a mut Vec<(String, ArrayMetadata)>,
-) -> BoxFuture<'a, Result<()>> {
-    Box::pin(async move {
-        for child in list_children(location, &prefix).await? {
-            let key = format!("{child}/.zarray");
-            if let Some(array) = read_json(location, &key).await? {
-                let attributes = read_attributes(location, &format!("{child}/.zattrs")).await?;
-                arrays.push((child, parse_v2(location, &key, array, attributes)?));
-            } else if read_json(location, &format!("{child}/.zgroup"))
-                .await?
-                .is_some()
-            {
-                list_v2(location, child, arrays).await?;
-            }
-        }
-        Ok(())
+/// Reads the metadata of the node at `path`: `zarr.json` in v3, `.zarray`/`.zgroup` in v2.
+async fn read_node(location: &Location, zarr_format: u8, path: &str) -> Result<Node> {
+    if zarr_format == 3 {
+        let key = format!("{path}/zarr.json");
+        let Some(node) = read_json(location, &key).await? else {
+            return Ok(Node::Other);
+        };
+        return Ok(match node_type(&node) {
+            Some("array") => Node::Array(Box::new(parse_v3(location, &key, node)?)),
+            Some("group") => Node::Group,
+            _ => Node::Other,
+        });
+    }
+    let key = format!("{path}/.zarray");
+    if let Some(array) = read_json(location, &key).await? {
+        let attributes = read_attributes(location, &format!("{path}/.zattrs")).await?;
+        let metadata = parse_v2(location, &key, array, attributes)?;
+        return Ok(Node::Array(Box::new(metadata)));
+    }
+    let group = read_json(location, &format!("{path}/.zgroup")).await?;
+    Ok(if group.is_some() {
+        Node::Group
+    } else {
+        Node::Other
     })
 }
 
