@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::read_whole;
@@ -324,4 +325,56 @@ async fn a_resumed_epoch_delivers_exactly_the_rest() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("spec"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_drop_shift_or_pad_with_a_mask() {
+    use zarrpipe::batcher::{Edge, WindowSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
+    let dataset = Arc::new(zarrpipe::store::Dataset::open(&url).await.unwrap());
+    let t2m = bytes_to_f32(&read_whole(dataset.variable("t2m").unwrap()).await.unwrap());
+    // Latitude 8 in windows of 3: drop keeps 0 and 3, shift adds 5, pad adds 6 (rows 6, 7, pad).
+    for (edge, origins) in [
+        (Edge::Drop, vec![0, 3]),
+        (Edge::Shift, vec![0, 3, 5]),
+        (Edge::Pad, vec![0, 3, 6]),
+    ] {
+        let spec = WindowSpec::new()
+            .window("latitude", 3, 3)
+            .window("longitude", 16, 16)
+            .edge(edge)
+            .pad_value(-1.0);
+        let pipeline = Pipeline::from_dataset(dataset.clone())
+            .variables(["t2m"])
+            .window_spec(spec)
+            .batch_size(4);
+        let batches: Vec<Batch> = pipeline.build().await.unwrap().try_collect().await.unwrap();
+        let mut seen = Vec::new();
+        for batch in &batches {
+            assert_eq!(batch.mask.is_some(), edge == Edge::Pad, "{edge:?}");
+            for (position, sample) in batch.samples.iter().enumerate() {
+                let (t, la) = (sample.origin[0] as usize, sample.origin[1] as usize);
+                seen.push(la as u64);
+                for y in 0..3 {
+                    for x in 0..16 {
+                        let value = batch.inputs[[position, 0, y, x]];
+                        let inside = la + y < 8;
+                        let expected = if inside {
+                            t2m[(t * 8 + la + y) * 16 + x]
+                        } else {
+                            -1.0
+                        };
+                        assert_eq!(value, expected, "{edge:?} t {t} lat {la} y {y}");
+                        if let Some(mask) = &batch.mask {
+                            assert_eq!(mask[[position, y, x]], inside as u8);
+                        }
+                    }
+                }
+            }
+        }
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, origins, "{edge:?}");
+    }
 }

@@ -1,7 +1,7 @@
 //! The window options shared by `run` and `plan`, in xbatcher's terms.
 
 use anyhow::bail;
-use zarrpipe::batcher::{EpochOptions, Ranks, Shuffle, WindowSpec};
+use zarrpipe::batcher::{Edge, EpochOptions, Ranks, Shuffle, WindowSpec};
 
 /// `DIM=SIZE,DIM=SIZE` in the order given.
 #[derive(Debug, Clone, Default)]
@@ -31,6 +31,10 @@ pub struct WindowArgs {
     /// Samples per batch.
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
+    /// Windows at the end of a dimension: drop (xbatcher), pad with NaN (batches carry a mask),
+    /// or shift the last one back to end at the edge.
+    #[arg(long, value_enum, default_value_t = EdgeArg::Drop)]
+    pub edge: EdgeArg,
     /// Sample order: natural, a full seeded permutation, or chunk-aware blocks.
     #[arg(long, value_enum, default_value_t = ShuffleArg::None)]
     pub shuffle: ShuffleArg,
@@ -40,6 +44,13 @@ pub struct WindowArgs {
     /// Epoch number.
     #[arg(long, default_value_t = 0)]
     pub epoch: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EdgeArg {
+    Drop,
+    Pad,
+    Shift,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -74,7 +85,11 @@ impl WindowArgs {
         if let Some((dim, _)) = overlaps.0.iter().find(|(dim, _)| sizes.get(dim).is_none()) {
             bail!("--input-overlap names `{dim}`, which --input-dims does not window");
         }
-        let mut spec = WindowSpec::new();
+        let mut spec = WindowSpec::new().edge(match self.edge {
+            EdgeArg::Drop => Edge::Drop,
+            EdgeArg::Pad => Edge::Pad,
+            EdgeArg::Shift => Edge::Shift,
+        });
         for (dim, size) in sizes.0 {
             let overlap = overlaps.get(&dim).unwrap_or(0);
             if overlap >= size {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use zarrpipe_store::{ChunkRequest, Dataset, Variable};
 
 use crate::sampler::Fnv1a;
-use crate::{Error, Result, Window, WindowSpec};
+use crate::{Edge, Error, Result, Window, WindowSpec};
 
 /// How samples are cut from a set of variables: the sample dimensions (iterated, then
 /// windowed), the channels, and the shape of one sample, `[channels, window sizes...]`.
@@ -20,6 +20,8 @@ pub struct SampleLayout {
     channels: Vec<Channel>,
     /// First channel of each variable.
     channel_base: Vec<usize>,
+    /// The value of padded elements.
+    pad_value: f32,
 }
 
 /// One dimension samples move along.
@@ -31,12 +33,31 @@ pub struct SampleDim {
     pub stride: u64,
     /// Iterated dimensions are squeezed out of the sample tensor.
     pub iterated: bool,
+    pub edge: Edge,
 }
 
 impl SampleDim {
-    /// Window positions along this dimension (windows that would cross the end are dropped).
+    /// Window positions along this dimension.
     pub fn positions(&self) -> u64 {
-        (self.length - self.size) / self.stride + 1
+        let Some(room) = self.length.checked_sub(self.size) else {
+            // Only a padded window may be larger than its dimension: one window, padded.
+            return 1;
+        };
+        let whole = room / self.stride + 1;
+        let ragged = room % self.stride != 0;
+        match self.edge {
+            Edge::Drop => whole,
+            Edge::Pad | Edge::Shift => whole + ragged as u64,
+        }
+    }
+
+    /// The first element of the window at `position`.
+    pub fn origin(&self, position: u64) -> u64 {
+        let start = position * self.stride;
+        match self.edge {
+            Edge::Shift => start.min(self.length.saturating_sub(self.size)),
+            Edge::Drop | Edge::Pad => start,
+        }
     }
 }
 
@@ -95,13 +116,14 @@ impl SampleLayout {
         } else {
             spec.windows.clone()
         };
-        let sample_dims = sample_dims(&variables, &iterate, &windows)?;
+        let sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
         let (channels, channel_base) = channels(&variables, &sample_dims);
         Ok(Self {
             variables,
             sample_dims,
             channels,
             channel_base,
+            pad_value: spec.pad_value.unwrap_or(f32::NAN),
         })
     }
 
@@ -125,6 +147,16 @@ impl SampleLayout {
             .copied()
             .unwrap_or(self.channels.len());
         self.channel_base[variable]..end
+    }
+
+    /// The value of elements of padded windows past the end of the data.
+    pub fn pad_value(&self) -> f32 {
+        self.pad_value
+    }
+
+    /// Whether windows are padded past the end (then batches carry a validity mask).
+    pub fn padded(&self) -> bool {
+        self.sample_dims.iter().any(|dim| dim.edge == Edge::Pad)
     }
 
     /// The shape of one sample: `[channels, window sizes...]` (iterated dims squeezed).
@@ -151,14 +183,15 @@ impl SampleLayout {
         let mut origin = vec![0; self.sample_dims.len()];
         for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
             let positions = dim.positions();
-            origin[axis] = (rest % positions) * dim.stride;
+            origin[axis] = dim.origin(rest % positions);
             rest /= positions;
         }
         Sample { index, origin }
     }
 
     /// The element region variable number `variable` contributes to `sample`: the window
-    /// along sample dimensions, everything along stacked ones.
+    /// along sample dimensions, everything along stacked ones. A padded window may reach past
+    /// the end of the array; [`clip`] gives the part that exists.
     pub fn region(&self, variable: usize, sample: &Sample) -> Vec<Range<u64>> {
         let variable = &self.variables[variable];
         let dims = variable.dims().iter().zip(variable.shape());
@@ -183,7 +216,13 @@ impl SampleLayout {
         }
         for dim in &self.sample_dims {
             hash.bytes(dim.name.as_bytes());
-            for value in [dim.length, dim.size, dim.stride, dim.iterated as u64] {
+            for value in [
+                dim.length,
+                dim.size,
+                dim.stride,
+                dim.iterated as u64,
+                dim.edge as u64,
+            ] {
                 hash.u64(value);
             }
         }
@@ -231,7 +270,11 @@ impl SampleLayout {
         let mut needed = BTreeSet::new();
         for sample in samples {
             for variable in 0..self.variables.len() {
-                for chunk in self.variables[variable].chunks_in(&self.region(variable, sample)) {
+                let region = clip(
+                    &self.region(variable, sample),
+                    self.variables[variable].shape(),
+                );
+                for chunk in self.variables[variable].chunks_in(&region) {
                     needed.insert((variable, chunk));
                 }
             }
@@ -241,6 +284,15 @@ impl SampleLayout {
             .map(|(variable, chunk)| ChunkRequest::new(self.variables[variable].clone(), chunk))
             .collect()
     }
+}
+
+/// The part of `region` inside an array of `shape`.
+pub fn clip(region: &[Range<u64>], shape: &[u64]) -> Vec<Range<u64>> {
+    region
+        .iter()
+        .zip(shape)
+        .map(|(range, &length)| range.start.min(length)..range.end.min(length))
+        .collect()
 }
 
 fn whole_trailing_dims(variable: &Variable, iterate: &[String]) -> Vec<Window> {
@@ -260,6 +312,7 @@ fn sample_dims(
     variables: &[Arc<Variable>],
     iterate: &[String],
     windows: &[Window],
+    edge: Edge,
 ) -> Result<Vec<SampleDim>> {
     let mut seen = HashSet::new();
     let iterated = iterate.iter().map(|dim| Window {
@@ -283,7 +336,7 @@ fn sample_dims(
             });
         }
         let length = common_length(variables, &window.dim, !iterated)?;
-        if window.size > length {
+        if window.size > length && (iterated || edge != Edge::Pad) {
             return Err(Error::WindowTooLarge {
                 dim: window.dim,
                 size: window.size,
@@ -295,12 +348,14 @@ fn sample_dims(
             size,
             stride,
         } = window;
+        let edge = if iterated { Edge::Drop } else { edge };
         sample_dims.push(SampleDim {
             name,
             length,
             size,
             stride,
             iterated,
+            edge,
         });
     }
     Ok(sample_dims)

@@ -28,10 +28,10 @@ mod window;
 
 pub use batches::{Batcher, EpochOptions};
 pub use error::{Error, Result};
-pub use layout::{Channel, Sample, SampleDim, SampleLayout};
+pub use layout::{clip, Channel, Sample, SampleDim, SampleLayout};
 pub use plan::PlanSummary;
 pub use sampler::{EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven};
-pub use window::{Window, WindowSpec};
+pub use window::{Edge, Window, WindowSpec};
 
 #[cfg(test)]
 mod tests;

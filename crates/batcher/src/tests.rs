@@ -173,3 +173,44 @@ fn plan_counts_reads_and_amplification() {
     assert_eq!(plan.chunk_reads, 3 * 2 * (1 + 2 + 1 + 2));
     assert_eq!(plan.read_amplification, 1.5);
 }
+
+#[test]
+fn edges_count_positions() {
+    use crate::Edge;
+    let count = |edge, size, stride| {
+        let spec = WindowSpec::new()
+            .window("lat", size, stride)
+            .window("lon", 8, 8)
+            .edge(edge);
+        SampleLayout::new(&dataset(), &["a"], &spec).map(|layout| layout.num_samples() / 3)
+    };
+    // lat has 10 elements.
+    assert_eq!(count(Edge::Drop, 4, 3).unwrap(), 3); // 0, 3, 6
+    assert_eq!(count(Edge::Shift, 4, 3).unwrap(), 3); // tiles exactly: no extra window
+    assert_eq!(count(Edge::Shift, 4, 4).unwrap(), 3); // 0, 4, then 6 shifted back
+    assert_eq!(count(Edge::Pad, 4, 4).unwrap(), 3); // 0, 4, 8 (two rows of padding)
+    assert_eq!(count(Edge::Pad, 12, 12).unwrap(), 1); // larger than the dimension: one, padded
+    assert!(matches!(
+        count(Edge::Drop, 12, 12),
+        Err(Error::WindowTooLarge { .. })
+    ));
+    let spec = WindowSpec::new()
+        .window("lat", 4, 4)
+        .window("lon", 8, 8)
+        .edge(Edge::Shift);
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec).unwrap();
+    assert_eq!(layout.sample(2).origin, [0, 6, 0]);
+    // A padded window's read plan stays inside the chunk grid.
+    let spec = WindowSpec::new()
+        .window("lat", 4, 4)
+        .window("lon", 8, 8)
+        .edge(Edge::Pad);
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec).unwrap();
+    assert_eq!(layout.sample(2).origin, [0, 8, 0]);
+    let chunks: Vec<Vec<u64>> = layout
+        .read_plan(&[layout.sample(2)])
+        .iter()
+        .map(|r| r.indices.clone())
+        .collect();
+    assert_eq!(chunks, [vec![0, 2, 0], vec![0, 2, 1]]);
+}

@@ -9,13 +9,33 @@ pub struct Window {
     pub stride: u64,
 }
 
+/// What happens at the end of a dimension that the windows do not tile exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Edge {
+    /// Windows that would cross the end are not produced (xbatcher's behaviour).
+    #[default]
+    Drop,
+    /// The last window crosses the end; what lies beyond holds the pad value, and batches carry
+    /// a mask of the valid elements.
+    Pad,
+    /// One more window, shifted back to end exactly at the edge (so it overlaps its neighbour
+    /// more than the others do).
+    Shift,
+}
+
 /// Which dimensions are windowed and which are iterated (one sample per step, squeezed out of
 /// the sample). Every other dimension of a variable, such as `level`, is stacked as channels.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowSpec {
     pub windows: Vec<Window>,
     /// `None`: iterate `time` when the variables have it.
     pub iterate: Option<Vec<String>>,
+    /// Edge handling of every window (default: drop).
+    #[serde(default)]
+    pub edge: Edge,
+    /// The value of padded elements with [`Edge::Pad`] (`None`: NaN).
+    #[serde(default)]
+    pub pad_value: Option<f32>,
 }
 
 impl WindowSpec {
@@ -30,6 +50,18 @@ impl WindowSpec {
             size,
             stride,
         });
+        self
+    }
+
+    /// Sets how windows end at the edge of a dimension.
+    pub fn edge(mut self, edge: Edge) -> Self {
+        self.edge = edge;
+        self
+    }
+
+    /// Sets the value of padded elements (default NaN).
+    pub fn pad_value(mut self, value: f32) -> Self {
+        self.pad_value = Some(value);
         self
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
-use zarrpipe_batcher::{Sample, SampleLayout};
+use zarrpipe_batcher::{clip, Sample, SampleDim, SampleLayout};
 use zarrpipe_codec_gpu::DecodedChunk;
 use zarrpipe_core::convert_to_f32;
 
@@ -15,6 +15,9 @@ use crate::{Error, Result};
 pub struct HostBatch {
     pub tensor: ArrayD<f32>,
     pub samples: Vec<Sample>,
+    /// With padded windows: `[batch, window...]`, 1 where the element exists in the data and 0
+    /// where it is padding (the same for every channel). `None` otherwise.
+    pub mask: Option<ArrayD<u8>>,
 }
 
 /// The decoded chunks a batch needs, with its samples: the input of collation.
@@ -49,7 +52,8 @@ impl HostCollator {
         let sample_len = self.layout.sample_len();
         let mut shape = vec![batch.samples.len()];
         shape.extend(self.layout.sample_shape());
-        let mut data = vec![0f32; batch.samples.len() * sample_len];
+        // Padded elements keep this value; without padding every element is overwritten.
+        let mut data = vec![self.layout.pad_value(); batch.samples.len() * sample_len];
         let mut pieces = Vec::with_capacity(batch.samples.len() * self.layout.variables().len());
         for (slab, sample) in data.chunks_mut(sample_len.max(1)).zip(&batch.samples) {
             let mut rest = slab;
@@ -64,9 +68,31 @@ impl HostCollator {
             .into_par_iter()
             .try_for_each(|(sample, variable, out)| self.gather(sample, variable, &index, out))?;
         let tensor = ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length");
+        let mask = self.layout.padded().then(|| self.mask(&batch.samples));
         Ok(HostBatch {
             tensor,
             samples: batch.samples,
+            mask,
+        })
+    }
+
+    /// `[batch, window...]`: 1 where every window coordinate lies inside its dimension.
+    fn mask(&self, samples: &[Sample]) -> ArrayD<u8> {
+        let windows: Vec<(usize, &SampleDim)> = self
+            .layout
+            .sample_dims()
+            .iter()
+            .enumerate()
+            .filter(|(_, dim)| !dim.iterated)
+            .collect();
+        let mut shape = vec![samples.len()];
+        shape.extend(windows.iter().map(|(_, dim)| dim.size as usize));
+        ArrayD::from_shape_fn(IxDyn(&shape), |index| {
+            let sample = &samples[index[0]];
+            let inside = windows.iter().enumerate().all(|(position, (axis, dim))| {
+                sample.origin[*axis] + (index[position + 1] as u64) < dim.length
+            });
+            inside as u8
         })
     }
 
@@ -99,7 +125,7 @@ impl HostCollator {
         let variable = &self.layout.variables()[number];
         let region = self.layout.region(number, sample);
         let strides = self.destination_strides(number);
-        for indices in variable.chunks_in(&region) {
+        for indices in variable.chunks_in(&clip(&region, variable.shape())) {
             let chunk =
                 chunks
                     .get(&(number, indices.as_slice()))
@@ -113,6 +139,7 @@ impl HostCollator {
                 region: &region,
                 chunk_start: &chunk_start,
                 chunk_shape: &chunk_shape,
+                array_shape: variable.shape(),
             };
             copy.run(chunk, &strides, out);
         }
@@ -156,6 +183,8 @@ struct BoxCopy<'a> {
     region: &'a [Range<u64>],
     chunk_start: &'a [u64],
     chunk_shape: &'a [u64],
+    /// Edge chunks and padded windows reach past the array: nothing there is copied.
+    array_shape: &'a [u64],
 }
 
 impl BoxCopy<'_> {
@@ -173,6 +202,7 @@ impl BoxCopy<'_> {
                 self.region[a]
                     .end
                     .min(self.chunk_start[a] + self.chunk_shape[a])
+                    .min(self.array_shape[a])
             })
             .collect();
         if (0..rank).any(|a| lo[a] >= hi[a]) {

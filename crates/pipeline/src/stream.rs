@@ -21,6 +21,9 @@ pub struct Batch {
     /// The batch's number in the epoch.
     pub index: u64,
     pub inputs: ArrayD<f32>,
+    /// With padded windows ([`Edge::Pad`](zarrpipe_batcher::Edge)): `[batch, window...]`, 1
+    /// where `inputs` holds data, 0 where it holds the pad value.
+    pub mask: Option<ArrayD<u8>>,
     pub samples: Vec<Sample>,
 }
 
@@ -218,6 +221,7 @@ async fn load_batch(
     Ok(Batch {
         index,
         inputs: collated.tensor,
+        mask: collated.mask,
         samples: collated.samples,
     })
 }
