@@ -378,3 +378,66 @@ async fn edges_drop_shift_or_pad_with_a_mask() {
         assert_eq!(seen, origins, "{edge:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forecasting_pairs_hold_history_and_lead_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = GenerateOptions {
+        time: 6,
+        ..tiny(Compression::Zstd, None)
+    };
+    let url = write_store(dir.path(), &options);
+    let dataset = Arc::new(zarrpipe::store::Dataset::open(&url).await.unwrap());
+    let t2m = bytes_to_f32(&read_whole(dataset.variable("t2m").unwrap()).await.unwrap());
+    let u10 = bytes_to_f32(&read_whole(dataset.variable("u10").unwrap()).await.unwrap());
+    let pipeline = Pipeline::from_dataset(dataset.clone())
+        .variables(["t2m", "u10"])
+        .window("latitude", 4, 4)
+        .window("longitude", 16, 16)
+        .forecast(2, [1, 3])
+        .batch_size(8);
+    let stream = pipeline.build().await.unwrap();
+    // Steps with one earlier step and three later ones: t = 1 and 2; two latitude windows each.
+    assert_eq!(stream.layout().num_samples(), 2 * 2);
+    let batches: Vec<Batch> = stream.try_collect().await.unwrap();
+    let batch = &batches[0];
+    let targets = batch.targets.as_ref().expect("targets");
+    assert_eq!(batch.inputs.shape(), [4, 2 * 2, 4, 16]);
+    assert_eq!(targets.shape(), [4, 2 * 2, 4, 16]);
+    let field = |values: &[f32], t: usize, y: usize, x: usize| values[(t * 8 + y) * 16 + x];
+    for (position, sample) in batch.samples.iter().enumerate() {
+        let (t, la) = (sample.origin[0] as usize, sample.origin[1] as usize);
+        assert!(t == 1 || t == 2, "step {t}");
+        for y in 0..4 {
+            for x in 0..16 {
+                // Inputs: [t-1: t2m, u10], [t: t2m, u10]; targets: [t+1: ...], [t+3: ...].
+                for (block, step) in [(0, t - 1), (1, t)] {
+                    assert_eq!(
+                        batch.inputs[[position, block * 2, y, x]],
+                        field(&t2m, step, la + y, x)
+                    );
+                    assert_eq!(
+                        batch.inputs[[position, block * 2 + 1, y, x]],
+                        field(&u10, step, la + y, x)
+                    );
+                }
+                for (block, step) in [(0, t + 1), (1, t + 3)] {
+                    assert_eq!(
+                        targets[[position, block * 2, y, x]],
+                        field(&t2m, step, la + y, x)
+                    );
+                    assert_eq!(
+                        targets[[position, block * 2 + 1, y, x]],
+                        field(&u10, step, la + y, x)
+                    );
+                }
+            }
+        }
+    }
+    let too_long = Pipeline::from_dataset(dataset)
+        .variables(["t2m"])
+        .forecast(0, [1])
+        .build()
+        .await;
+    assert!(too_long.unwrap_err().to_string().contains("history"));
+}

@@ -35,6 +35,12 @@ pub struct WindowArgs {
     /// or shift the last one back to end at the edge.
     #[arg(long, value_enum, default_value_t = EdgeArg::Drop)]
     pub edge: EdgeArg,
+    /// Forecasting pairs: input steps ending at each sample's time step (needs --leads).
+    #[arg(long, value_name = "STEPS", requires = "leads")]
+    pub history: Option<u64>,
+    /// Forecasting pairs: targets this many steps ahead (comma-separated).
+    #[arg(long, value_name = "STEPS,...", value_delimiter = ',')]
+    pub leads: Vec<u64>,
     /// Sample order: natural, a full seeded permutation, or chunk-aware blocks.
     #[arg(long, value_enum, default_value_t = ShuffleArg::None)]
     pub shuffle: ShuffleArg,
@@ -90,6 +96,9 @@ impl WindowArgs {
             EdgeArg::Pad => Edge::Pad,
             EdgeArg::Shift => Edge::Shift,
         });
+        if !self.leads.is_empty() {
+            spec = spec.forecast(self.history.unwrap_or(1), self.leads.iter().copied());
+        }
         for (dim, size) in sizes.0 {
             let overlap = overlaps.get(&dim).unwrap_or(0);
             if overlap >= size {

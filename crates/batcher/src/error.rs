@@ -36,6 +36,9 @@ pub enum Error {
     #[error("dimension `{dim}` is named twice in the window specification")]
     DuplicateDimension { dim: String },
 
+    #[error("forecasting pairs need {reason}")]
+    InvalidForecast { reason: &'static str },
+
     #[error("batch size must be at least 1")]
     ZeroBatchSize,
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use zarrpipe_store::{ChunkRequest, Dataset, Variable};
 
 use crate::sampler::Fnv1a;
-use crate::{Edge, Error, Result, Window, WindowSpec};
+use crate::{Edge, Error, Forecast, Result, Window, WindowSpec};
 
 /// How samples are cut from a set of variables: the sample dimensions (iterated, then
 /// windowed), the channels, and the shape of one sample, `[channels, window sizes...]`.
@@ -22,6 +22,12 @@ pub struct SampleLayout {
     channel_base: Vec<usize>,
     /// The value of padded elements.
     pad_value: f32,
+    /// Steps along the forecast dimension whose windows make the input (oldest first)...
+    input_offsets: Vec<i64>,
+    /// ... and the target (empty without forecasting).
+    target_offsets: Vec<i64>,
+    /// The sample dimension the offsets move along.
+    forecast_axis: Option<usize>,
 }
 
 /// One dimension samples move along.
@@ -34,14 +40,21 @@ pub struct SampleDim {
     /// Iterated dimensions are squeezed out of the sample tensor.
     pub iterated: bool,
     pub edge: Edge,
+    /// Origins start here (forecast history needs earlier steps).
+    pub start: u64,
+    /// And leave this many elements after the window (forecast leads need later steps).
+    pub end_margin: u64,
 }
 
 impl SampleDim {
     /// Window positions along this dimension.
     pub fn positions(&self) -> u64 {
-        let Some(room) = self.length.checked_sub(self.size) else {
+        let Some(usable) = self.length.checked_sub(self.start + self.end_margin) else {
+            return 0;
+        };
+        let Some(room) = usable.checked_sub(self.size) else {
             // Only a padded window may be larger than its dimension: one window, padded.
-            return 1;
+            return (self.edge == Edge::Pad) as u64;
         };
         let whole = room / self.stride + 1;
         let ragged = room % self.stride != 0;
@@ -53,9 +66,9 @@ impl SampleDim {
 
     /// The first element of the window at `position`.
     pub fn origin(&self, position: u64) -> u64 {
-        let start = position * self.stride;
+        let start = self.start + position * self.stride;
         match self.edge {
-            Edge::Shift => start.min(self.length.saturating_sub(self.size)),
+            Edge::Shift => start.min((self.length - self.end_margin).saturating_sub(self.size)),
             Edge::Drop | Edge::Pad => start,
         }
     }
@@ -116,14 +129,21 @@ impl SampleLayout {
         } else {
             spec.windows.clone()
         };
-        let sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
+        let mut sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
         let (channels, channel_base) = channels(&variables, &sample_dims);
+        let (input_offsets, target_offsets, forecast_axis) = match &spec.forecast {
+            None => (vec![0], Vec::new(), None),
+            Some(forecast) => forecast_offsets(forecast, &mut sample_dims)?,
+        };
         Ok(Self {
             variables,
             sample_dims,
             channels,
             channel_base,
             pad_value: spec.pad_value.unwrap_or(f32::NAN),
+            input_offsets,
+            target_offsets,
+            forecast_axis,
         })
     }
 
@@ -159,10 +179,40 @@ impl SampleLayout {
         self.sample_dims.iter().any(|dim| dim.edge == Edge::Pad)
     }
 
-    /// The shape of one sample: `[channels, window sizes...]` (iterated dims squeezed).
+    /// Steps relative to the sample's own along the forecast dimension that make the input,
+    /// oldest first (`[0]` without forecasting).
+    pub fn input_offsets(&self) -> &[i64] {
+        &self.input_offsets
+    }
+
+    /// Steps ahead that make the target (empty without forecasting).
+    pub fn target_offsets(&self) -> &[i64] {
+        &self.target_offsets
+    }
+
+    /// `sample` moved by `offset` steps along the forecast dimension.
+    pub fn shifted(&self, sample: &Sample, offset: i64) -> Sample {
+        let mut shifted = sample.clone();
+        if let Some(axis) = self.forecast_axis {
+            shifted.origin[axis] = sample.origin[axis]
+                .checked_add_signed(offset)
+                .expect("offset within the data");
+        }
+        shifted
+    }
+
+    /// The shape of one target, `[leads x channels, window sizes...]`, when forecasting.
+    pub fn target_shape(&self) -> Option<Vec<usize>> {
+        let mut shape = self.sample_shape();
+        shape[0] = self.channels.len() * self.target_offsets.len();
+        (!self.target_offsets.is_empty()).then_some(shape)
+    }
+
+    /// The shape of one sample's input: `[history x channels, window sizes...]` (iterated dims
+    /// squeezed; the history steps, oldest first, each holding every channel).
     pub fn sample_shape(&self) -> Vec<usize> {
         let windows = self.sample_dims.iter().filter(|dim| !dim.iterated);
-        std::iter::once(self.channels.len())
+        std::iter::once(self.channels.len() * self.input_offsets.len())
             .chain(windows.map(|dim| dim.size as usize))
             .collect()
     }
@@ -268,7 +318,12 @@ impl SampleLayout {
     /// variable and in C order within a variable.
     pub fn read_plan(&self, samples: &[Sample]) -> Vec<ChunkRequest> {
         let mut needed = BTreeSet::new();
-        for sample in samples {
+        let offsets = self.input_offsets.iter().chain(&self.target_offsets);
+        let shifted = samples
+            .iter()
+            .flat_map(|sample| offsets.clone().map(|&o| self.shifted(sample, o)));
+        for sample in shifted {
+            let sample = &sample;
             for variable in 0..self.variables.len() {
                 let region = clip(
                     &self.region(variable, sample),
@@ -284,6 +339,36 @@ impl SampleLayout {
             .map(|(variable, chunk)| ChunkRequest::new(self.variables[variable].clone(), chunk))
             .collect()
     }
+}
+
+/// Input and target offsets for `forecast` along the first iterated dimension, whose origins
+/// are narrowed so that every offset stays inside the data.
+fn forecast_offsets(
+    forecast: &Forecast,
+    sample_dims: &mut [SampleDim],
+) -> Result<(Vec<i64>, Vec<i64>, Option<usize>)> {
+    if forecast.history == 0 {
+        return Err(Error::InvalidForecast {
+            reason: "a history of at least one step",
+        });
+    }
+    if forecast.leads.contains(&0) {
+        return Err(Error::InvalidForecast {
+            reason: "leads of at least one step",
+        });
+    }
+    let axis = sample_dims
+        .iter()
+        .position(|dim| dim.iterated)
+        .ok_or(Error::InvalidForecast {
+            reason: "an iterated (time) dimension",
+        })?;
+    let history = forecast.history as i64;
+    sample_dims[axis].start = forecast.history - 1;
+    sample_dims[axis].end_margin = forecast.leads.iter().copied().max().unwrap_or(0);
+    let inputs = (1 - history..=0).collect();
+    let targets = forecast.leads.iter().map(|&lead| lead as i64).collect();
+    Ok((inputs, targets, Some(axis)))
 }
 
 /// The part of `region` inside an array of `shape`.
@@ -356,6 +441,8 @@ fn sample_dims(
             stride,
             iterated,
             edge,
+            start: 0,
+            end_margin: 0,
         });
     }
     Ok(sample_dims)

@@ -31,7 +31,7 @@ pub use error::{Error, Result};
 pub use layout::{clip, Channel, Sample, SampleDim, SampleLayout};
 pub use plan::PlanSummary;
 pub use sampler::{EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven};
-pub use window::{Edge, Window, WindowSpec};
+pub use window::{Edge, Forecast, Window, WindowSpec};
 
 #[cfg(test)]
 mod tests;

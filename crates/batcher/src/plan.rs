@@ -29,13 +29,17 @@ impl PlanSummary {
             bytes_delivered: 0,
             read_amplification: 0.0,
         };
+        if summary.samples == 0 {
+            return summary;
+        }
         let per_sample: u64 = (0..layout.variables().len())
             .map(|variable| {
                 let region = layout.region(variable, &layout.sample(0));
                 let elements: u64 = region.iter().map(|range| range.end - range.start).product();
                 elements * layout.variables()[variable].dtype().size() as u64
             })
-            .sum();
+            .sum::<u64>()
+            * (layout.input_offsets().len() + layout.target_offsets().len()) as u64;
         for (_, samples) in batcher.batches() {
             summary.bytes_delivered += per_sample * samples.len() as u64;
             for request in layout.read_plan(&samples) {

@@ -23,6 +23,17 @@ pub enum Edge {
     Shift,
 }
 
+/// Forecasting pairs along the first iterated dimension (time): the input holds `history`
+/// steps ending at the sample's step, the target the same window at each lead time ahead.
+/// Samples whose history or targets fall outside the data are not produced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forecast {
+    /// Input steps, at least 1 (the sample's own step).
+    pub history: u64,
+    /// Steps ahead of the sample's step, each at least 1.
+    pub leads: Vec<u64>,
+}
+
 /// Which dimensions are windowed and which are iterated (one sample per step, squeezed out of
 /// the sample). Every other dimension of a variable, such as `level`, is stacked as channels.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -36,6 +47,9 @@ pub struct WindowSpec {
     /// The value of padded elements with [`Edge::Pad`] (`None`: NaN).
     #[serde(default)]
     pub pad_value: Option<f32>,
+    /// Input/target pairs along time (`None`: inputs only).
+    #[serde(default)]
+    pub forecast: Option<Forecast>,
 }
 
 impl WindowSpec {
@@ -56,6 +70,15 @@ impl WindowSpec {
     /// Sets how windows end at the edge of a dimension.
     pub fn edge(mut self, edge: Edge) -> Self {
         self.edge = edge;
+        self
+    }
+
+    /// Makes forecasting pairs: `history` input steps, a target at each of `leads` steps ahead.
+    pub fn forecast(mut self, history: u64, leads: impl IntoIterator<Item = u64>) -> Self {
+        self.forecast = Some(Forecast {
+            history,
+            leads: leads.into_iter().collect(),
+        });
         self
     }
 

@@ -14,6 +14,8 @@ use crate::{Error, Result};
 #[derive(Clone, Debug)]
 pub struct HostBatch {
     pub tensor: ArrayD<f32>,
+    /// With forecasting pairs: `[batch, leads x channels, window...]`.
+    pub targets: Option<ArrayD<f32>>,
     pub samples: Vec<Sample>,
     /// With padded windows: `[batch, window...]`, 1 where the element exists in the data and 0
     /// where it is padding (the same for every channel). `None` otherwise.
@@ -45,35 +47,56 @@ impl HostCollator {
         &self.layout
     }
 
-    /// Builds the `[batch, channel, window...]` tensor of `batch`. Each (sample, variable)
-    /// pair fills its own channels, so the pairs run in parallel.
+    /// Builds the `[batch, channel, window...]` input tensor of `batch`, and with forecasting
+    /// the target tensor.
     pub fn collate(&self, batch: DecodedBatch) -> Result<HostBatch> {
         let index = self.index_chunks(&batch.chunks)?;
-        let sample_len = self.layout.sample_len();
-        let mut shape = vec![batch.samples.len()];
-        shape.extend(self.layout.sample_shape());
+        let tensor = self.gather_steps(&batch.samples, self.layout.input_offsets(), &index)?;
+        let targets = match self.layout.target_offsets() {
+            [] => None,
+            leads => Some(self.gather_steps(&batch.samples, leads, &index)?),
+        };
+        let mask = self.layout.padded().then(|| self.mask(&batch.samples));
+        Ok(HostBatch {
+            tensor,
+            targets,
+            samples: batch.samples,
+            mask,
+        })
+    }
+
+    /// `[batch, steps x channels, window...]`: for each sample, the windows at each step offset
+    /// (along the forecast dimension), every channel. Each (sample, step, variable) fills its own
+    /// channels, so they run in parallel.
+    fn gather_steps(
+        &self,
+        samples: &[Sample],
+        offsets: &[i64],
+        index: &ChunkIndex<'_>,
+    ) -> Result<ArrayD<f32>> {
+        let step_len = self.layout.channels().len() * self.plane_len();
+        let mut shape = vec![samples.len(), self.layout.channels().len() * offsets.len()];
+        shape.extend(&self.layout.sample_shape()[1..]);
         // Padded elements keep this value; without padding every element is overwritten.
-        let mut data = vec![self.layout.pad_value(); batch.samples.len() * sample_len];
-        let mut pieces = Vec::with_capacity(batch.samples.len() * self.layout.variables().len());
-        for (slab, sample) in data.chunks_mut(sample_len.max(1)).zip(&batch.samples) {
+        let mut data = vec![self.layout.pad_value(); samples.len() * offsets.len() * step_len];
+        let mut pieces =
+            Vec::with_capacity(data.len() / step_len.max(1) * self.layout.variables().len());
+        let steps = samples
+            .iter()
+            .flat_map(|sample| offsets.iter().map(|&o| self.layout.shifted(sample, o)));
+        for (slab, step) in data.chunks_mut(step_len.max(1)).zip(steps) {
             let mut rest = slab;
             for variable in 0..self.layout.variables().len() {
                 let channels = self.layout.channel_range(variable).len();
                 let (channels_of_variable, tail) = rest.split_at_mut(channels * self.plane_len());
-                pieces.push((sample, variable, channels_of_variable));
+                pieces.push((step.clone(), variable, channels_of_variable));
                 rest = tail;
             }
         }
         pieces
             .into_par_iter()
-            .try_for_each(|(sample, variable, out)| self.gather(sample, variable, &index, out))?;
-        let tensor = ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length");
-        let mask = self.layout.padded().then(|| self.mask(&batch.samples));
-        Ok(HostBatch {
-            tensor,
-            samples: batch.samples,
-            mask,
-        })
+            .try_for_each(|(step, variable, out)| self.gather(&step, variable, index, out))?;
+        Ok(ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length"))
     }
 
     /// `[batch, window...]`: 1 where every window coordinate lies inside its dimension.

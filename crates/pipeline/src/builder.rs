@@ -86,6 +86,13 @@ impl PipelineBuilder {
         self
     }
 
+    /// Forecasting pairs: inputs of `history` steps ending at each sample's step, targets at
+    /// each of `leads` steps ahead (see [`zarrpipe_batcher::Forecast`]).
+    pub fn forecast(mut self, history: u64, leads: impl IntoIterator<Item = u64>) -> Self {
+        self.spec = self.spec.forecast(history, leads);
+        self
+    }
+
     /// Samples per batch (default 4).
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;

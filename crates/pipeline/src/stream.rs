@@ -21,6 +21,9 @@ pub struct Batch {
     /// The batch's number in the epoch.
     pub index: u64,
     pub inputs: ArrayD<f32>,
+    /// With forecasting pairs: `[batch, leads x channels, window...]`, the same windows at each
+    /// lead time.
+    pub targets: Option<ArrayD<f32>>,
     /// With padded windows ([`Edge::Pad`](zarrpipe_batcher::Edge)): `[batch, window...]`, 1
     /// where `inputs` holds data, 0 where it holds the pad value.
     pub mask: Option<ArrayD<u8>>,
@@ -175,7 +178,8 @@ impl Stream for BatchStream {
             match item {
                 Some(Ok(batch)) => {
                     self.delivered = batch.index + 1;
-                    let bytes = batch.inputs.len() * std::mem::size_of::<f32>();
+                    let targets = batch.targets.as_ref().map_or(0, |targets| targets.len());
+                    let bytes = (batch.inputs.len() + targets) * std::mem::size_of::<f32>();
                     self.metrics
                         .add_delivered(batch.samples.len(), bytes, waited);
                 }
@@ -221,6 +225,7 @@ async fn load_batch(
     Ok(Batch {
         index,
         inputs: collated.tensor,
+        targets: collated.targets,
         mask: collated.mask,
         samples: collated.samples,
     })
