@@ -121,7 +121,12 @@ impl SampleLayout {
             .collect::<std::result::Result<_, _>>()?;
         let iterate = match &spec.iterate {
             Some(dims) => dims.clone(),
-            None if variables.iter().any(|v| v.axis("time").is_some()) => vec!["time".into()],
+            // Iterate time by default, unless the windows take it (as xbatcher's input_dims do).
+            None if variables.iter().any(|v| v.axis("time").is_some())
+                && !spec.windows.iter().any(|w| w.dim == "time") =>
+            {
+                vec!["time".into()]
+            }
             None => Vec::new(),
         };
         let windows = if spec.windows.is_empty() {

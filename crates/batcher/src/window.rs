@@ -39,7 +39,7 @@ pub struct Forecast {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowSpec {
     pub windows: Vec<Window>,
-    /// `None`: iterate `time` when the variables have it.
+    /// `None`: iterate `time` when the variables have it and no window takes it.
     pub iterate: Option<Vec<String>>,
     /// Edge handling of every window (default: drop).
     #[serde(default)]
