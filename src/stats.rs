@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::{stream, TryStreamExt};
 use serde::Serialize;
 use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
-use zarrpipe_core::DType;
+use zarrpipe_core::{values_f64, DType};
 use zarrpipe_store::{ChunkRequest, FetchExt, Variable};
 
 /// Statistics of one variable. `min`, `max` and `mean` are over the non-NaN values and are
@@ -100,7 +100,9 @@ fn accumulate_chunk(
     }
     let dtype = chunk.dtype();
     if rank == 0 {
-        for_each_value(dtype, &chunk.bytes, |value| accumulator.add(value));
+        values_f64(dtype, &chunk.bytes)
+            .into_iter()
+            .for_each(|value| accumulator.add(value));
         return Ok(());
     }
     let row = inside[rank - 1] as usize * dtype.size();
@@ -108,9 +110,8 @@ fn accumulate_chunk(
     loop {
         let offset = (0..rank).fold(0u64, |offset, a| offset * shape[a] + coord[a]) as usize;
         let start = offset * dtype.size();
-        for_each_value(dtype, &chunk.bytes[start..start + row], |value| {
-            accumulator.add(value)
-        });
+        let values = values_f64(dtype, &chunk.bytes[start..start + row]);
+        values.into_iter().for_each(|value| accumulator.add(value));
         // Advance over every axis but the last.
         let mut axis = rank - 1;
         loop {
@@ -123,38 +124,6 @@ fn accumulate_chunk(
                 break;
             }
             coord[axis] = 0;
-        }
-    }
-}
-
-/// Calls `f` with each native-endian element of `bytes` as f64 (exact for every type but
-/// 64-bit integers beyond 2^53).
-fn for_each_value(dtype: DType, bytes: &[u8], mut f: impl FnMut(f64)) {
-    macro_rules! each {
-        ($ty:ty, $to_f64:expr) => {
-            for element in bytes.chunks_exact(std::mem::size_of::<$ty>()) {
-                f($to_f64(<$ty>::from_ne_bytes(
-                    element.try_into().expect("element size"),
-                )))
-            }
-        };
-    }
-    match dtype {
-        DType::Bool => each!(u8, |v: u8| (v != 0) as u8 as f64),
-        DType::Int8 => each!(i8, f64::from),
-        DType::Int16 => each!(i16, f64::from),
-        DType::Int32 => each!(i32, f64::from),
-        DType::Int64 => each!(i64, |v: i64| v as f64),
-        DType::UInt8 => each!(u8, f64::from),
-        DType::UInt16 => each!(u16, f64::from),
-        DType::UInt32 => each!(u32, f64::from),
-        DType::UInt64 => each!(u64, |v: u64| v as f64),
-        DType::Float32 => each!(f32, f64::from),
-        DType::Float64 => each!(f64, |v: f64| v),
-        DType::Float16 | DType::BFloat16 => {
-            let mut converted = vec![0f32; bytes.len() / 2];
-            zarrpipe_core::convert_to_f32(dtype, bytes, &mut converted, 1);
-            converted.into_iter().for_each(|v| f(f64::from(v)));
         }
     }
 }

@@ -441,3 +441,93 @@ async fn forecasting_pairs_hold_history_and_lead_times() {
         .await;
     assert!(too_long.unwrap_err().to_string().contains("history"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selections_by_date_and_latitude_band_keep_whole_samples_inside() {
+    let dir = tempfile::tempdir().unwrap();
+    // Six 6-hourly steps from 2000-01-01 00:00; latitude 90 .. -90 in 8 rows.
+    let options = GenerateOptions {
+        time: 6,
+        ..tiny(Compression::Zstd, None)
+    };
+    let url = write_store(dir.path(), &options);
+    let steps = |builder: zarrpipe::pipeline::PipelineBuilder| async move {
+        let batches: Vec<Batch> = builder
+            .batch_size(64)
+            .build()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let mut origins: Vec<Vec<u64>> = batches
+            .iter()
+            .flat_map(|b| b.samples.iter().map(|s| s.origin.clone()))
+            .collect();
+        origins.sort();
+        origins
+    };
+    let t2m = || Pipeline::builder(url.clone()).variables(["t2m"]);
+    let by_date = steps(t2m().select("time", "2000-01-01T06:00", "2000-01-02")).await;
+    assert_eq!(
+        by_date.iter().map(|o| o[0]).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+    let forecast = steps(
+        t2m()
+            .select("time", "2000-01-01T06:00", "2000-01-02")
+            .forecast(2, [1]),
+    )
+    .await;
+    assert_eq!(
+        forecast.iter().map(|o| o[0]).collect::<Vec<_>>(),
+        [2, 3],
+        "history and targets stay inside"
+    );
+    // Latitudes 64.3, 38.6 and 12.9 lie between 70 and 0 (rows 1-3): two windows of two rows.
+    let band = steps(
+        t2m()
+            .window("latitude", 2, 1)
+            .window("longitude", 16, 16)
+            .select("latitude", 0.0, 70.0),
+    )
+    .await;
+    let rows: Vec<u64> = band.iter().filter(|o| o[0] == 0).map(|o| o[1]).collect();
+    assert_eq!(rows, [1, 2]);
+    // Adjacent splits share no time step, targets included.
+    let train = steps(
+        t2m()
+            .select("time", "2000-01-01", "2000-01-01T12:00")
+            .forecast(1, [1]),
+    )
+    .await;
+    let validation = steps(
+        t2m()
+            .select("time", "2000-01-01T18:00", "2000-01-02T06:00")
+            .forecast(1, [1]),
+    )
+    .await;
+    let touched = |origins: &[Vec<u64>]| {
+        origins
+            .iter()
+            .flat_map(|o| [o[0], o[0] + 1])
+            .collect::<std::collections::BTreeSet<u64>>()
+    };
+    assert_eq!(touched(&train), [0, 1, 2].into());
+    assert_eq!(touched(&validation), [3, 4, 5].into());
+    for (builder, expected) in [
+        (t2m().select("level", 0.0, 2000.0), "not a sample dimension"),
+        (t2m().select("nope", 0.0, 1.0), "no 1-D coordinate"),
+        (
+            t2m().select("time", "2001-01-01", "2001-02-01"),
+            "no coordinate value",
+        ),
+        (
+            t2m().select("time", "first of May", "2000-01-02"),
+            "not a date",
+        ),
+    ] {
+        let error = builder.build().await.unwrap_err().to_string();
+        assert!(error.contains(expected), "{error}");
+    }
+}

@@ -90,13 +90,21 @@ fn pipeline(
     dataset: Arc<Dataset>,
     device: Device,
 ) -> anyhow::Result<PipelineBuilder> {
-    Ok(Pipeline::from_dataset(dataset)
+    let mut builder = Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
         .epoch_options(args.windows.epoch_options()?)
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
-        .device(device))
+        .device(device);
+    for selection in &args.windows.select {
+        builder = builder.select(
+            selection.dim.clone(),
+            selection.from.clone(),
+            selection.to.clone(),
+        );
+    }
+    Ok(builder)
 }
 
 /// Streams one epoch, handing each batch to `consume`; returns its seconds and counters.

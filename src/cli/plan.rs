@@ -29,7 +29,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let layout = Arc::new(SampleLayout::new(
         &dataset,
         &variables,
-        &args.windows.spec()?,
+        &args.windows.resolved_spec(&dataset).await?,
     )?);
     let batcher = Batcher::with_options(
         layout.clone(),

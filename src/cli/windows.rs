@@ -2,6 +2,8 @@
 
 use anyhow::bail;
 use zarrpipe::batcher::{Edge, EpochOptions, Ranks, Shuffle, WindowSpec};
+use zarrpipe::pipeline::{index_range, Selection};
+use zarrpipe::store::Dataset;
 
 /// `DIM=SIZE,DIM=SIZE` in the order given.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +37,10 @@ pub struct WindowArgs {
     /// or shift the last one back to end at the edge.
     #[arg(long, value_enum, default_value_t = EdgeArg::Drop)]
     pub edge: EdgeArg,
+    /// Keep samples between two coordinate values of a dimension, ends included (repeatable):
+    /// `time=2000-01-01..2000-01-31T18:00`, `latitude=70..30`.
+    #[arg(long, value_name = "DIM=FROM..TO", value_parser = parse_selection)]
+    pub select: Vec<Selection>,
     /// Forecasting pairs: input steps ending at each sample's time step (needs --leads).
     #[arg(long, value_name = "STEPS", requires = "leads")]
     pub history: Option<u64>,
@@ -84,6 +90,18 @@ impl WindowArgs {
         })
     }
 
+    /// [`spec`](Self::spec) with the selections resolved to index ranges of `dataset`.
+    pub async fn resolved_spec(&self, dataset: &Dataset) -> anyhow::Result<WindowSpec> {
+        let mut spec = self.spec()?;
+        for selection in &self.select {
+            spec = spec.select_indices(
+                selection.dim.clone(),
+                index_range(dataset, selection).await?,
+            );
+        }
+        Ok(spec)
+    }
+
     /// The window specification, windows in the order --input-dims gives them.
     pub fn spec(&self) -> anyhow::Result<WindowSpec> {
         let sizes = self.input_dims.clone().unwrap_or_default();
@@ -108,6 +126,16 @@ impl WindowArgs {
         }
         Ok(spec)
     }
+}
+
+fn parse_selection(text: &str) -> Result<Selection, String> {
+    let (dim, range) = text.split_once('=').ok_or("expected DIM=FROM..TO")?;
+    let (from, to) = range.split_once("..").ok_or("expected DIM=FROM..TO")?;
+    Ok(Selection {
+        dim: dim.to_string(),
+        from: from.into(),
+        to: to.into(),
+    })
 }
 
 fn parse_sizes(text: &str) -> Result<DimSizes, String> {

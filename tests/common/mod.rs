@@ -7,10 +7,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::{stream, TryStreamExt};
 use serde::Deserialize;
-use zarrpipe::codec::{CpuDecoder, DecodeExt};
-use zarrpipe::store::{ChunkRequest, FetchExt, Variable};
+use zarrpipe::codec::CpuDecoder;
+use zarrpipe::store::Variable;
 
 pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -87,54 +86,7 @@ pub fn expected_bytes(array: &ArrayEntry) -> Vec<u8> {
 
 /// Reads a whole variable through the fetch and decode stages into C-order native bytes.
 pub async fn read_whole(variable: &Arc<Variable>) -> Result<Vec<u8>, zarrpipe::codec::Error> {
-    let shape = variable.shape().to_vec();
-    let size = variable.dtype().size();
-    let mut whole = vec![0u8; shape.iter().product::<u64>() as usize * size];
-    let ranges: Vec<_> = shape.iter().map(|&n| 0..n).collect();
-    let requests = variable
-        .chunks_in(&ranges)
-        .into_iter()
-        .map(|c| ChunkRequest::new(variable.clone(), c));
-    let mut chunks = stream::iter(requests)
-        .fetch(8)
-        .decode(Arc::new(CpuDecoder::new()), 8);
-    while let Some(chunk) = chunks.try_next().await? {
-        let (start, chunk_shape) = variable.chunk_region(&chunk.request.indices)?;
-        copy_into_whole(&chunk.bytes, &start, &chunk_shape, &shape, size, &mut whole);
-    }
-    Ok(whole)
-}
-
-fn copy_into_whole(
-    src: &[u8],
-    start: &[u64],
-    chunk: &[u64],
-    shape: &[u64],
-    size: usize,
-    out: &mut [u8],
-) {
-    let rank = shape.len();
-    if rank == 0 {
-        out.copy_from_slice(&src[..size]);
-        return;
-    }
-    let inside: Vec<u64> = (0..rank)
-        .map(|a| chunk[a].min(shape[a] - start[a]))
-        .collect();
-    let total: u64 = inside[..rank - 1].iter().product();
-    let row = inside[rank - 1] as usize * size;
-    for flat in 0..total {
-        let mut rest = flat;
-        let mut coord = vec![0u64; rank];
-        for a in (0..rank - 1).rev() {
-            coord[a] = rest % inside[a];
-            rest /= inside[a];
-        }
-        let src_offset = (0..rank).fold(0, |o, a| o * chunk[a] + coord[a]) as usize * size;
-        let dst_offset =
-            (0..rank).fold(0, |o, a| o * shape[a] + start[a] + coord[a]) as usize * size;
-        out[dst_offset..dst_offset + row].copy_from_slice(&src[src_offset..src_offset + row]);
-    }
+    zarrpipe::codec::read_array(variable, Arc::new(CpuDecoder::new()), 8).await
 }
 
 /// Equal bytes, or equal floats with NaN equal to NaN (fill NaNs may differ in payload).

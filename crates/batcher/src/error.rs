@@ -36,6 +36,20 @@ pub enum Error {
     #[error("dimension `{dim}` is named twice in the window specification")]
     DuplicateDimension { dim: String },
 
+    #[error("selection {start}..{end} of `{dim}` is not a range of its {length} elements")]
+    BadSelection {
+        dim: String,
+        start: u64,
+        end: u64,
+        length: u64,
+    },
+
+    #[error("selection on `{dim}`, which is not a sample dimension (windowed or iterated)")]
+    SelectionOnStackedDim { dim: String },
+
+    #[error("padded windows cannot be combined with a selection on `{dim}`: padding is for the array's edge")]
+    PadWithSelection { dim: String },
+
     #[error("forecasting pairs need {reason}")]
     InvalidForecast { reason: &'static str },
 

@@ -135,6 +135,7 @@ impl SampleLayout {
             spec.windows.clone()
         };
         let mut sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
+        apply_ranges(&spec.ranges, &mut sample_dims)?;
         let (channels, channel_base) = channels(&variables, &sample_dims);
         let (input_offsets, target_offsets, forecast_axis) = match &spec.forecast {
             None => (vec![0], Vec::new(), None),
@@ -346,6 +347,30 @@ impl SampleLayout {
     }
 }
 
+/// Narrows sample dimensions to the selected index ranges.
+fn apply_ranges(ranges: &[(String, Range<u64>)], sample_dims: &mut [SampleDim]) -> Result<()> {
+    for (dim, range) in ranges {
+        let sample_dim = sample_dims
+            .iter_mut()
+            .find(|sample_dim| &sample_dim.name == dim)
+            .ok_or_else(|| Error::SelectionOnStackedDim { dim: dim.clone() })?;
+        if range.start >= range.end || range.end > sample_dim.length {
+            return Err(Error::BadSelection {
+                dim: dim.clone(),
+                start: range.start,
+                end: range.end,
+                length: sample_dim.length,
+            });
+        }
+        if sample_dim.edge == Edge::Pad {
+            return Err(Error::PadWithSelection { dim: dim.clone() });
+        }
+        sample_dim.start = sample_dim.start.max(range.start);
+        sample_dim.end_margin = sample_dim.end_margin.max(sample_dim.length - range.end);
+    }
+    Ok(())
+}
+
 /// Input and target offsets for `forecast` along the first iterated dimension, whose origins
 /// are narrowed so that every offset stays inside the data.
 fn forecast_offsets(
@@ -369,8 +394,8 @@ fn forecast_offsets(
             reason: "an iterated (time) dimension",
         })?;
     let history = forecast.history as i64;
-    sample_dims[axis].start = forecast.history - 1;
-    sample_dims[axis].end_margin = forecast.leads.iter().copied().max().unwrap_or(0);
+    sample_dims[axis].start += forecast.history - 1;
+    sample_dims[axis].end_margin += forecast.leads.iter().copied().max().unwrap_or(0);
     let inputs = (1 - history..=0).collect();
     let targets = forecast.leads.iter().map(|&lead| lead as i64).collect();
     Ok((inputs, targets, Some(axis)))

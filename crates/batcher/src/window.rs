@@ -50,6 +50,10 @@ pub struct WindowSpec {
     /// Input/target pairs along time (`None`: inputs only).
     #[serde(default)]
     pub forecast: Option<Forecast>,
+    /// Index ranges of sample dimensions that samples must lie in, whole (windows, history and
+    /// targets): subsets such as a time split or a latitude/longitude box.
+    #[serde(default)]
+    pub ranges: Vec<(String, std::ops::Range<u64>)>,
 }
 
 impl WindowSpec {
@@ -79,6 +83,12 @@ impl WindowSpec {
             history,
             leads: leads.into_iter().collect(),
         });
+        self
+    }
+
+    /// Keeps samples inside `range` (element indices) of `dim`, history and targets included.
+    pub fn select_indices(mut self, dim: impl Into<String>, range: std::ops::Range<u64>) -> Self {
+        self.ranges.push((dim.into(), range));
         self
     }
 

@@ -26,6 +26,7 @@ mod cpu;
 mod decode;
 mod decoded;
 mod error;
+mod read;
 
 use std::sync::Arc;
 
@@ -37,6 +38,7 @@ pub use cpu::{decode_on_cpu, CpuDecoder};
 pub use decode::Decode;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
+pub use read::read_array;
 
 /// Something that turns a chunk's stored bytes into its decoded elements.
 pub trait ChunkDecoder: Send + Sync + std::fmt::Debug {

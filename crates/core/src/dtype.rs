@@ -125,6 +125,39 @@ pub fn convert_to_f32(dtype: DType, src: &[u8], dst: &mut [f32], dst_stride: usi
     }
 }
 
+/// The native-endian elements of `dtype` in `bytes` as f64 (exact but for 64-bit integers
+/// beyond 2^53).
+pub fn values_f64(dtype: DType, bytes: &[u8]) -> Vec<f64> {
+    macro_rules! values {
+        ($ty:ty) => {
+            bytes
+                .chunks_exact(std::mem::size_of::<$ty>())
+                .map(|element| {
+                    <$ty>::from_ne_bytes(element.try_into().expect("element size")) as f64
+                })
+                .collect()
+        };
+    }
+    match dtype {
+        DType::Bool => bytes.iter().map(|&b| (b != 0) as u8 as f64).collect(),
+        DType::Int8 => values!(i8),
+        DType::Int16 => values!(i16),
+        DType::Int32 => values!(i32),
+        DType::Int64 => values!(i64),
+        DType::UInt8 => values!(u8),
+        DType::UInt16 => values!(u16),
+        DType::UInt32 => values!(u32),
+        DType::UInt64 => values!(u64),
+        DType::Float32 => values!(f32),
+        DType::Float64 => values!(f64),
+        DType::Float16 | DType::BFloat16 => {
+            let mut converted = vec![0f32; bytes.len() / 2];
+            convert_to_f32(dtype, bytes, &mut converted, 1);
+            converted.into_iter().map(f64::from).collect()
+        }
+    }
+}
+
 /// IEEE half to single precision (exact: every half value is representable).
 fn f16_bits_to_f32(bits: u16) -> f32 {
     let sign = ((bits as u32) & 0x8000) << 16;

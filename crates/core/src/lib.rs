@@ -15,5 +15,5 @@ mod dtype;
 mod in_flight;
 
 pub use device::{Device, ParseDeviceError};
-pub use dtype::{convert_to_f32, DType};
+pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;

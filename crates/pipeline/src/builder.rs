@@ -7,6 +7,7 @@ use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
 use zarrpipe_core::Device;
 use zarrpipe_store::Dataset;
 
+use crate::select::{index_range, CoordValue, Selection};
 use crate::stream::{BatchStream, StageConfig};
 use crate::{Error, Result};
 
@@ -33,6 +34,7 @@ pub struct PipelineBuilder {
     decode_concurrency: usize,
     device: Device,
     decoder: Option<Arc<dyn ChunkDecoder>>,
+    selections: Vec<Selection>,
 }
 
 /// Entry point: `Pipeline::builder(url)...build().await?` gives a [`BatchStream`].
@@ -65,6 +67,7 @@ impl PipelineBuilder {
             decode_concurrency: 2 * threads,
             device: Device::Cpu,
             decoder: None,
+            selections: Vec::new(),
         }
     }
 
@@ -90,6 +93,24 @@ impl PipelineBuilder {
     /// each of `leads` steps ahead (see [`zarrpipe_batcher::Forecast`]).
     pub fn forecast(mut self, history: u64, leads: impl IntoIterator<Item = u64>) -> Self {
         self.spec = self.spec.forecast(history, leads);
+        self
+    }
+
+    /// Keeps samples whose windows, history and targets all lie between two coordinate values
+    /// of `dim` (ends included, either order): a time range by dates (`"2020-01-01"`) or
+    /// numbers, a latitude or longitude band. Disjoint selections (train / validation / test
+    /// splits) never share a time step; leave steps between them for a gap.
+    pub fn select(
+        mut self,
+        dim: impl Into<String>,
+        from: impl Into<CoordValue>,
+        to: impl Into<CoordValue>,
+    ) -> Self {
+        self.selections.push(Selection {
+            dim: dim.into(),
+            from: from.into(),
+            to: to.into(),
+        });
         self
     }
 
@@ -202,7 +223,14 @@ impl PipelineBuilder {
         } else {
             self.variables
         };
-        let layout = Arc::new(SampleLayout::new(&dataset, &variables, &self.spec)?);
+        let mut spec = self.spec;
+        for selection in &self.selections {
+            spec = spec.select_indices(
+                selection.dim.clone(),
+                index_range(&dataset, selection).await?,
+            );
+        }
+        let layout = Arc::new(SampleLayout::new(&dataset, &variables, &spec)?);
         let batcher = match &self.resume {
             Some(state) => Batcher::resume(layout, self.batch_size, &self.epoch, state)?,
             None => Batcher::with_options(layout, self.batch_size, &self.epoch)?,

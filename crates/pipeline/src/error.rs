@@ -24,6 +24,9 @@ pub enum Error {
         source: tokio::task::JoinError,
     },
 
+    #[error("cannot select on `{dim}`: {reason}")]
+    Select { dim: String, reason: String },
+
     #[error("a pipeline must be built inside a Tokio runtime (it runs its stages as Tokio tasks)")]
     NoRuntime,
 

@@ -26,9 +26,11 @@
 mod builder;
 mod error;
 mod metrics;
+mod select;
 mod stream;
 
 pub use builder::{Pipeline, PipelineBuilder};
 pub use error::{Error, Result};
 pub use metrics::{Metrics, MetricsSnapshot};
+pub use select::{index_range, CoordValue, Selection};
 pub use stream::{Batch, BatchStream};

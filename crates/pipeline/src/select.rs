@@ -1,0 +1,194 @@
+//! Subsets by coordinate value: a time range given as dates (CF-encoded time coordinates) or
+//! numbers, a latitude/longitude box, resolved to index ranges of the sample dimensions.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use zarrpipe_codec_gpu::{read_array, CpuDecoder};
+use zarrpipe_core::values_f64;
+use zarrpipe_store::Dataset;
+
+use crate::{Error, Result};
+
+/// A coordinate value: a number in the coordinate's own units, or a date for CF time
+/// coordinates (`2020-01-03`, `2020-01-03T06:00`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum CoordValue {
+    Number(f64),
+    Date(String),
+}
+
+impl From<f64> for CoordValue {
+    fn from(value: f64) -> Self {
+        CoordValue::Number(value)
+    }
+}
+
+impl From<&str> for CoordValue {
+    /// A number when it parses as one, otherwise a date.
+    fn from(text: &str) -> Self {
+        text.parse()
+            .map(CoordValue::Number)
+            .unwrap_or_else(|_| CoordValue::Date(text.to_string()))
+    }
+}
+
+/// Samples whose windows (history and targets included) lie between two coordinate values of
+/// a dimension, both ends included, in either order (latitude often runs from 90 down to -90).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selection {
+    pub dim: String,
+    pub from: CoordValue,
+    pub to: CoordValue,
+}
+
+/// The index range of `selection`'s dimension whose coordinate values lie between its ends.
+pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Range<u64>> {
+    let dim = &selection.dim;
+    let fail = |reason: String| Error::Select {
+        dim: dim.clone(),
+        reason,
+    };
+    let coordinate = dataset
+        .variable(dim)
+        .ok()
+        .filter(|variable| variable.dims() == [dim.clone()])
+        .ok_or_else(|| fail("no 1-D coordinate variable of that name".into()))?;
+    let bytes = read_array(coordinate, Arc::new(CpuDecoder::new()), 8).await?;
+    let values = values_f64(coordinate.dtype(), &bytes);
+    let units = coordinate
+        .attributes()
+        .get("units")
+        .and_then(|u| u.as_str())
+        .unwrap_or("");
+    let calendar = coordinate
+        .attributes()
+        .get("calendar")
+        .and_then(|c| c.as_str());
+    let to_number = |value: &CoordValue| match value {
+        CoordValue::Number(number) => Ok(*number),
+        CoordValue::Date(date) => cf_time(date, units, calendar).map_err(fail),
+    };
+    let (a, b) = (to_number(&selection.from)?, to_number(&selection.to)?);
+    let (low, high) = (a.min(b), a.max(b));
+    let inside: Vec<usize> = (0..values.len())
+        .filter(|&i| low <= values[i] && values[i] <= high)
+        .collect();
+    let (Some(&first), Some(&last)) = (inside.first(), inside.last()) else {
+        return Err(fail(format!(
+            "no coordinate value between {low} and {high}"
+        )));
+    };
+    if last - first + 1 != inside.len() {
+        return Err(fail(
+            "the coordinate values in the range are not contiguous".into(),
+        ));
+    }
+    Ok(first as u64..last as u64 + 1)
+}
+
+/// A date as a number in CF `units` (`hours since 2000-01-01`), proleptic Gregorian calendar.
+fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Result<f64, String> {
+    if let Some(calendar) =
+        calendar.filter(|c| !matches!(*c, "standard" | "gregorian" | "proleptic_gregorian"))
+    {
+        return Err(format!(
+            "calendar `{calendar}` is not supported (only the Gregorian calendar)"
+        ));
+    }
+    let (unit, epoch) = units.split_once(" since ").ok_or_else(|| {
+        format!("a date was given, but the units `{units}` are not `<unit> since <date>`")
+    })?;
+    let seconds_per_unit = match unit.trim() {
+        "seconds" | "second" | "s" => 1.0,
+        "minutes" | "minute" | "min" => 60.0,
+        "hours" | "hour" | "h" => 3600.0,
+        "days" | "day" | "d" => 86400.0,
+        other => return Err(format!("time unit `{other}` is not supported")),
+    };
+    Ok((seconds(date)? - seconds(epoch.trim())?) / seconds_per_unit)
+}
+
+/// Seconds since 1970-01-01 of `YYYY-MM-DD[( |T)HH:MM[:SS]]`.
+fn seconds(date: &str) -> std::result::Result<f64, String> {
+    let bad = || format!("`{date}` is not a date like 2020-01-31 or 2020-01-31T06:00");
+    let (day, time) = date.split_once(['T', ' ']).unwrap_or((date, "00:00"));
+    let parts: Vec<i64> = day
+        .split('-')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<std::result::Result<_, _>>()?;
+    let [year, month, day] = parts[..] else {
+        return Err(bad());
+    };
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return Err(bad());
+    }
+    let time = time.trim_end_matches('Z');
+    let clock: Vec<f64> = time
+        .split(':')
+        .map(|p| p.parse().map_err(|_| bad()))
+        .collect::<std::result::Result<_, _>>()?;
+    let [hours, minutes, seconds] = match clock[..] {
+        [h] => [h, 0.0, 0.0],
+        [h, m] => [h, m, 0.0],
+        [h, m, s] => [h, m, s],
+        _ => return Err(bad()),
+    };
+    Ok(days_from_civil(year, month, day) as f64 * 86400.0
+        + hours * 3600.0
+        + minutes * 60.0
+        + seconds)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_become_cf_numbers() {
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        assert_eq!(
+            cf_time("2000-01-02", "hours since 2000-01-01", None),
+            Ok(24.0)
+        );
+        assert_eq!(
+            cf_time(
+                "2000-01-01T06:30",
+                "minutes since 2000-01-01 00:00:00",
+                Some("standard")
+            ),
+            Ok(390.0)
+        );
+        assert_eq!(
+            cf_time("2001-01-01", "days since 2000-01-01", None),
+            Ok(366.0)
+        ); // 2000 is a leap year
+        assert!(
+            cf_time("2000-01-02", "hours since 2000-01-01", Some("noleap"))
+                .unwrap_err()
+                .contains("noleap")
+        );
+        assert!(cf_time("2000-13-02", "hours since 2000-01-01", None).is_err());
+        assert!(cf_time("2000-01-02", "K", None).is_err());
+    }
+
+    #[test]
+    fn text_is_a_number_or_a_date() {
+        assert_eq!(CoordValue::from("-30.5"), CoordValue::Number(-30.5));
+        assert_eq!(
+            CoordValue::from("2020-01-01"),
+            CoordValue::Date("2020-01-01".into())
+        );
+    }
+}
