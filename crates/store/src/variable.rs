@@ -22,6 +22,9 @@ pub struct Variable {
     is_coordinate: bool,
     array: ZarrArray,
     store: Arc<dyn ObjectStore>,
+    /// The chunk shape of a regular grid (every Zarr v2 array, v3 `regular`), for planning
+    /// without zarrs' general grid code; `None` for other grids.
+    regular_chunks: Option<Vec<u64>>,
 }
 
 impl Variable {
@@ -50,6 +53,15 @@ impl Variable {
                 data_type,
             })?;
         let dims = dimension_names(&array);
+        let regular = match array.metadata() {
+            ArrayMetadata::V2(_) => true,
+            ArrayMetadata::V3(metadata) => metadata.chunk_grid.name() == "regular",
+        };
+        let origin = vec![0; array.dimensionality()];
+        let regular_chunks = regular
+            .then(|| array.chunk_shape(&origin).ok())
+            .flatten()
+            .map(|shape| shape.iter().map(|n| n.get()).collect());
         Ok(Self {
             name,
             dims,
@@ -57,6 +69,7 @@ impl Variable {
             is_coordinate: false,
             array,
             store,
+            regular_chunks,
         })
     }
 
@@ -139,6 +152,9 @@ impl Variable {
 
     /// The chunks that intersect `region` (one range per axis), in C order.
     pub fn chunks_in(&self, region: &[Range<u64>]) -> Vec<Vec<u64>> {
+        if let Some(chunk_shape) = &self.regular_chunks {
+            return regular_chunks_in(region, chunk_shape, self.chunk_grid_shape());
+        }
         let subset = ArraySubset::new_with_ranges(region);
         match self.array.chunks_in_array_subset(&subset) {
             Ok(Some(chunks)) => chunks.indices().into_iter().map(|c| c.to_vec()).collect(),
@@ -196,6 +212,34 @@ impl Variable {
     }
 }
 
+/// The chunks of a regular grid that intersect `region`, in C order (planning's hot path).
+fn regular_chunks_in(region: &[Range<u64>], chunk_shape: &[u64], grid: &[u64]) -> Vec<Vec<u64>> {
+    let ranges: Vec<Range<u64>> = region
+        .iter()
+        .zip(chunk_shape)
+        .zip(grid)
+        .map(|((range, &chunk), &count)| {
+            if range.start >= range.end {
+                return 0..0;
+            }
+            (range.start / chunk).min(count)..((range.end - 1) / chunk + 1).min(count)
+        })
+        .collect();
+    let total: u64 = ranges.iter().map(|range| range.end - range.start).product();
+    let mut chunks = Vec::with_capacity(total as usize);
+    for flat in 0..total {
+        let mut rest = flat;
+        let mut indices = vec![0; ranges.len()];
+        for (axis, range) in ranges.iter().enumerate().rev() {
+            let span = range.end - range.start;
+            indices[axis] = range.start + rest % span;
+            rest /= span;
+        }
+        chunks.push(indices);
+    }
+    chunks
+}
+
 impl std::fmt::Debug for Variable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Variable")
@@ -232,5 +276,51 @@ fn dimension_names(array: &ZarrArray) -> Vec<String> {
         (None, None) => (0..array.dimensionality())
             .map(|axis| format!("dim_{axis}"))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::regular_chunks_in;
+
+    /// Every chunk of the grid whose extent meets the region, by brute force.
+    fn brute_force(region: &[std::ops::Range<u64>], chunk: &[u64], grid: &[u64]) -> Vec<Vec<u64>> {
+        let mut all = vec![vec![]];
+        for axis in 0..grid.len() {
+            all = all
+                .into_iter()
+                .flat_map(|prefix: Vec<u64>| {
+                    (0..grid[axis]).map(move |i| [prefix.clone(), vec![i]].concat())
+                })
+                .collect();
+        }
+        all.into_iter()
+            .filter(|indices| {
+                indices.iter().enumerate().all(|(a, &i)| {
+                    let (start, end) = (i * chunk[a], (i + 1) * chunk[a]);
+                    region[a].start < end && start < region[a].end
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn regular_grid_lookup_matches_brute_force() {
+        let (chunk, grid) = ([3u64, 4, 5], [4u64, 3, 2]); // array of 12 x 12 x 10 (last partial)
+        for a in 0..12 {
+            for b in (a + 1)..=12 {
+                let region = [a..b, (b % 7)..12, 0..(1 + a % 10)];
+                assert_eq!(
+                    regular_chunks_in(&region, &chunk, &grid),
+                    brute_force(&region, &chunk, &grid),
+                    "{region:?}"
+                );
+            }
+        }
+        assert_eq!(
+            regular_chunks_in(&[2..2], &[4], &[3]),
+            Vec::<Vec<u64>>::new()
+        );
+        assert_eq!(regular_chunks_in(&[], &[], &[]), vec![Vec::<u64>::new()]);
     }
 }
