@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use futures::{stream, TryStreamExt};
+use futures::TryStreamExt;
 use serde::Serialize;
-use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
+use zarrpipe_codec_gpu::{decode_every_chunk, ChunkDecoder, DecodedChunk};
 use zarrpipe_core::{values_f64, DType};
-use zarrpipe_store::{ChunkRequest, FetchExt, Variable};
+use zarrpipe_store::Variable;
 
 /// Statistics of one variable. `min`, `max` and `mean` are over the non-NaN values and are
 /// `None` when there are none.
@@ -69,14 +69,7 @@ pub async fn variable_stats(
     decoder: Arc<dyn ChunkDecoder>,
     concurrency: usize,
 ) -> Result<VariableStats, zarrpipe_codec_gpu::Error> {
-    let whole: Vec<_> = variable.shape().iter().map(|&length| 0..length).collect();
-    let requests = variable
-        .chunks_in(&whole)
-        .into_iter()
-        .map(|indices| ChunkRequest::new(variable.clone(), indices));
-    let mut chunks = stream::iter(requests)
-        .fetch(concurrency)
-        .decode(decoder, concurrency);
+    let mut chunks = Box::pin(decode_every_chunk(variable, decoder, concurrency));
     let mut accumulator = Accumulator::default();
     while let Some(chunk) = chunks.try_next().await? {
         accumulate_chunk(&chunk, &mut accumulator)?;

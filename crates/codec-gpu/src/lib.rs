@@ -38,7 +38,7 @@ pub use cpu::{decode_on_cpu, CpuDecoder};
 pub use decode::Decode;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
-pub use read::read_array;
+pub use read::{decode_every_chunk, read_array};
 
 /// Something that turns a chunk's stored bytes into its decoded elements.
 pub trait ChunkDecoder: Send + Sync + std::fmt::Debug {

@@ -1,9 +1,9 @@
 use std::sync::Arc;
 
-use futures::{stream, TryStreamExt};
+use futures::{stream, Stream, TryStreamExt};
 use zarrpipe_store::{ChunkRequest, FetchExt, Variable};
 
-use crate::{ChunkDecoder, DecodeExt, Result};
+use crate::{ChunkDecoder, DecodeExt, DecodedChunk, Result};
 
 /// Reads a whole variable through the fetch and decode stages: C-order, native-endian bytes,
 /// missing chunks as the fill value. For coordinates and small arrays; batches are cut by the
@@ -16,19 +16,29 @@ pub async fn read_array(
     let shape = variable.shape().to_vec();
     let size = variable.dtype().size();
     let mut whole = vec![0u8; shape.iter().product::<u64>() as usize * size];
-    let everything: Vec<_> = shape.iter().map(|&n| 0..n).collect();
-    let requests = variable
-        .chunks_in(&everything)
-        .into_iter()
-        .map(|c| ChunkRequest::new(variable.clone(), c));
-    let mut chunks = stream::iter(requests)
-        .fetch(concurrency)
-        .decode(decoder, concurrency);
+    let mut chunks = decode_every_chunk(variable, decoder, concurrency);
     while let Some(chunk) = chunks.try_next().await? {
         let (start, chunk_shape) = variable.chunk_region(&chunk.request.indices)?;
         copy_into(&chunk.bytes, &start, &chunk_shape, &shape, size, &mut whole);
     }
     Ok(whole)
+}
+
+/// Every chunk of `variable`, fetched and decoded (up to `concurrency` at once), in C order.
+pub fn decode_every_chunk(
+    variable: &Arc<Variable>,
+    decoder: Arc<dyn ChunkDecoder>,
+    concurrency: usize,
+) -> impl Stream<Item = Result<DecodedChunk>> + Send + 'static {
+    let everything: Vec<_> = variable.shape().iter().map(|&n| 0..n).collect();
+    let requests: Vec<ChunkRequest> = variable
+        .chunks_in(&everything)
+        .into_iter()
+        .map(|indices| ChunkRequest::new(variable.clone(), indices))
+        .collect();
+    stream::iter(requests)
+        .fetch(concurrency)
+        .decode(decoder, concurrency)
 }
 
 /// Copies the part of a chunk (at `start`, of `chunk` shape) inside the array into `out`.

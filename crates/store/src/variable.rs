@@ -318,7 +318,7 @@ mod tests {
             }
         }
         assert_eq!(
-            regular_chunks_in(&[2..2], &[4], &[3]),
+            regular_chunks_in(std::slice::from_ref(&(2..2)), &[4], &[3]),
             Vec::<Vec<u64>>::new()
         );
         assert_eq!(regular_chunks_in(&[], &[], &[]), vec![Vec::<u64>::new()]);
