@@ -286,11 +286,11 @@ mod tests {
     /// Every chunk of the grid whose extent meets the region, by brute force.
     fn brute_force(region: &[std::ops::Range<u64>], chunk: &[u64], grid: &[u64]) -> Vec<Vec<u64>> {
         let mut all = vec![vec![]];
-        for axis in 0..grid.len() {
+        for &count in grid {
             all = all
                 .into_iter()
                 .flat_map(|prefix: Vec<u64>| {
-                    (0..grid[axis]).map(move |i| [prefix.clone(), vec![i]].concat())
+                    (0..count).map(move |i| [prefix.clone(), vec![i]].concat())
                 })
                 .collect();
         }
