@@ -77,8 +77,14 @@ impl HostCollator {
         let step_len = self.layout.channels().len() * self.plane_len();
         let mut shape = vec![samples.len(), self.layout.channels().len() * offsets.len()];
         shape.extend(&self.layout.sample_shape()[1..]);
-        // Padded elements keep this value; without padding every element is overwritten.
-        let mut data = vec![self.layout.pad_value(); samples.len() * offsets.len() * step_len];
+        let len = samples.len() * offsets.len() * step_len;
+        // Padded elements keep the pad value. Without padding every element is overwritten, so
+        // take zeroed pages from the allocator instead of writing the tensor twice.
+        let mut data = if self.layout.padded() {
+            vec![self.layout.pad_value(); len]
+        } else {
+            vec![0f32; len]
+        };
         let mut pieces =
             Vec::with_capacity(data.len() / step_len.max(1) * self.layout.variables().len());
         let steps = samples
