@@ -238,7 +238,8 @@ impl SampleLayout {
         let mut rest = index;
         let mut origin = vec![0; self.sample_dims.len()];
         for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
-            let positions = dim.positions();
+            // An empty epoch has no sample to name: keep origins at the dimension's start.
+            let positions = dim.positions().max(1);
             origin[axis] = dim.origin(rest % positions);
             rest /= positions;
         }
