@@ -19,10 +19,7 @@ pub struct PlanArgs {
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let dataset = Dataset::open(&args.url).await?;
     let variables = if args.windows.variables.is_empty() {
-        dataset
-            .data_variables()
-            .map(|v| v.name().to_string())
-            .collect()
+        dataset.data_variable_names()
     } else {
         args.windows.variables.clone()
     };

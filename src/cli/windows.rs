@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 use zarrpipe::batcher::{Edge, EpochOptions, Ranks, Shuffle, WindowSpec};
-use zarrpipe::pipeline::{index_range, Selection};
+use zarrpipe::pipeline::{resolve_selections, Selection};
 use zarrpipe::store::Dataset;
 
 /// `DIM=SIZE,DIM=SIZE` in the order given.
@@ -92,14 +92,7 @@ impl WindowArgs {
 
     /// [`spec`](Self::spec) with the selections resolved to index ranges of `dataset`.
     pub async fn resolved_spec(&self, dataset: &Dataset) -> anyhow::Result<WindowSpec> {
-        let mut spec = self.spec()?;
-        for selection in &self.select {
-            spec = spec.select_indices(
-                selection.dim.clone(),
-                index_range(dataset, selection).await?,
-            );
-        }
-        Ok(spec)
+        Ok(resolve_selections(dataset, self.spec()?, &self.select).await?)
     }
 
     /// The window specification, windows in the order --input-dims gives them.

@@ -74,7 +74,8 @@ impl HostCollator {
         offsets: &[i64],
         index: &ChunkIndex<'_>,
     ) -> Result<ArrayD<f32>> {
-        let step_len = self.layout.channels().len() * self.plane_len();
+        let plane = self.plane_len();
+        let step_len = self.layout.channels().len() * plane;
         let mut shape = vec![samples.len(), self.layout.channels().len() * offsets.len()];
         shape.extend(&self.layout.sample_shape()[1..]);
         let len = samples.len() * offsets.len() * step_len;
@@ -94,7 +95,7 @@ impl HostCollator {
             let mut rest = slab;
             for variable in 0..self.layout.variables().len() {
                 let channels = self.layout.channel_range(variable).len();
-                let (channels_of_variable, tail) = rest.split_at_mut(channels * self.plane_len());
+                let (channels_of_variable, tail) = rest.split_at_mut(channels * plane);
                 pieces.push((step.clone(), variable, channels_of_variable));
                 rest = tail;
             }

@@ -7,7 +7,7 @@ use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
 use zarrpipe_core::Device;
 use zarrpipe_store::Dataset;
 
-use crate::select::{index_range, CoordValue, Selection};
+use crate::select::{resolve_selections, CoordValue, Selection};
 use crate::stream::{BatchStream, StageConfig};
 use crate::{Error, Result};
 
@@ -216,20 +216,11 @@ impl PipelineBuilder {
             Source::Dataset(dataset) => dataset,
         };
         let variables = if self.variables.is_empty() {
-            dataset
-                .data_variables()
-                .map(|v| v.name().to_string())
-                .collect()
+            dataset.data_variable_names()
         } else {
             self.variables
         };
-        let mut spec = self.spec;
-        for selection in &self.selections {
-            spec = spec.select_indices(
-                selection.dim.clone(),
-                index_range(&dataset, selection).await?,
-            );
-        }
+        let spec = resolve_selections(&dataset, self.spec, &self.selections).await?;
         let layout = Arc::new(SampleLayout::new(&dataset, &variables, &spec)?);
         let batcher = match &self.resume {
             Some(state) => Batcher::resume(layout, self.batch_size, &self.epoch, state)?,

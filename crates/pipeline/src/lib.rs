@@ -32,5 +32,5 @@ mod stream;
 pub use builder::{Pipeline, PipelineBuilder};
 pub use error::{Error, Result};
 pub use metrics::{Metrics, MetricsSnapshot};
-pub use select::{index_range, CoordValue, Selection};
+pub use select::{index_range, resolve_selections, CoordValue, Selection};
 pub use stream::{Batch, BatchStream};

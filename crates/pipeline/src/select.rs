@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use zarrpipe_batcher::WindowSpec;
 use zarrpipe_codec_gpu::{read_array, CpuDecoder};
 use zarrpipe_core::values_f64;
 use zarrpipe_store::Dataset;
@@ -85,6 +86,19 @@ pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Ran
         ));
     }
     Ok(first as u64..last as u64 + 1)
+}
+
+/// `spec` with each selection resolved to an index range of `dataset` (reads coordinates).
+pub async fn resolve_selections(
+    dataset: &Dataset,
+    mut spec: WindowSpec,
+    selections: &[Selection],
+) -> Result<WindowSpec> {
+    for selection in selections {
+        let range = index_range(dataset, selection).await?;
+        spec = spec.select_indices(selection.dim.clone(), range);
+    }
+    Ok(spec)
 }
 
 /// A date as a number in CF `units` (`hours since 2000-01-01`), proleptic Gregorian calendar.

@@ -111,6 +111,13 @@ impl Dataset {
             .filter(|variable| !variable.is_coordinate())
     }
 
+    /// The names of the data variables, sorted: the default selection of pipelines.
+    pub fn data_variable_names(&self) -> Vec<String> {
+        self.data_variables()
+            .map(|variable| variable.name().to_string())
+            .collect()
+    }
+
     /// The coordinate arrays.
     pub fn coordinates(&self) -> impl Iterator<Item = &Arc<Variable>> {
         self.variables
