@@ -1,3 +1,5 @@
+use crate::frames::FrameError;
+
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -32,4 +34,41 @@ pub enum Error {
 
     #[error("CUDA is not available: {reason}")]
     CudaUnavailable { reason: String },
+
+    #[error("chunk `{key}` of variable `{variable}` cannot be decoded")]
+    Frame {
+        variable: String,
+        key: String,
+        #[source]
+        source: FrameError,
+    },
+
+    #[error("chunk `{key}` of variable `{variable}` needs the CPU, and the GPU decoder is strict")]
+    GpuUnsupported {
+        variable: String,
+        key: String,
+        #[source]
+        source: FrameError,
+    },
+
+    #[error("chunk `{key}` of variable `{variable}` failed on the GPU: {detail}")]
+    GpuDecode {
+        variable: String,
+        key: String,
+        detail: String,
+    },
+
+    #[error("CUDA call failed: {what}")]
+    Cuda {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    #[error("nvCOMP call {call} failed with status {status} ({name})")]
+    Nvcomp {
+        call: &'static str,
+        status: i32,
+        name: &'static str,
+    },
 }

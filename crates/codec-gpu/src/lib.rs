@@ -22,11 +22,22 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
+mod chain;
 mod cpu;
 mod decode;
 mod decoded;
 mod error;
+mod frames;
+mod gpu;
+#[cfg(test)]
+mod interpret;
+mod plan;
 mod read;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -34,10 +45,13 @@ use futures::future::BoxFuture;
 use futures::Stream;
 use zarrpipe_store::EncodedChunk;
 
+pub use batch::DecodePath;
 pub use cpu::{decode_on_cpu, CpuDecoder};
 pub use decode::Decode;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
+pub use frames::FrameError;
+pub use gpu::{BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions};
 pub use read::{decode_every_chunk, read_array};
 
 /// Something that turns a chunk's stored bytes into its decoded elements.

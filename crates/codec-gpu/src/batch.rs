@@ -1,0 +1,188 @@
+//! Preparing a batch for the GPU on the CPU: each chunk's chain and frames are read and
+//! planned; chunks the GPU cannot decode are decoded here with zarrs (in parallel) and only
+//! copied up, unless the decoder is strict.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
+
+use crate::chain::GpuChain;
+use crate::frames::FrameError;
+use crate::plan::{BatchPlan, ChunkInput, Region};
+use crate::{decode_on_cpu, DecodedChunk, Error, Result};
+
+/// How a chunk of a GPU batch was decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodePath {
+    /// Decompressed and decoded on the GPU.
+    Gpu,
+    /// Missing from the store: filled with the fill value on the GPU.
+    Fill,
+    /// Decoded on the CPU with zarrs, then copied to the GPU.
+    CpuFallback { reason: String },
+}
+
+/// One chunk of a prepared batch.
+#[derive(Debug)]
+pub(crate) struct PreparedChunk {
+    pub request: ChunkRequest,
+    pub stored_len: usize,
+    pub fetch_time: Duration,
+    /// Where its decoded bytes will be, and how they got there; or why not.
+    pub outcome: Result<(Region, DecodePath)>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    pub plan: BatchPlan,
+    pub chunks: Vec<PreparedChunk>,
+}
+
+/// Plans `chunks` for the GPU. With `strict`, a chunk the GPU cannot decode is an error
+/// instead of a CPU fallback.
+pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool) -> Prepared {
+    let mut chains: HashMap<*const Variable, std::result::Result<GpuChain, String>> =
+        HashMap::new();
+    for chunk in &chunks {
+        let variable = &chunk.request.variable;
+        chains
+            .entry(Arc::as_ptr(variable))
+            .or_insert_with(|| GpuChain::of(variable).map_err(|unsupported| unsupported.0));
+    }
+    let mut prepared = Prepared::default();
+    let mut fallbacks = Vec::new();
+    let mut outcomes = Vec::with_capacity(chunks.len());
+    for (index, chunk) in chunks.iter().enumerate() {
+        let chain = &chains[&Arc::as_ptr(&chunk.request.variable)];
+        let planned = match chain {
+            Ok(chain) => plan_chunk(&mut prepared.plan, index, chunk, chain),
+            Err(reason) => Err(FrameError::NeedsCpu(format!("codec chain: {reason}"))),
+        };
+        outcomes.push(match planned {
+            Ok(planned) => Some(Ok(planned)),
+            Err(FrameError::NeedsCpu(reason)) if !strict => {
+                fallbacks.push((index, chunk.clone(), reason));
+                None
+            }
+            Err(source) => Some(Err(frame_error(&chunk.request, source, strict))),
+        });
+    }
+    // The fallbacks decode on every core, then join the plan as plain uploads.
+    let decoded: Vec<_> = fallbacks
+        .into_par_iter()
+        .map(|(index, chunk, reason)| (index, decode_on_cpu(chunk), reason))
+        .collect();
+    for (index, decoded, reason) in decoded {
+        outcomes[index] = Some(decoded.and_then(|decoded| {
+            let bytes = Bytes::from(decoded.bytes);
+            let input = ChunkInput {
+                bytes: Some(&bytes),
+                chain: &GpuChain::default(),
+                shape: &chunk_shape(&decoded.request),
+                element_size: decoded.request.variable.dtype().size(),
+                fill: &[],
+            };
+            let region = prepared
+                .plan
+                .add(index, &input)
+                .map_err(|source| frame_error(&decoded.request, source, strict))?;
+            Ok((region, DecodePath::CpuFallback { reason }))
+        }));
+    }
+    prepared.chunks = chunks
+        .into_iter()
+        .zip(outcomes)
+        .map(|(chunk, outcome)| PreparedChunk {
+            stored_len: chunk.stored_len(),
+            fetch_time: chunk.fetch_time,
+            request: chunk.request,
+            outcome: outcome.expect("every chunk planned or decoded on the CPU"),
+        })
+        .collect();
+    prepared
+}
+
+fn plan_chunk(
+    plan: &mut BatchPlan,
+    index: usize,
+    chunk: &EncodedChunk,
+    chain: &GpuChain,
+) -> std::result::Result<(Region, DecodePath), FrameError> {
+    let variable = &chunk.request.variable;
+    let array = variable.array();
+    let shape = chunk_shape(&chunk.request);
+    let input = ChunkInput {
+        bytes: chunk.bytes.as_ref(),
+        chain,
+        shape: &shape,
+        element_size: variable.dtype().size(),
+        fill: array.fill_value().as_ne_bytes(),
+    };
+    let region = plan.add(index, &input)?;
+    let path = if chunk.bytes.is_some() {
+        DecodePath::Gpu
+    } else {
+        DecodePath::Fill
+    };
+    Ok((region, path))
+}
+
+/// The full (unclipped) shape of a chunk.
+fn chunk_shape(request: &ChunkRequest) -> Vec<u64> {
+    request
+        .variable
+        .chunk_region(&request.indices)
+        .map(|(_, shape)| shape)
+        .unwrap_or_else(|_| request.variable.chunk_shape())
+}
+
+pub(crate) fn frame_error(request: &ChunkRequest, source: FrameError, strict: bool) -> Error {
+    if strict && source.needs_cpu() {
+        return Error::GpuUnsupported {
+            variable: request.variable.name().to_string(),
+            key: request.key(),
+            source,
+        };
+    }
+    Error::Frame {
+        variable: request.variable.name().to_string(),
+        key: request.key(),
+        source,
+    }
+}
+
+/// Marks the chunks whose GPU ops failed (the first failure of each is kept).
+pub(crate) fn record_failures(chunks: &mut [PreparedChunk], failures: Vec<(usize, String)>) {
+    for (index, detail) in failures {
+        let chunk = &mut chunks[index];
+        if chunk.outcome.is_ok() {
+            chunk.outcome = Err(Error::GpuDecode {
+                variable: chunk.request.variable.name().to_string(),
+                key: chunk.request.key(),
+                detail,
+            });
+        }
+    }
+}
+
+/// The decoded chunks of a prepared batch, given its whole output buffer on the host.
+pub(crate) fn host_chunks(chunks: Vec<PreparedChunk>, output: &[u8]) -> Vec<Result<DecodedChunk>> {
+    chunks
+        .into_iter()
+        .map(|chunk| {
+            let (region, path) = chunk.outcome?;
+            Ok(DecodedChunk {
+                bytes: output[region.offset..region.offset + region.len].to_vec(),
+                stored_len: chunk.stored_len,
+                missing: path == DecodePath::Fill,
+                request: chunk.request,
+                fetch_time: chunk.fetch_time,
+                decode_time: Duration::ZERO,
+            })
+        })
+        .collect()
+}

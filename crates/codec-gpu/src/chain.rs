@@ -1,0 +1,315 @@
+//! A variable's codec chain as decode steps the GPU knows, read from the array metadata (v3
+//! `codecs`, or v2 `compressor`, `filters`, `dtype` byte order and `order`). A chain with any
+//! other codec is `Unsupported` and decodes on the CPU.
+
+use serde_json::Value;
+use zarrpipe_store::Variable;
+
+/// One decode step, in decode order (the reverse of the encode order).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Step {
+    /// Strip and check the 4-byte crc32c trailer (`crc32c`).
+    Crc32c,
+    /// A whole-chunk compressor.
+    Decompress(Compressor),
+    /// numcodecs `shuffle`: bytes grouped by position within each element.
+    Shuffle { element_size: usize },
+    /// The `bytes` codec with a byte order other than this machine's.
+    SwapBytes,
+    /// `sharding_indexed`: the chunk is a shard of inner chunks.
+    Sharding(Box<ShardSpec>),
+    /// `transpose`; `encoded_order[i]` is the decoded axis stored as axis `i`.
+    Transpose { encoded_order: Vec<usize> },
+    /// numcodecs `delta` on integers (dtype = astype): a running sum.
+    Delta,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Compressor {
+    Zstd,
+    Gzip,
+    Zlib,
+    /// numcodecs `lz4`: a 4-byte little-endian decoded size, then an LZ4 block.
+    Lz4,
+    /// A blosc 1 frame (any inner codec; the frame header says which).
+    Blosc,
+}
+
+/// How a shard stores its inner chunks.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ShardSpec {
+    pub inner_shape: Vec<u64>,
+    pub inner: GpuChain,
+    /// The index ends with a crc32c trailer.
+    pub index_crc32c: bool,
+    pub index_at_end: bool,
+}
+
+/// The decode steps of one chain, each applied to the whole chunk in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct GpuChain {
+    pub steps: Vec<Step>,
+}
+
+/// Why a chain stays on the CPU.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Unsupported(pub String);
+
+impl GpuChain {
+    /// The GPU steps of `variable`'s codec chain.
+    pub fn of(variable: &Variable) -> Result<Self, Unsupported> {
+        let metadata = serde_json::to_value(variable.array().metadata())
+            .map_err(|error| Unsupported(format!("unreadable metadata: {error}")))?;
+        let element_size = variable.dtype().size();
+        match metadata.get("zarr_format").and_then(Value::as_u64) {
+            Some(2) => Self::from_v2(&metadata, element_size),
+            _ => Self::from_v3(
+                metadata.get("codecs").unwrap_or(&Value::Null),
+                element_size,
+                variable.dtype().is_integer(),
+            ),
+        }
+    }
+
+    fn from_v3(codecs: &Value, element_size: usize, integer: bool) -> Result<Self, Unsupported> {
+        let codecs = codecs
+            .as_array()
+            .ok_or_else(|| Unsupported("no codec list".into()))?;
+        let mut steps = Vec::new();
+        // Encode order is the list order; decode walks it backwards.
+        for codec in codecs.iter().rev() {
+            let name = codec_name(codec);
+            let config = codec.get("configuration").unwrap_or(&Value::Null);
+            let step = match name {
+                "bytes" => match config.get("endian").and_then(Value::as_str) {
+                    Some("big") if element_size > 1 && cfg!(target_endian = "little") => {
+                        Some(Step::SwapBytes)
+                    }
+                    Some("little") if element_size > 1 && cfg!(target_endian = "big") => {
+                        Some(Step::SwapBytes)
+                    }
+                    _ => None,
+                },
+                "crc32c" => Some(Step::Crc32c),
+                "zstd" | "numcodecs.zstd" => Some(Step::Decompress(Compressor::Zstd)),
+                "gzip" | "numcodecs.gzip" => Some(Step::Decompress(Compressor::Gzip)),
+                "numcodecs.zlib" => Some(Step::Decompress(Compressor::Zlib)),
+                "numcodecs.lz4" => Some(Step::Decompress(Compressor::Lz4)),
+                "blosc" | "numcodecs.blosc" => Some(Step::Decompress(Compressor::Blosc)),
+                "numcodecs.shuffle" => Some(shuffle_step(config, element_size)?),
+                "numcodecs.delta" => Some(delta_step(config, integer)?),
+                "transpose" => Some(Step::Transpose {
+                    encoded_order: axis_order(config.get("order"))?,
+                }),
+                "sharding_indexed" => Some(Step::Sharding(Box::new(shard_spec(
+                    config,
+                    element_size,
+                    integer,
+                )?))),
+                other => return Err(Unsupported(format!("codec `{other}`"))),
+            };
+            steps.extend(step);
+        }
+        Ok(Self { steps })
+    }
+
+    fn from_v2(metadata: &Value, element_size: usize) -> Result<Self, Unsupported> {
+        let dtype = metadata.get("dtype").and_then(Value::as_str).unwrap_or("");
+        let integer = dtype.contains('i') || dtype.contains('u');
+        let mut steps = Vec::new();
+        if let Some(compressor) = metadata.get("compressor").filter(|c| !c.is_null()) {
+            let step = match compressor.get("id").and_then(Value::as_str).unwrap_or("") {
+                "zstd" => Compressor::Zstd,
+                "gzip" => Compressor::Gzip,
+                "zlib" => Compressor::Zlib,
+                "lz4" => Compressor::Lz4,
+                "blosc" => Compressor::Blosc,
+                other => return Err(Unsupported(format!("compressor `{other}`"))),
+            };
+            steps.push(Step::Decompress(step));
+        }
+        let filters = metadata.get("filters").and_then(Value::as_array);
+        for filter in filters.into_iter().flatten().rev() {
+            steps.push(
+                match filter.get("id").and_then(Value::as_str).unwrap_or("") {
+                    "shuffle" => shuffle_step(filter, element_size)?,
+                    "delta" => delta_step(filter, integer)?,
+                    other => return Err(Unsupported(format!("filter `{other}`"))),
+                },
+            );
+        }
+        let foreign_order = if cfg!(target_endian = "little") {
+            '>'
+        } else {
+            '<'
+        };
+        if element_size > 1 && dtype.starts_with(foreign_order) {
+            steps.push(Step::SwapBytes);
+        }
+        if metadata.get("order").and_then(Value::as_str) == Some("F") {
+            let ndim = metadata
+                .get("shape")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            steps.push(Step::Transpose {
+                encoded_order: (0..ndim).rev().collect(),
+            });
+        }
+        Ok(Self { steps })
+    }
+}
+
+/// A v3 codec's name: `{"name": ...}`, or the bare string metadata may use without options.
+fn codec_name(codec: &Value) -> &str {
+    codec
+        .as_str()
+        .or_else(|| codec.get("name").and_then(Value::as_str))
+        .unwrap_or("")
+}
+
+fn shuffle_step(config: &Value, element_size: usize) -> Result<Step, Unsupported> {
+    let size = config
+        .get("elementsize")
+        .and_then(Value::as_u64)
+        .map_or(element_size, |n| n as usize);
+    Ok(Step::Shuffle { element_size: size })
+}
+
+fn delta_step(config: &Value, integer: bool) -> Result<Step, Unsupported> {
+    let dtype = config.get("dtype").and_then(Value::as_str);
+    let astype = config.get("astype").and_then(Value::as_str).or(dtype);
+    // Floating-point running sums would round differently in parallel; big-endian values would
+    // need a swap first. Both stay on the CPU.
+    let little_or_single = |t: &str| t.starts_with('<') || t.starts_with('|');
+    match (dtype, astype) {
+        (Some(d), Some(a)) if d == a && integer && little_or_single(d) => Ok(Step::Delta),
+        _ => Err(Unsupported(
+            "delta other than little-endian integers of one type".into(),
+        )),
+    }
+}
+
+fn axis_order(order: Option<&Value>) -> Result<Vec<usize>, Unsupported> {
+    let order: Option<Vec<usize>> = order.and_then(Value::as_array).and_then(|axes| {
+        axes.iter()
+            .map(|axis| axis.as_u64().map(|a| a as usize))
+            .collect()
+    });
+    let order = order.ok_or_else(|| Unsupported("transpose without an axis list".into()))?;
+    let mut seen = vec![false; order.len()];
+    for &axis in &order {
+        if axis >= order.len() || std::mem::replace(&mut seen[axis], true) {
+            return Err(Unsupported(format!("transpose order {order:?}")));
+        }
+    }
+    Ok(order)
+}
+
+fn shard_spec(
+    config: &Value,
+    element_size: usize,
+    integer: bool,
+) -> Result<ShardSpec, Unsupported> {
+    let inner_shape: Option<Vec<u64>> = config
+        .get("chunk_shape")
+        .and_then(Value::as_array)
+        .and_then(|shape| shape.iter().map(Value::as_u64).collect());
+    let inner_shape = inner_shape.ok_or_else(|| Unsupported("shard without chunk_shape".into()))?;
+    let inner = GpuChain::from_v3(
+        config.get("codecs").unwrap_or(&Value::Null),
+        element_size,
+        integer,
+    )?;
+    if inner
+        .steps
+        .iter()
+        .any(|step| matches!(step, Step::Sharding(_)))
+    {
+        return Err(Unsupported("nested sharding".into()));
+    }
+    let index = config.get("index_codecs").and_then(Value::as_array);
+    let names: Vec<&str> = index.into_iter().flatten().map(codec_name).collect();
+    let little = index
+        .into_iter()
+        .flatten()
+        .filter(|codec| codec_name(codec) == "bytes")
+        .all(|codec| {
+            codec
+                .pointer("/configuration/endian")
+                .and_then(Value::as_str)
+                != Some("big")
+        });
+    let index_crc32c = match names.as_slice() {
+        ["bytes"] if little => false,
+        ["bytes", "crc32c"] if little => true,
+        _ => return Err(Unsupported(format!("shard index codecs {names:?}"))),
+    };
+    let index_at_end = config.get("index_location").and_then(Value::as_str) != Some("start");
+    Ok(ShardSpec {
+        inner_shape,
+        inner,
+        index_crc32c,
+        index_at_end,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn v3_chains_read_in_decode_order() {
+        let codecs = json!([
+            {"name": "transpose", "configuration": {"order": [2, 0, 1]}},
+            {"name": "bytes", "configuration": {"endian": "big"}},
+            {"name": "zstd", "configuration": {"level": 3}},
+            {"name": "crc32c"}
+        ]);
+        let chain = GpuChain::from_v3(&codecs, 4, false).unwrap();
+        assert_eq!(
+            chain.steps,
+            [
+                Step::Crc32c,
+                Step::Decompress(Compressor::Zstd),
+                Step::SwapBytes,
+                Step::Transpose {
+                    encoded_order: vec![2, 0, 1]
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn v2_chains_add_byte_order_and_fortran_order() {
+        let metadata = json!({
+            "zarr_format": 2, "dtype": ">i2", "order": "F", "shape": [3, 4],
+            "compressor": {"id": "blosc", "cname": "lz4"},
+            "filters": [{"id": "delta", "dtype": ">i2"}]
+        });
+        // Delta on big-endian integers stays on the CPU.
+        assert!(GpuChain::from_v2(&metadata, 2).is_err());
+        let metadata = json!({
+            "zarr_format": 2, "dtype": ">i2", "order": "F", "shape": [3, 4],
+            "compressor": {"id": "blosc", "cname": "lz4"}, "filters": null
+        });
+        assert_eq!(
+            GpuChain::from_v2(&metadata, 2).unwrap().steps,
+            [
+                Step::Decompress(Compressor::Blosc),
+                Step::SwapBytes,
+                Step::Transpose {
+                    encoded_order: vec![1, 0]
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_codecs_and_bad_orders_are_unsupported() {
+        assert!(GpuChain::from_v3(&json!([{"name": "bz2"}]), 4, false).is_err());
+        let bad = json!([{"name": "transpose", "configuration": {"order": [0, 0]}}]);
+        assert!(GpuChain::from_v3(&bad, 4, false).is_err());
+    }
+}

@@ -1,0 +1,829 @@
+//! Running batch plans on a CUDA device: one pinned staging buffer and one upload per batch,
+//! then each round's ops as one nvCOMP call per codec and one launch per kernel kind, all on
+//! the decoder's stream; per-op statuses come back at the end.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cudarc::driver::sys::CUstream;
+use cudarc::driver::{
+    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PinnedHostSlice, PushKernelArg,
+};
+use rayon::prelude::*;
+use zarrpipe_store::EncodedChunk;
+
+use super::kernels::{self, Kernels, MAX_DIMS};
+use super::nvcomp::{status_name, Nvcomp};
+use super::{BatchTimings, DeviceChunk, GpuOptions};
+use crate::batch::{prepare, record_failures, PreparedChunk};
+use crate::plan::{BatchPlan, Codec, Op, Region, Space};
+use crate::{DecodedChunk, Error, Result};
+
+fn cuda_error(what: impl Into<String>) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
+    let what = what.into();
+    move |error| Error::Cuda {
+        what,
+        source: Box::new(error),
+    }
+}
+
+/// Decodes batches of chunks on one GPU with nvCOMP and zarrpipe's kernels.
+pub struct GpuDecoder {
+    context: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    kernels: Kernels,
+    nvcomp: Nvcomp,
+    options: GpuOptions,
+    buffers: Mutex<Buffers>,
+}
+
+impl std::fmt::Debug for GpuDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDecoder")
+            .field("device", &self.options.device)
+            .field("nvcomp", &self.nvcomp.path)
+            .finish()
+    }
+}
+
+/// Buffers reused from batch to batch; they only grow.
+#[derive(Default)]
+struct Buffers {
+    staging: Option<PinnedHostSlice<u8>>,
+    input: Option<CudaSlice<u8>>,
+    scratch: Option<CudaSlice<u8>>,
+    temp: Option<CudaSlice<u8>>,
+    results: Option<CudaSlice<u8>>,
+    results_host: Option<PinnedHostSlice<u8>>,
+}
+
+/// A decoded batch: the chunks' bytes in one device buffer.
+pub struct DeviceBatch {
+    pub chunks: Vec<Result<DeviceChunk>>,
+    pub timings: BatchTimings,
+    buffer: CudaSlice<u8>,
+    stream: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for DeviceBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBatch")
+            .field("chunks", &self.chunks.len())
+            .field("bytes", &self.buffer.len())
+            .finish()
+    }
+}
+
+impl GpuDecoder {
+    /// Opens device `options.device`, loads nvCOMP and compiles the kernels. Fails with
+    /// [`Error::CudaUnavailable`] when there is no driver, device or nvCOMP.
+    pub fn new(options: GpuOptions) -> Result<Self> {
+        // SAFETY: only probes whether the libraries can be opened.
+        let present = unsafe {
+            (
+                cudarc::driver::sys::is_culib_present(),
+                cudarc::nvrtc::sys::is_culib_present(),
+            )
+        };
+        match present {
+            (false, _) => {
+                return Err(Error::CudaUnavailable {
+                    reason: "no CUDA driver (libcuda.so) on this machine".into(),
+                })
+            }
+            (_, false) => {
+                return Err(Error::CudaUnavailable {
+                    reason: "NVRTC (libnvrtc.so) was not found: add the CUDA toolkit's lib \
+                             directory to LD_LIBRARY_PATH"
+                        .into(),
+                })
+            }
+            _ => {}
+        }
+        let count = CudaContext::device_count().map_err(|error| Error::CudaUnavailable {
+            reason: format!("the CUDA driver found no device: {error:?}"),
+        })?;
+        if options.device >= count.max(0) as usize {
+            return Err(Error::CudaUnavailable {
+                reason: format!("no CUDA device {} ({count} present)", options.device),
+            });
+        }
+        let nvcomp = Nvcomp::load()?;
+        let context = CudaContext::new(options.device).map_err(cuda_error("opening the device"))?;
+        // One stream orders everything this decoder does, so cudarc's per-buffer events are
+        // not needed.
+        // SAFETY: no buffer of this context is shared with another stream.
+        unsafe { context.disable_event_tracking() };
+        keep_freed_memory_pooled(&context)?;
+        let stream = context
+            .new_stream()
+            .map_err(cuda_error("creating a stream"))?;
+        let kernels = Kernels::load(&context)?;
+        Ok(Self {
+            context,
+            stream,
+            kernels,
+            nvcomp,
+            options,
+            buffers: Mutex::new(Buffers::default()),
+        })
+    }
+
+    /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
+    pub fn device_name(&self) -> String {
+        self.context
+            .name()
+            .unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// Where nvCOMP was loaded from.
+    pub fn nvcomp_path(&self) -> &str {
+        &self.nvcomp.path
+    }
+
+    /// The stream the decoder works on; a consumer waits on it (or synchronises) before
+    /// reading a batch from another stream.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
+    /// CPU when strict) is an error in its place; the others are still right.
+    pub fn decode_batch(&self, chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
+        let started = Instant::now();
+        let mut prepared = prepare(chunks, self.options.strict);
+        let planned = Instant::now();
+        let mut buffers = self
+            .buffers
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let run = self.run(&prepared.plan, &mut buffers)?;
+        record_failures(&mut prepared.chunks, run.failures);
+        let timings = BatchTimings {
+            plan: planned - started,
+            stage: run.stage,
+            device: run.device,
+        };
+        Ok(DeviceBatch {
+            chunks: prepared.chunks.into_iter().map(device_chunk).collect(),
+            timings,
+            buffer: run.output,
+            stream: self.stream.clone(),
+        })
+    }
+
+    fn run(&self, plan: &BatchPlan, buffers: &mut Buffers) -> Result<Run> {
+        let stream = &self.stream;
+        let cu_stream = stream.cu_stream();
+        let tables = Tables::build(plan);
+        let staging_len = plan.input_len.next_multiple_of(256) + tables.len;
+        // SAFETY: the output is written by the plan's ops before anyone reads it.
+        let output = unsafe { stream.alloc::<u8>(plan.output_len.max(1)) }
+            .map_err(cuda_error("allocating the batch output"))?;
+        let bases = Bases {
+            input: grow(&mut buffers.input, stream, staging_len)?,
+            scratch: grow(&mut buffers.scratch, stream, plan.scratch_len)?,
+            output: output.device_ptr(stream).0,
+        };
+        let results = grow(&mut buffers.results, stream, tables.results_len())?;
+        let staged = Instant::now();
+        let staging = grow_pinned(&self.context, &mut buffers.staging, staging_len)?;
+        stage(
+            plan,
+            &tables,
+            &bases,
+            staging,
+            plan.input_len.next_multiple_of(256),
+        );
+        let device_started = Instant::now();
+        let stage_time = device_started - staged;
+        // SAFETY: `staging` is pinned and stays alive (owned by `buffers`, locked by the
+        // caller) until the stream synchronises below; `bases.input` holds `staging_len`.
+        unsafe { result::memcpy_htod_async(bases.input, &staging[..staging_len], cu_stream) }
+            .map_err(cuda_error("uploading the batch"))?;
+        let table_base = bases.input + plan.input_len.next_multiple_of(256) as u64;
+        for round in &tables.rounds {
+            for (codec, group) in &round.decompress {
+                self.decompress(*codec, group, table_base, results, &tables, buffers)?;
+            }
+            for launch in &round.launches {
+                self.launch(launch, table_base)?;
+            }
+        }
+        let results_len = tables.results_len();
+        let results_host = grow_pinned(&self.context, &mut buffers.results_host, results_len)?;
+        if results_len > 0 {
+            // SAFETY: `results_host` is pinned, holds `results_len` bytes and outlives the
+            // synchronisation below.
+            unsafe {
+                result::memcpy_dtoh_async(&mut results_host[..results_len], results, cu_stream)
+            }
+            .map_err(cuda_error("reading decompression statuses"))?;
+        }
+        stream
+            .synchronize()
+            .map_err(cuda_error("running the batch"))?;
+        let failures = tables.failures(&results_host[..results_len]);
+        Ok(Run {
+            output,
+            failures,
+            stage: stage_time,
+            device: device_started.elapsed(),
+        })
+    }
+
+    fn decompress(
+        &self,
+        codec: Codec,
+        group: &DecompressGroup,
+        table_base: u64,
+        results: u64,
+        tables: &Tables,
+        buffers: &mut Buffers,
+    ) -> Result<()> {
+        let cu_stream: CUstream = self.stream.cu_stream();
+        // Split the group until each call's temporary memory fits the budget.
+        let mut calls = vec![(0usize, group.count)];
+        let mut sized = Vec::new();
+        while let Some((first, count)) = calls.pop() {
+            let max_chunk = group.max_outputs[first..first + count]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0);
+            let total: usize = group.max_outputs[first..first + count].iter().sum();
+            let temp = self
+                .nvcomp
+                .temp_bytes(codec, count, max_chunk, total, cu_stream)?;
+            if temp > self.options.temp_budget && count > 1 {
+                let half = count / 2;
+                calls.push((first + half, count - half));
+                calls.push((first, half));
+            } else {
+                sized.push((first, count, temp));
+            }
+        }
+        let temp_len = sized.iter().map(|&(_, _, temp)| temp).max().unwrap_or(0);
+        let temp = grow(&mut buffers.temp, &self.stream, temp_len)?;
+        for (first, count, temp_bytes) in sized {
+            let at = |table: usize, size: usize| table_base + (table + first * size) as u64;
+            let result = |offset: usize, size: usize| {
+                results + (offset + (group.result_index + first) * size) as u64
+            };
+            // SAFETY: the four tables of `group` were uploaded with `count` entries from
+            // `first` on, pointing into the input, scratch and output buffers at ranges the
+            // plan checked; the results buffer has a slot per op; `temp` holds `temp_bytes`.
+            unsafe {
+                self.nvcomp.decompress(
+                    codec,
+                    count,
+                    at(group.inputs, 8),
+                    at(group.input_sizes, 8),
+                    at(group.output_sizes, 8),
+                    result(0, 8),
+                    at(group.outputs, 8),
+                    result(tables.status_offset(), 4),
+                    temp,
+                    temp_bytes,
+                    cu_stream,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn launch(&self, launch: &Launch, table_base: u64) -> Result<()> {
+        let function = match launch.kind {
+            KernelKind::Copy => &self.kernels.copy,
+            KernelKind::Fill => &self.kernels.fill,
+            KernelKind::Unshuffle => &self.kernels.unshuffle,
+            KernelKind::BitUnshuffle => &self.kernels.bit_unshuffle,
+            KernelKind::Swap => &self.kernels.swap,
+            KernelKind::Transpose => &self.kernels.transpose,
+            KernelKind::Place => &self.kernels.place,
+            KernelKind::Delta => &self.kernels.delta,
+        };
+        launch_table(&self.stream, function, launch, table_base)
+    }
+}
+
+fn launch_table(
+    stream: &Arc<CudaStream>,
+    function: &CudaFunction,
+    launch: &Launch,
+    table_base: u64,
+) -> Result<()> {
+    let table = table_base + launch.table as u64;
+    let count = launch.count as u64;
+    let (grid_x, block) = if launch.kind == KernelKind::Delta {
+        (1, 1024) // one block scans one op
+    } else {
+        (
+            (launch.max_len.div_ceil(256 * 8)).clamp(1, 1024) as u32,
+            256,
+        )
+    };
+    let config = LaunchConfig {
+        grid_dim: (grid_x, launch.count.min(65535) as u32, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut builder = stream.launch_builder(function);
+    builder.arg(&table).arg(&count);
+    // SAFETY: the kernel reads `count` descriptors of its kind from `table` (uploaded in
+    // this batch's staging), whose pointers and lengths the plan bounded to live buffers.
+    unsafe { builder.launch(config) }
+        .map(|_| ())
+        .map_err(cuda_error(format!("launching {:?}", launch.kind)))
+}
+
+struct Run {
+    output: CudaSlice<u8>,
+    failures: Vec<(usize, String)>,
+    stage: std::time::Duration,
+    device: std::time::Duration,
+}
+
+fn device_chunk(chunk: PreparedChunk) -> Result<DeviceChunk> {
+    let (region, path) = chunk.outcome?;
+    Ok(DeviceChunk {
+        request: chunk.request,
+        offset: region.offset,
+        len: region.len,
+        path,
+        stored_len: chunk.stored_len,
+        fetch_time: chunk.fetch_time,
+    })
+}
+
+impl DeviceBatch {
+    /// Copies the decoded chunks back to host memory (for checks and CPU consumers).
+    pub fn into_host(self) -> Result<Vec<Result<DecodedChunk>>> {
+        let host = self
+            .stream
+            .clone_dtoh(&self.buffer)
+            .map_err(cuda_error("copying a batch to the host"))?;
+        let decode_time = self.timings.device;
+        Ok(self
+            .chunks
+            .into_iter()
+            .map(|chunk| {
+                let chunk = chunk?;
+                Ok(DecodedChunk {
+                    bytes: host[chunk.offset..chunk.offset + chunk.len].to_vec(),
+                    stored_len: chunk.stored_len,
+                    missing: chunk.path == crate::DecodePath::Fill,
+                    request: chunk.request,
+                    fetch_time: chunk.fetch_time,
+                    decode_time,
+                })
+            })
+            .collect())
+    }
+
+    /// The device buffer holding every chunk (see [`DeviceChunk::offset`]).
+    pub fn buffer(&self) -> &CudaSlice<u8> {
+        &self.buffer
+    }
+
+    /// Decoded bytes in the batch's buffer.
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_empty()
+    }
+}
+
+/// Device memory freed by a batch stays in the pool for the next, instead of going back to
+/// the driver at each synchronisation.
+fn keep_freed_memory_pooled(context: &Arc<CudaContext>) -> Result<()> {
+    use cudarc::driver::sys;
+    context
+        .bind_to_thread()
+        .map_err(cuda_error("binding the context"))?;
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: plain driver queries on the bound context's device; `threshold` outlives the
+    // call that reads it.
+    unsafe {
+        let status = sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device());
+        if status != sys::CUresult::CUDA_SUCCESS {
+            return Ok(()); // no stream-ordered pools: nothing to keep
+        }
+        let mut threshold = u64::MAX;
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+        .result()
+        .map_err(cuda_error("setting the memory pool's release threshold"))?;
+    }
+    Ok(())
+}
+
+/// Grows `slot` to at least `len` bytes; returns its device address.
+fn grow(slot: &mut Option<CudaSlice<u8>>, stream: &Arc<CudaStream>, len: usize) -> Result<u64> {
+    if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
+        *slot = None; // free before allocating the larger one
+        let capacity = (len + len / 4).max(1 << 20);
+        // SAFETY: scratch memory; every byte read is written first within a batch.
+        let buffer = unsafe { stream.alloc::<u8>(capacity) }.map_err(cuda_error(format!(
+            "allocating {capacity} bytes of device memory"
+        )))?;
+        *slot = Some(buffer);
+    }
+    let buffer = slot.as_ref().expect("allocated above");
+    Ok(buffer.device_ptr(stream).0)
+}
+
+fn grow_pinned<'a>(
+    context: &Arc<CudaContext>,
+    slot: &'a mut Option<PinnedHostSlice<u8>>,
+    len: usize,
+) -> Result<&'a mut [u8]> {
+    if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
+        *slot = None;
+        let capacity = (len + len / 4).max(1 << 20);
+        // SAFETY: host staging memory; every byte uploaded is written first.
+        let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }.map_err(cuda_error(
+            format!("allocating {capacity} bytes of pinned memory"),
+        ))?;
+        *slot = Some(buffer);
+    }
+    slot.as_mut()
+        .expect("allocated above")
+        .as_mut_slice()
+        .map_err(cuda_error("mapping pinned memory"))
+}
+
+/// Device addresses of the plan's spaces.
+struct Bases {
+    input: u64,
+    scratch: u64,
+    output: u64,
+}
+
+impl Bases {
+    fn address(&self, region: Region) -> u64 {
+        let base = match region.space {
+            Space::Input => self.input,
+            Space::Scratch => self.scratch,
+            Space::Output => self.output,
+        };
+        base + region.offset as u64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum KernelKind {
+    Copy,
+    Fill,
+    Unshuffle,
+    BitUnshuffle,
+    Swap,
+    Transpose,
+    Place,
+    Delta,
+}
+
+impl KernelKind {
+    fn descriptor_size(self) -> usize {
+        use std::mem::size_of;
+        match self {
+            KernelKind::Copy => size_of::<kernels::CopyOp>(),
+            KernelKind::Fill => size_of::<kernels::FillOp>(),
+            KernelKind::Unshuffle | KernelKind::BitUnshuffle => size_of::<kernels::ShuffleOp>(),
+            KernelKind::Swap => size_of::<kernels::SwapOp>(),
+            KernelKind::Transpose => size_of::<kernels::TransposeOp>(),
+            KernelKind::Place => size_of::<kernels::PlaceOp>(),
+            KernelKind::Delta => size_of::<kernels::DeltaOp>(),
+        }
+    }
+}
+
+/// One nvCOMP call's tables (offsets in the table area) and the ops it covers.
+struct DecompressGroup {
+    ops: Vec<(usize, Op)>,
+    count: usize,
+    inputs: usize,
+    input_sizes: usize,
+    output_sizes: usize,
+    outputs: usize,
+    max_outputs: Vec<usize>,
+    /// Index of the group's first op among all decompressions (its results slot).
+    result_index: usize,
+}
+
+struct Launch {
+    kind: KernelKind,
+    ops: Vec<(usize, Op)>,
+    count: usize,
+    table: usize,
+    max_len: usize,
+}
+
+#[derive(Default)]
+struct RoundTables {
+    decompress: BTreeMap<Codec, DecompressGroup>,
+    launches: Vec<Launch>,
+}
+
+/// Where every descriptor table of a batch goes in the table area after the uploads.
+struct Tables {
+    rounds: Vec<RoundTables>,
+    len: usize,
+    decompressions: usize,
+    /// (chunk, what) of each decompression, by result slot.
+    decompressed: Vec<(usize, Codec, usize)>,
+}
+
+impl Tables {
+    fn build(plan: &BatchPlan) -> Self {
+        let mut len = 0usize;
+        let mut take = |bytes: usize| {
+            let at = len;
+            len = (len + bytes).next_multiple_of(16);
+            at
+        };
+        let mut decompressed = Vec::new();
+        let mut rounds = Vec::new();
+        for round in &plan.rounds {
+            let mut by_codec: BTreeMap<Codec, Vec<(usize, Op)>> = BTreeMap::new();
+            let mut by_kind: BTreeMap<KernelKind, Vec<(usize, Op)>> = BTreeMap::new();
+            for (chunk, op) in round {
+                let kind = match op {
+                    Op::Decompress { codec, .. } => {
+                        by_codec
+                            .entry(*codec)
+                            .or_default()
+                            .push((*chunk, op.clone()));
+                        continue;
+                    }
+                    Op::Copy { .. } => KernelKind::Copy,
+                    Op::Fill { .. } => KernelKind::Fill,
+                    Op::Unshuffle { .. } => KernelKind::Unshuffle,
+                    Op::BitUnshuffle { .. } => KernelKind::BitUnshuffle,
+                    Op::SwapBytes { .. } => KernelKind::Swap,
+                    Op::Transpose { .. } => KernelKind::Transpose,
+                    Op::PlaceBlock { .. } => KernelKind::Place,
+                    Op::Delta { .. } => KernelKind::Delta,
+                };
+                by_kind.entry(kind).or_default().push((*chunk, op.clone()));
+            }
+            let mut tables = RoundTables::default();
+            for (codec, ops) in by_codec {
+                let count = ops.len();
+                let max_outputs = ops
+                    .iter()
+                    .map(|(_, op)| match op {
+                        Op::Decompress { dst, .. } => dst.len,
+                        _ => 0,
+                    })
+                    .collect();
+                let result_index = decompressed.len();
+                decompressed.extend(ops.iter().map(|(chunk, op)| (*chunk, codec, op_len(op))));
+                tables.decompress.insert(
+                    codec,
+                    DecompressGroup {
+                        count,
+                        inputs: take(8 * count),
+                        input_sizes: take(8 * count),
+                        output_sizes: take(8 * count),
+                        outputs: take(8 * count),
+                        max_outputs,
+                        result_index,
+                        ops,
+                    },
+                );
+            }
+            for (kind, ops) in by_kind {
+                let count = ops.len();
+                let max_len = ops.iter().map(|(_, op)| op_len(op)).max().unwrap_or(0);
+                tables.launches.push(Launch {
+                    kind,
+                    count,
+                    table: take(kind.descriptor_size() * count),
+                    max_len,
+                    ops,
+                });
+            }
+            rounds.push(tables);
+        }
+        Self {
+            rounds,
+            len,
+            decompressions: decompressed.len(),
+            decompressed,
+        }
+    }
+
+    /// Actual sizes (8 bytes each), then statuses (4 bytes each).
+    fn results_len(&self) -> usize {
+        self.status_offset() + 4 * self.decompressions
+    }
+
+    fn status_offset(&self) -> usize {
+        8 * self.decompressions
+    }
+
+    /// The decompressions that failed or produced the wrong size, by chunk.
+    fn failures(&self, results: &[u8]) -> Vec<(usize, String)> {
+        let mut failures = Vec::new();
+        for (slot, &(chunk, codec, expected)) in self.decompressed.iter().enumerate() {
+            let actual =
+                u64::from_ne_bytes(results[8 * slot..8 * slot + 8].try_into().expect("8 bytes"));
+            let at = self.status_offset() + 4 * slot;
+            let status = i32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
+            if status != 0 {
+                failures.push((
+                    chunk,
+                    format!(
+                        "{codec:?} stream: nvCOMP status {status} ({})",
+                        status_name(status)
+                    ),
+                ));
+            } else if actual != expected as u64 {
+                failures.push((
+                    chunk,
+                    format!("{codec:?} stream decoded to {actual} bytes, expected {expected}"),
+                ));
+            }
+        }
+        failures
+    }
+}
+
+/// The length that sizes an op's launch (bytes, or elements for element kernels).
+fn op_len(op: &Op) -> usize {
+    match op {
+        Op::Decompress { dst, .. } | Op::Copy { dst, .. } | Op::Fill { dst, .. } => dst.len,
+        Op::Unshuffle { dst, .. } | Op::BitUnshuffle { dst, .. } => dst.len,
+        Op::SwapBytes { region, .. } | Op::Delta { region, .. } => region.len,
+        Op::Transpose { dst, .. } => dst.len,
+        Op::PlaceBlock { src: block, .. } => block.len,
+    }
+}
+
+/// Fills the pinned staging buffer: uploads first (in parallel), then every table.
+fn stage(plan: &BatchPlan, tables: &Tables, bases: &Bases, staging: &mut [u8], table_start: usize) {
+    let (uploads, table_area) = staging.split_at_mut(table_start);
+    // Hand each upload its own disjoint slice, then copy them on every core.
+    let mut rest = &mut uploads[..plan.input_len];
+    let mut consumed = 0;
+    let mut pieces = Vec::with_capacity(plan.uploads.len());
+    for (bytes, offset) in &plan.uploads {
+        let (_, tail) = rest.split_at_mut(offset - consumed);
+        let (piece, tail) = tail.split_at_mut(bytes.len());
+        pieces.push((piece, bytes));
+        consumed = offset + bytes.len();
+        rest = tail;
+    }
+    pieces
+        .into_par_iter()
+        .with_min_len(4)
+        .for_each(|(piece, bytes)| piece.copy_from_slice(bytes));
+
+    let put = |area: &mut [u8], at: usize, bytes: &[u8]| {
+        area[at..at + bytes.len()].copy_from_slice(bytes)
+    };
+    for round in &tables.rounds {
+        for group in round.decompress.values() {
+            let mut inputs = Vec::with_capacity(group.count);
+            let mut input_sizes = Vec::with_capacity(group.count);
+            let mut output_sizes = Vec::with_capacity(group.count);
+            let mut outputs = Vec::with_capacity(group.count);
+            for (_, op) in &group.ops {
+                if let Op::Decompress { src, dst, .. } = op {
+                    inputs.push(bases.address(*src));
+                    input_sizes.push(src.len as u64);
+                    output_sizes.push(dst.len as u64);
+                    outputs.push(bases.address(*dst));
+                }
+            }
+            put(table_area, group.inputs, kernels::as_bytes(&inputs));
+            put(
+                table_area,
+                group.input_sizes,
+                kernels::as_bytes(&input_sizes),
+            );
+            put(
+                table_area,
+                group.output_sizes,
+                kernels::as_bytes(&output_sizes),
+            );
+            put(table_area, group.outputs, kernels::as_bytes(&outputs));
+        }
+        for launch in &round.launches {
+            let bytes = descriptors(launch, bases);
+            put(table_area, launch.table, &bytes);
+        }
+    }
+}
+
+/// The descriptor table of one launch, as bytes.
+fn descriptors(launch: &Launch, bases: &Bases) -> Vec<u8> {
+    let address = |region: Region| bases.address(region);
+    let dims = |values: &[u64]| {
+        let mut out = [0u64; MAX_DIMS];
+        out[..values.len()].copy_from_slice(values);
+        out
+    };
+    let mut bytes = Vec::with_capacity(launch.kind.descriptor_size() * launch.count);
+    for (_, op) in &launch.ops {
+        match op {
+            Op::Copy { src, dst } => {
+                bytes.extend_from_slice(kernels::as_bytes(&[kernels::CopyOp {
+                    src: address(*src),
+                    dst: address(*dst),
+                    len: dst.len as u64,
+                }]))
+            }
+            Op::Fill { dst, pattern } => {
+                let mut fixed = [0u8; 16];
+                fixed[..pattern.len()].copy_from_slice(pattern);
+                bytes.extend_from_slice(kernels::as_bytes(&[kernels::FillOp {
+                    dst: address(*dst),
+                    len: dst.len as u64,
+                    pattern_len: pattern.len().max(1) as u64,
+                    pattern: fixed,
+                }]))
+            }
+            Op::Unshuffle {
+                src,
+                planes,
+                dst,
+                type_size,
+            }
+            | Op::BitUnshuffle {
+                src,
+                planes,
+                dst,
+                type_size,
+            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::ShuffleOp {
+                src: address(*src),
+                dst: address(*dst),
+                len: dst.len as u64,
+                type_size: *type_size as u64,
+                plane_len: planes.plane_len as u64,
+                plane_stride: planes.plane_stride as u64,
+            }])),
+            Op::SwapBytes {
+                region,
+                element_size,
+            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::SwapOp {
+                ptr: address(*region),
+                len: region.len as u64,
+                element_size: *element_size as u64,
+            }])),
+            Op::Transpose {
+                src,
+                dst,
+                encoded_shape,
+                encoded_order,
+                element_size,
+            } => {
+                let order: Vec<u64> = encoded_order.iter().map(|&a| a as u64).collect();
+                bytes.extend_from_slice(kernels::as_bytes(&[kernels::TransposeOp {
+                    src: address(*src),
+                    dst: address(*dst),
+                    elements: (dst.len / element_size) as u64,
+                    element_size: *element_size as u64,
+                    ndim: encoded_shape.len() as u64,
+                    shape: dims(encoded_shape),
+                    order: dims(&order),
+                }]))
+            }
+            Op::PlaceBlock {
+                src,
+                dst,
+                block,
+                outer,
+                start,
+                element_size,
+            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::PlaceOp {
+                src: address(*src),
+                dst: address(*dst),
+                elements: (src.len / element_size) as u64,
+                element_size: *element_size as u64,
+                ndim: block.len() as u64,
+                block: dims(block),
+                outer: dims(outer),
+                start: dims(start),
+            }])),
+            Op::Delta {
+                region,
+                element_size,
+            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::DeltaOp {
+                ptr: address(*region),
+                count: (region.len / element_size) as u64,
+                element_size: *element_size as u64,
+            }])),
+            Op::Decompress { .. } => unreachable!("decompressions go to nvCOMP, not a kernel"),
+        }
+    }
+    bytes
+}

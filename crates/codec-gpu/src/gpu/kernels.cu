@@ -1,0 +1,193 @@
+// Decode kernels, compiled at run time with NVRTC. Each kernel takes a table of descriptors
+// (one per op of a batch) and walks it with blockIdx.y, so a whole batch of one kind of op is
+// one launch; blockIdx.x and threadIdx.x stride over the bytes or elements of one op.
+// Every descriptor was checked on the CPU: its ranges lie inside the buffers.
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned char u8;
+
+#define MAX_DIMS 8
+
+#define FOR_EACH_OP(n) for (u64 op = blockIdx.y; op < (n); op += gridDim.y)
+#define FOR_EACH_INDEX(i, len) \
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (len); i += (u64)gridDim.x * blockDim.x)
+
+struct Copy { u64 src, dst, len; };
+
+extern "C" __global__ void copy_bytes(const Copy* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Copy c = ops[op];
+    const u8* src = (const u8*)c.src;
+    u8* dst = (u8*)c.dst;
+    if (((c.src | c.dst) & 15) == 0) {
+      // Both 16-byte aligned: move uint4s, then the tail.
+      u64 vectors = c.len / 16;
+      FOR_EACH_INDEX(i, vectors) { ((uint4*)dst)[i] = ((const uint4*)src)[i]; }
+      FOR_EACH_INDEX(i, c.len - vectors * 16) { dst[vectors * 16 + i] = src[vectors * 16 + i]; }
+    } else {
+      FOR_EACH_INDEX(i, c.len) { dst[i] = src[i]; }
+    }
+  }
+}
+
+struct Fill { u64 dst, len, pattern_len; u8 pattern[16]; };
+
+extern "C" __global__ void fill_pattern(const Fill* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Fill f = ops[op];
+    u8* dst = (u8*)f.dst;
+    FOR_EACH_INDEX(i, f.len) { dst[i] = f.pattern[i % f.pattern_len]; }
+  }
+}
+
+// A shuffled source read as planes of plane_len bytes laid plane_stride apart.
+struct Shuffle { u64 src, dst, len, type_size, plane_len, plane_stride; };
+
+__device__ __forceinline__ u64 physical(const Shuffle& s, u64 at) {
+  return at / s.plane_len * s.plane_stride + at % s.plane_len;
+}
+
+// dst[i * T + b] = src[b * n + i] for the n = len / T whole elements; the tail is copied.
+extern "C" __global__ void byte_unshuffle(const Shuffle* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Shuffle s = ops[op];
+    const u8* src = (const u8*)s.src;
+    u8* dst = (u8*)s.dst;
+    const u64 t = s.type_size;
+    const u64 n = s.len / t;
+    FOR_EACH_INDEX(i, n) {
+      for (u64 b = 0; b < t; b++) dst[i * t + b] = src[physical(s, b * n + i)];
+    }
+    FOR_EACH_INDEX(i, s.len - n * t) { dst[n * t + i] = src[physical(s, n * t + i)]; }
+  }
+}
+
+// blosc's bit shuffle: bit k of byte b of element i sits at bit position (b * 8 + k) * n + i
+// of the source, for the n = len / T elements when n is a multiple of 8 (else nothing was
+// shuffled); remaining bytes are copied.
+extern "C" __global__ void bit_unshuffle(const Shuffle* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Shuffle s = ops[op];
+    const u8* src = (const u8*)s.src;
+    u8* dst = (u8*)s.dst;
+    const u64 t = s.type_size;
+    const u64 elements = s.len / t;
+    const u64 n = (elements % 8 == 0) ? elements : 0;
+    FOR_EACH_INDEX(i, n * t) {
+      const u64 element = i / t, byte = i % t;
+      u8 out = 0;
+      for (u32 k = 0; k < 8; k++) {
+        const u64 at = (byte * 8 + k) * n + element;
+        out |= ((src[physical(s, at / 8)] >> (at % 8)) & 1) << k;
+      }
+      dst[i] = out;
+    }
+    FOR_EACH_INDEX(i, s.len - n * t) { dst[n * t + i] = src[physical(s, n * t + i)]; }
+  }
+}
+
+struct Swap { u64 ptr, len, element_size; };
+
+extern "C" __global__ void swap_bytes(const Swap* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Swap s = ops[op];
+    u8* data = (u8*)s.ptr;
+    const u64 e = s.element_size;
+    FOR_EACH_INDEX(i, s.len / e) {
+      u8* element = data + i * e;
+      for (u64 b = 0; b < e / 2; b++) {
+        u8 tmp = element[b];
+        element[b] = element[e - 1 - b];
+        element[e - 1 - b] = tmp;
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void copy_element(u8* dst, const u8* src, u64 size) {
+  switch (size) {
+    case 1: *dst = *src; break;
+    case 2: *(unsigned short*)dst = *(const unsigned short*)src; break;
+    case 4: *(u32*)dst = *(const u32*)src; break;
+    case 8: *(u64*)dst = *(const u64*)src; break;
+    default: for (u64 b = 0; b < size; b++) dst[b] = src[b];
+  }
+}
+
+// dst (decoded C order) from src, whose axis a is decoded axis order[a].
+struct Transpose { u64 src, dst, elements, element_size, ndim; u64 shape[MAX_DIMS]; u64 order[MAX_DIMS]; };
+
+extern "C" __global__ void transpose(const Transpose* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Transpose t = ops[op];
+    u64 decoded_shape[MAX_DIMS];
+    for (u64 a = 0; a < t.ndim; a++) decoded_shape[t.order[a]] = t.shape[a];
+    FOR_EACH_INDEX(i, t.elements) {
+      u64 index[MAX_DIMS];
+      u64 rest = i;
+      for (u64 a = t.ndim; a-- > 0;) { index[a] = rest % decoded_shape[a]; rest /= decoded_shape[a]; }
+      u64 from = 0;
+      for (u64 a = 0; a < t.ndim; a++) from = from * t.shape[a] + index[t.order[a]];
+      copy_element((u8*)t.dst + i * t.element_size, (const u8*)t.src + from * t.element_size, t.element_size);
+    }
+  }
+}
+
+// The C-order block src (shape block) into dst (shape outer) at start.
+struct Place { u64 src, dst, elements, element_size, ndim; u64 block[MAX_DIMS]; u64 outer[MAX_DIMS]; u64 start[MAX_DIMS]; };
+
+extern "C" __global__ void place_block(const Place* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Place p = ops[op];
+    FOR_EACH_INDEX(i, p.elements) {
+      u64 rest = i, to = 0, stride = 1;
+      for (u64 a = p.ndim; a-- > 0;) {
+        to += (rest % p.block[a] + p.start[a]) * stride;
+        rest /= p.block[a];
+        stride *= p.outer[a];
+      }
+      copy_element((u8*)p.dst + to * p.element_size, (const u8*)p.src + i * p.element_size, p.element_size);
+    }
+  }
+}
+
+// numcodecs delta on integers: a wrapping running sum, in place. One block per op; tiles of
+// blockDim.x elements are scanned in shared memory, carrying the sum between tiles.
+struct Delta { u64 ptr, count, element_size; };
+
+template <typename T>
+__device__ void running_sum(T* data, u64 n) {
+  __shared__ T tile[1024];
+  __shared__ T carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (u64 base = 0; base < n; base += blockDim.x) {
+    const u64 i = base + threadIdx.x;
+    tile[threadIdx.x] = i < n ? data[i] : (T)0;
+    __syncthreads();
+    for (u32 offset = 1; offset < blockDim.x; offset *= 2) {
+      T add = threadIdx.x >= offset ? tile[threadIdx.x - offset] : (T)0;
+      __syncthreads();
+      tile[threadIdx.x] += add;
+      __syncthreads();
+    }
+    if (i < n) data[i] = tile[threadIdx.x] + carry;
+    __syncthreads();
+    if (threadIdx.x == blockDim.x - 1) carry += tile[threadIdx.x];
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void delta_decode(const Delta* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const Delta d = ops[op];
+    switch (d.element_size) {
+      case 1: running_sum<u8>((u8*)d.ptr, d.count); break;
+      case 2: running_sum<unsigned short>((unsigned short*)d.ptr, d.count); break;
+      case 4: running_sum<u32>((u32*)d.ptr, d.count); break;
+      default: running_sum<u64>((u64*)d.ptr, d.count); break;
+    }
+    __syncthreads();
+  }
+}

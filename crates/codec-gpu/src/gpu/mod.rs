@@ -1,0 +1,68 @@
+//! The GPU decoder: batches of encoded chunks in, decoded chunks in device memory out. With
+//! the `cuda` feature off, a stand-in of the same API reports that CUDA is unavailable.
+
+use std::time::Duration;
+
+use zarrpipe_store::ChunkRequest;
+
+use crate::DecodePath;
+
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(feature = "cuda")]
+mod kernels;
+#[cfg(feature = "cuda")]
+mod nvcomp;
+#[cfg(not(feature = "cuda"))]
+mod stand_in;
+
+#[cfg(feature = "cuda")]
+pub use cuda::{DeviceBatch, GpuDecoder};
+#[cfg(not(feature = "cuda"))]
+pub use stand_in::{DeviceBatch, GpuDecoder};
+
+/// How a [`GpuDecoder`] runs.
+#[derive(Clone, Debug)]
+pub struct GpuOptions {
+    /// CUDA device ordinal.
+    pub device: usize,
+    /// Refuse chunks the GPU cannot decode instead of decoding them on the CPU.
+    pub strict: bool,
+    /// Most temporary device memory nvCOMP may use at once; larger batches of a codec are
+    /// decompressed in several calls.
+    pub temp_budget: usize,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            device: 0,
+            strict: false,
+            temp_budget: 2 << 30,
+        }
+    }
+}
+
+/// One decoded chunk of a [`DeviceBatch`]: `len` bytes at `offset` of the batch's buffer, in
+/// C order and native byte order, like [`crate::DecodedChunk::bytes`].
+#[derive(Clone, Debug)]
+pub struct DeviceChunk {
+    pub request: ChunkRequest,
+    pub offset: usize,
+    pub len: usize,
+    pub path: DecodePath,
+    /// Bytes the chunk took in the store (0 when missing).
+    pub stored_len: usize,
+    pub fetch_time: Duration,
+}
+
+/// Where a batch's time went, on the host clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BatchTimings {
+    /// Reading frames, planning, and CPU fallbacks.
+    pub plan: Duration,
+    /// Filling the pinned staging buffer.
+    pub stage: Duration,
+    /// Upload, decompression and kernels, until the stream finished.
+    pub device: Duration,
+}

@@ -1,0 +1,220 @@
+//! A CPU interpreter of batch plans, for tests: it runs every op the way the GPU kernels and
+//! nvCOMP do, so plan logic (blosc blocks and splits, shuffles, shards, transposes) is checked
+//! against zarrs on machines without a GPU.
+
+use std::io::Read;
+
+use crate::plan::{BatchPlan, Codec, Op, Region, Space};
+
+struct Buffers {
+    input: Vec<u8>,
+    scratch: Vec<u8>,
+    output: Vec<u8>,
+}
+
+impl Buffers {
+    fn get(&self, region: Region) -> &[u8] {
+        let buffer = match region.space {
+            Space::Input => &self.input,
+            Space::Scratch => &self.scratch,
+            Space::Output => &self.output,
+        };
+        &buffer[region.offset..region.offset + region.len]
+    }
+
+    fn get_mut(&mut self, region: Region) -> &mut [u8] {
+        let buffer = match region.space {
+            Space::Input => &mut self.input,
+            Space::Scratch => &mut self.scratch,
+            Space::Output => &mut self.output,
+        };
+        &mut buffer[region.offset..region.offset + region.len]
+    }
+}
+
+/// Runs `plan`; returns the output buffer and the ops that failed, by chunk.
+pub(crate) fn run(plan: &BatchPlan) -> (Vec<u8>, Vec<(usize, String)>) {
+    let mut buffers = Buffers {
+        input: vec![0; plan.input_len],
+        scratch: vec![0; plan.scratch_len],
+        output: vec![0; plan.output_len],
+    };
+    for (bytes, offset) in &plan.uploads {
+        buffers.input[*offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+    let mut failures = Vec::new();
+    for (chunk, op) in plan.ops() {
+        if let Err(reason) = apply(&mut buffers, op) {
+            failures.push((*chunk, reason));
+        }
+    }
+    (buffers.output, failures)
+}
+
+fn apply(buffers: &mut Buffers, op: &Op) -> Result<(), String> {
+    match op {
+        Op::Decompress { codec, src, dst } => {
+            let input = buffers.get(*src).to_vec();
+            let decoded = decompress(*codec, &input, dst.len)?;
+            if decoded.len() != dst.len {
+                return Err(format!("{} bytes, expected {}", decoded.len(), dst.len));
+            }
+            buffers.get_mut(*dst).copy_from_slice(&decoded);
+        }
+        Op::Copy { src, dst } => {
+            let input = buffers.get(*src).to_vec();
+            buffers.get_mut(*dst).copy_from_slice(&input);
+        }
+        Op::Fill { dst, pattern } => {
+            for (i, byte) in buffers.get_mut(*dst).iter_mut().enumerate() {
+                *byte = pattern[i % pattern.len()];
+            }
+        }
+        Op::Unshuffle {
+            src,
+            planes,
+            dst,
+            type_size,
+        } => {
+            let input = buffers.get(*src).to_vec();
+            let out = buffers.get_mut(*dst);
+            let count = out.len() / type_size;
+            for (i, byte) in out.iter_mut().enumerate() {
+                let logical = if i < count * type_size {
+                    (i % type_size) * count + i / type_size
+                } else {
+                    i
+                };
+                *byte = input[planes.physical(logical)];
+            }
+        }
+        Op::BitUnshuffle {
+            src,
+            planes,
+            dst,
+            type_size,
+        } => {
+            let input = buffers.get(*src).to_vec();
+            let out = buffers.get_mut(*dst);
+            let count = out.len() / type_size;
+            let shuffled = if count % 8 == 0 { count } else { 0 };
+            for (i, byte) in out.iter_mut().enumerate() {
+                let (element, within) = (i / type_size, i % type_size);
+                *byte = if element < shuffled {
+                    (0..8).fold(0u8, |acc, bit| {
+                        let at = (within * 8 + bit) * shuffled + element;
+                        let source = input[planes.physical(at / 8)];
+                        acc | (((source >> (at % 8)) & 1) << bit)
+                    })
+                } else {
+                    input[planes.physical(i)]
+                };
+            }
+        }
+        Op::SwapBytes {
+            region,
+            element_size,
+        } => {
+            for element in buffers.get_mut(*region).chunks_exact_mut(*element_size) {
+                element.reverse();
+            }
+        }
+        Op::Transpose {
+            src,
+            dst,
+            encoded_shape,
+            encoded_order,
+            element_size,
+        } => {
+            let input = buffers.get(*src).to_vec();
+            let mut decoded_shape = vec![0; encoded_shape.len()];
+            for (axis, &decoded_axis) in encoded_order.iter().enumerate() {
+                decoded_shape[decoded_axis] = encoded_shape[axis];
+            }
+            let out = buffers.get_mut(*dst);
+            for (element, target) in out.chunks_exact_mut(*element_size).enumerate() {
+                let decoded = unravel(element as u64, &decoded_shape);
+                let encoded: Vec<u64> = encoded_order.iter().map(|&a| decoded[a]).collect();
+                let from = ravel(&encoded, encoded_shape) as usize * element_size;
+                target.copy_from_slice(&input[from..from + element_size]);
+            }
+        }
+        Op::PlaceBlock {
+            src,
+            dst,
+            block,
+            outer,
+            start,
+            element_size,
+        } => {
+            let input = buffers.get(*src).to_vec();
+            let out = buffers.get_mut(*dst);
+            for (element, value) in input.chunks_exact(*element_size).enumerate() {
+                let within = unravel(element as u64, block);
+                let at: Vec<u64> = within.iter().zip(start).map(|(w, s)| w + s).collect();
+                let to = ravel(&at, outer) as usize * element_size;
+                out[to..to + element_size].copy_from_slice(value);
+            }
+        }
+        Op::Delta {
+            region,
+            element_size,
+        } => {
+            let data = buffers.get_mut(*region);
+            let mask = if *element_size == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * element_size)) - 1
+            };
+            let mut sum = 0u64;
+            for element in data.chunks_exact_mut(*element_size) {
+                let mut value = [0u8; 8];
+                value[..*element_size].copy_from_slice(element);
+                sum = sum.wrapping_add(u64::from_le_bytes(value)) & mask;
+                element.copy_from_slice(&sum.to_le_bytes()[..*element_size]);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn decompress(codec: Codec, input: &[u8], capacity: usize) -> Result<Vec<u8>, String> {
+    match codec {
+        Codec::Zstd => zstd::bulk::decompress(input, capacity).map_err(|e| e.to_string()),
+        Codec::Lz4 => lz4_flex::block::decompress(input, capacity).map_err(|e| e.to_string()),
+        Codec::Snappy => snap::raw::Decoder::new()
+            .decompress_vec(input)
+            .map_err(|e| e.to_string()),
+        Codec::Deflate => {
+            let mut out = Vec::new();
+            flate2::read::DeflateDecoder::new(input)
+                .read_to_end(&mut out)
+                .map_err(|e| e.to_string())?;
+            Ok(out)
+        }
+    }
+}
+
+fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
+    let mut out = vec![0; shape.len()];
+    for axis in (0..shape.len()).rev() {
+        out[axis] = index % shape[axis];
+        index /= shape[axis];
+    }
+    out
+}
+
+fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
+    indices.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
+}
+
+/// Decodes a batch the way the GPU decoder does, with this interpreter in place of the GPU.
+pub(crate) fn decode_batch(
+    chunks: Vec<zarrpipe_store::EncodedChunk>,
+    strict: bool,
+) -> Vec<crate::Result<crate::DecodedChunk>> {
+    let mut prepared = crate::batch::prepare(chunks, strict);
+    let (output, failures) = run(&prepared.plan);
+    crate::batch::record_failures(&mut prepared.chunks, failures);
+    crate::batch::host_chunks(prepared.chunks, &output)
+}

@@ -1,0 +1,692 @@
+//! Turning a batch of encoded chunks into GPU work: every byte range to upload, every
+//! decompression and kernel, with the device buffer regions they read and write. Planning runs
+//! on the CPU and checks every frame first (see `frames`); executing a plan is the GPU's job
+//! (`gpu::execute`), or the test interpreter's.
+//!
+//! A plan is a list of rounds. Each chunk contributes a lane of steps; round `r` holds step `r`
+//! of every lane, so one round's ops are independent and ops of one kind run as one batched
+//! call (one nvCOMP call per codec, one kernel launch per kind).
+
+use bytes::Bytes;
+
+use crate::chain::{Compressor, GpuChain, ShardSpec, Step};
+use crate::frames::{self, BloscCodec, BloscFrame, BloscShuffle, FrameError};
+
+/// Device buffers a plan addresses: uploaded input, scratch, and the decoded output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Space {
+    Input,
+    Scratch,
+    Output,
+}
+
+/// A byte range of one device buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub space: Space,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl Region {
+    pub fn slice(self, offset: usize, len: usize) -> Region {
+        debug_assert!(offset + len <= self.len);
+        Region {
+            space: self.space,
+            offset: self.offset + offset,
+            len,
+        }
+    }
+}
+
+/// A decompressor nvCOMP runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Codec {
+    Zstd,
+    Lz4,
+    Snappy,
+    Deflate,
+}
+
+/// A region read as `planes` of `plane_len` bytes laid `plane_stride` apart (blosc streams
+/// decompressed into aligned slots); contiguous when the two are equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Planes {
+    pub plane_len: usize,
+    pub plane_stride: usize,
+}
+
+impl Planes {
+    pub fn contiguous(len: usize) -> Self {
+        Self {
+            plane_len: len.max(1),
+            plane_stride: len.max(1),
+        }
+    }
+
+    /// Where logical byte `at` lies.
+    pub fn physical(self, at: usize) -> usize {
+        at / self.plane_len * self.plane_stride + at % self.plane_len
+    }
+}
+
+/// One unit of GPU work.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Op {
+    /// Decompress `src` into exactly `dst.len` bytes.
+    Decompress {
+        codec: Codec,
+        src: Region,
+        dst: Region,
+    },
+    Copy {
+        src: Region,
+        dst: Region,
+    },
+    /// Repeat `pattern` (one element) over `dst`.
+    Fill {
+        dst: Region,
+        pattern: Vec<u8>,
+    },
+    /// Undo a byte shuffle of `type_size`-byte elements (blosc, numcodecs `shuffle`).
+    Unshuffle {
+        src: Region,
+        planes: Planes,
+        dst: Region,
+        type_size: usize,
+    },
+    /// Undo a blosc bit shuffle.
+    BitUnshuffle {
+        src: Region,
+        planes: Planes,
+        dst: Region,
+        type_size: usize,
+    },
+    SwapBytes {
+        region: Region,
+        element_size: usize,
+    },
+    /// `src` holds the array with shape `encoded_shape`, axis `i` being decoded axis
+    /// `encoded_order[i]`; `dst` gets it in decoded (C) order.
+    Transpose {
+        src: Region,
+        dst: Region,
+        encoded_shape: Vec<u64>,
+        encoded_order: Vec<usize>,
+        element_size: usize,
+    },
+    /// Copy the C-order block `src` (shape `block`) into `dst` (shape `outer`) at `start`.
+    PlaceBlock {
+        src: Region,
+        dst: Region,
+        block: Vec<u64>,
+        outer: Vec<u64>,
+        start: Vec<u64>,
+        element_size: usize,
+    },
+    /// Running sum of integers in place (numcodecs `delta`).
+    Delta {
+        region: Region,
+        element_size: usize,
+    },
+}
+
+/// Nothing is decompressed into or read from addresses of lesser alignment (nvCOMP asks 8).
+pub(crate) const ALIGN: usize = 256;
+const DECOMPRESS_ALIGN: usize = 8;
+
+/// One chunk to plan.
+pub(crate) struct ChunkInput<'a> {
+    pub bytes: Option<&'a Bytes>,
+    pub chain: &'a GpuChain,
+    /// The decoded (full, unclipped) chunk shape.
+    pub shape: &'a [u64],
+    pub element_size: usize,
+    /// The fill value, one element in native byte order.
+    pub fill: &'a [u8],
+}
+
+/// A planned batch.
+#[derive(Debug, Default)]
+pub(crate) struct BatchPlan {
+    /// Host bytes to upload and where they go in the input buffer.
+    pub uploads: Vec<(Bytes, usize)>,
+    pub input_len: usize,
+    pub scratch_len: usize,
+    pub output_len: usize,
+    /// Ops of each round, with the chunk each belongs to.
+    pub rounds: Vec<Vec<(usize, Op)>>,
+}
+
+impl BatchPlan {
+    /// Plans chunk number `chunk`; its decoded bytes will be at the returned output region.
+    /// On error nothing of the chunk is planned.
+    pub fn add(&mut self, chunk: usize, input: &ChunkInput) -> Result<Region, FrameError> {
+        let len = input.shape.iter().product::<u64>() as usize * input.element_size;
+        let mut planner = LanePlanner {
+            plan: self,
+            scratch_len: self.scratch_len,
+            uploads: Vec::new(),
+            input_len: self.input_len,
+            lane: Vec::new(),
+        };
+        let output = Region {
+            space: Space::Output,
+            offset: planner.plan.output_len,
+            len,
+        };
+        planner.chunk(input, 0, output)?;
+        let LanePlanner {
+            scratch_len,
+            uploads,
+            input_len,
+            lane,
+            ..
+        } = planner;
+        self.scratch_len = scratch_len;
+        self.input_len = input_len;
+        self.uploads.extend(uploads);
+        self.output_len = (output.offset + len).next_multiple_of(ALIGN);
+        if self.rounds.len() < lane.len() {
+            self.rounds.resize_with(lane.len(), Vec::new);
+        }
+        for (round, ops) in lane.into_iter().enumerate() {
+            self.rounds[round].extend(ops.into_iter().map(|op| (chunk, op)));
+        }
+        Ok(output)
+    }
+
+    /// Ops of all rounds.
+    pub fn ops(&self) -> impl Iterator<Item = &(usize, Op)> {
+        self.rounds.iter().flatten()
+    }
+}
+
+/// Plans one chunk's lane; commits to the batch only when the whole chunk planned.
+struct LanePlanner<'p> {
+    plan: &'p BatchPlan,
+    scratch_len: usize,
+    input_len: usize,
+    uploads: Vec<(Bytes, usize)>,
+    lane: Vec<Vec<Op>>,
+}
+
+/// Where a chunk's bytes are while its steps run.
+enum Data {
+    Host(Bytes),
+    Device(Region),
+}
+
+impl LanePlanner<'_> {
+    fn push(&mut self, step: usize, op: Op) {
+        if self.lane.len() <= step {
+            self.lane.resize_with(step + 1, Vec::new);
+        }
+        self.lane[step].push(op);
+    }
+
+    fn scratch(&mut self, len: usize) -> Region {
+        let offset = self.scratch_len;
+        self.scratch_len = (offset + len).next_multiple_of(ALIGN);
+        Region {
+            space: Space::Scratch,
+            offset,
+            len,
+        }
+    }
+
+    fn upload(&mut self, bytes: Bytes) -> Region {
+        let offset = self.input_len;
+        let len = bytes.len();
+        self.input_len = (offset + len).next_multiple_of(16);
+        self.uploads.push((bytes, offset));
+        Region {
+            space: Space::Input,
+            offset,
+            len,
+        }
+    }
+
+    /// Plans `input` from step `step` on, so that its decoded bytes end in `output`; returns
+    /// the step after its last.
+    fn chunk(
+        &mut self,
+        input: &ChunkInput,
+        step: usize,
+        output: Region,
+    ) -> Result<usize, FrameError> {
+        let Some(bytes) = input.bytes else {
+            self.push(
+                step,
+                Op::Fill {
+                    dst: output,
+                    pattern: input.fill.to_vec(),
+                },
+            );
+            return Ok(step + 1);
+        };
+        let steps = &input.chain.steps;
+        let shapes = encoded_shapes(steps, input.shape);
+        // The last step that writes a new buffer writes straight into `output`.
+        let last_new_buffer = last_new_buffer(steps);
+        let mut data = Data::Host(bytes.clone());
+        let mut step = step;
+        for (index, chain_step) in steps.iter().enumerate() {
+            let dst_for = |planner: &mut Self| {
+                if Some(index) == last_new_buffer {
+                    output
+                } else {
+                    planner.scratch(output.len)
+                }
+            };
+            data = match (chain_step, data) {
+                (Step::Crc32c, Data::Host(bytes)) => {
+                    let body = frames::strip_crc32c(&bytes)?;
+                    Data::Host(bytes.slice(body))
+                }
+                (Step::Decompress(compressor), Data::Host(bytes)) => {
+                    let dst = dst_for(self);
+                    step = self.decompress(*compressor, &bytes, step, dst)?;
+                    Data::Device(dst)
+                }
+                (Step::Sharding(spec), Data::Host(bytes)) => {
+                    let dst = dst_for(self);
+                    step = self.shard(spec, &bytes, input, &shapes[index], step, dst)?;
+                    Data::Device(dst)
+                }
+                (Step::Shuffle { element_size }, data) => {
+                    let (src, at) = self.on_device(data, step, output.len)?;
+                    let dst = dst_for(self);
+                    self.push(
+                        at,
+                        Op::Unshuffle {
+                            src,
+                            planes: Planes::contiguous(src.len / element_size.max(&1)),
+                            dst,
+                            type_size: *element_size,
+                        },
+                    );
+                    step = at + 1;
+                    Data::Device(dst)
+                }
+                (Step::SwapBytes, data) => {
+                    let into_output = last_new_buffer.is_none_or(|last| last < index);
+                    let (region, at) = self.in_place(data, step, into_output, output)?;
+                    self.push(
+                        at,
+                        Op::SwapBytes {
+                            region,
+                            element_size: input.element_size,
+                        },
+                    );
+                    step = at + 1;
+                    Data::Device(region)
+                }
+                (Step::Delta, data) => {
+                    let into_output = last_new_buffer.is_none_or(|last| last < index);
+                    let (region, at) = self.in_place(data, step, into_output, output)?;
+                    self.push(
+                        at,
+                        Op::Delta {
+                            region,
+                            element_size: input.element_size,
+                        },
+                    );
+                    step = at + 1;
+                    Data::Device(region)
+                }
+                (Step::Transpose { encoded_order }, data) => {
+                    let (src, at) = self.on_device(data, step, output.len)?;
+                    let dst = dst_for(self);
+                    self.push(
+                        at,
+                        Op::Transpose {
+                            src,
+                            dst,
+                            encoded_shape: shapes[index].clone(),
+                            encoded_order: encoded_order.clone(),
+                            element_size: input.element_size,
+                        },
+                    );
+                    step = at + 1;
+                    Data::Device(dst)
+                }
+                (other, Data::Device(_)) => {
+                    return Err(FrameError::NeedsCpu(format!(
+                        "{other:?} after a decoding step"
+                    )))
+                }
+            };
+        }
+        // A chain of host-only steps (none, or crc32c alone): upload into the output.
+        match data {
+            Data::Host(bytes) => {
+                check_len(&bytes, output.len)?;
+                let src = self.upload(bytes);
+                self.push(step, Op::Copy { src, dst: output });
+                Ok(step + 1)
+            }
+            Data::Device(region) => {
+                debug_assert_eq!(region, output);
+                Ok(step)
+            }
+        }
+    }
+
+    /// Uploads host data (the chain had nothing to decompress) so a kernel can read it.
+    fn on_device(
+        &mut self,
+        data: Data,
+        step: usize,
+        len: usize,
+    ) -> Result<(Region, usize), FrameError> {
+        Ok(match data {
+            Data::Device(region) => (region, step),
+            Data::Host(bytes) => {
+                check_len(&bytes, len)?;
+                (self.upload(bytes), step)
+            }
+        })
+    }
+
+    /// A device region an in-place kernel may change: the data itself once decoded, else an
+    /// upload copied into `output` (when no later step writes a new buffer) or scratch.
+    fn in_place(
+        &mut self,
+        data: Data,
+        step: usize,
+        into_output: bool,
+        output: Region,
+    ) -> Result<(Region, usize), FrameError> {
+        Ok(match data {
+            Data::Device(region) => (region, step),
+            Data::Host(bytes) => {
+                check_len(&bytes, output.len)?;
+                let dst = if into_output {
+                    output
+                } else {
+                    self.scratch(output.len)
+                };
+                let src = self.upload(bytes);
+                self.push(step, Op::Copy { src, dst });
+                (dst, step + 1)
+            }
+        })
+    }
+
+    fn decompress(
+        &mut self,
+        compressor: Compressor,
+        bytes: &Bytes,
+        step: usize,
+        dst: Region,
+    ) -> Result<usize, FrameError> {
+        let (codec, payload) = match compressor {
+            Compressor::Zstd => {
+                frames::check_zstd(bytes, dst.len)?;
+                (Codec::Zstd, 0..bytes.len())
+            }
+            Compressor::Gzip => (Codec::Deflate, frames::gzip_payload(bytes, dst.len)?),
+            Compressor::Zlib => (Codec::Deflate, frames::zlib_payload(bytes)?),
+            Compressor::Lz4 => (Codec::Lz4, frames::lz4_payload(bytes, dst.len)?),
+            Compressor::Blosc => return self.blosc(bytes, step, dst),
+        };
+        if dst.len == 0 {
+            return Ok(step);
+        }
+        let src = self.upload(bytes.slice(payload));
+        self.push(step, Op::Decompress { codec, src, dst });
+        Ok(step + 1)
+    }
+
+    fn blosc(&mut self, bytes: &Bytes, step: usize, dst: Region) -> Result<usize, FrameError> {
+        let frame = BloscFrame::parse(bytes, dst.len)?;
+        if let Some(stored) = frame.memcpyed {
+            let src = self.upload(bytes.slice(stored));
+            self.push(step, Op::Copy { src, dst });
+            return Ok(step + 1);
+        }
+        let codec = match frame.codec {
+            BloscCodec::Lz4 => Codec::Lz4,
+            BloscCodec::Snappy => Codec::Snappy,
+            BloscCodec::Zstd => Codec::Zstd,
+            BloscCodec::Zlib => Codec::Deflate,
+        };
+        let mut last = step;
+        for block in &frame.blocks {
+            let block_dst = dst.slice(block.offset, block.len);
+            let split_len = block.len / block.splits.len();
+            let direct = block.shuffle == BloscShuffle::None
+                && block.splits.len() == 1
+                && block_dst.offset % DECOMPRESS_ALIGN == 0;
+            // Streams land in aligned slots; a kernel or copy then assembles the block.
+            let stride = split_len.next_multiple_of(DECOMPRESS_ALIGN);
+            let slots = if direct {
+                block_dst
+            } else {
+                self.scratch(stride * block.splits.len())
+            };
+            for (index, split) in block.splits.iter().enumerate() {
+                let slot = slots.slice(index * stride, split_len);
+                let stream = bytes.slice(split.bytes.clone());
+                let src = if split.raw {
+                    self.upload(stream)
+                } else {
+                    let payload = match frame.codec {
+                        BloscCodec::Zlib => frames::zlib_payload(&stream)?,
+                        BloscCodec::Zstd => {
+                            frames::check_zstd(&stream, split_len)?;
+                            0..stream.len()
+                        }
+                        BloscCodec::Lz4 | BloscCodec::Snappy => 0..stream.len(),
+                    };
+                    self.upload(stream.slice(payload))
+                };
+                let op = if split.raw {
+                    Op::Copy { src, dst: slot }
+                } else {
+                    Op::Decompress {
+                        codec,
+                        src,
+                        dst: slot,
+                    }
+                };
+                self.push(step, op);
+            }
+            if direct {
+                continue;
+            }
+            let planes = Planes {
+                plane_len: split_len,
+                plane_stride: stride,
+            };
+            let type_size = frame.type_size;
+            let gather = match block.shuffle {
+                BloscShuffle::Byte => vec![Op::Unshuffle {
+                    src: slots,
+                    planes,
+                    dst: block_dst,
+                    type_size,
+                }],
+                BloscShuffle::Bit => vec![Op::BitUnshuffle {
+                    src: slots,
+                    planes,
+                    dst: block_dst,
+                    type_size,
+                }],
+                BloscShuffle::None => (0..block.splits.len())
+                    .map(|index| Op::Copy {
+                        src: slots.slice(index * stride, split_len),
+                        dst: block_dst.slice(index * split_len, split_len),
+                    })
+                    .collect(),
+            };
+            for op in gather {
+                self.push(step + 1, op);
+            }
+            last = step + 1;
+        }
+        Ok(last + 1)
+    }
+
+    /// Plans each inner chunk of a shard into `dst`, which has shape `shard_shape`.
+    fn shard(
+        &mut self,
+        spec: &ShardSpec,
+        bytes: &Bytes,
+        outer: &ChunkInput,
+        shard_shape: &[u64],
+        step: usize,
+        dst: Region,
+    ) -> Result<usize, FrameError> {
+        let inner_shape = &spec.inner_shape;
+        if inner_shape.len() != shard_shape.len()
+            || inner_shape
+                .iter()
+                .zip(shard_shape)
+                .any(|(&i, &s)| i == 0 || s % i != 0)
+        {
+            return Err(FrameError::NeedsCpu(format!(
+                "inner chunks {inner_shape:?} do not tile the shard {shard_shape:?}"
+            )));
+        }
+        let grid: Vec<u64> = shard_shape
+            .iter()
+            .zip(inner_shape)
+            .map(|(s, i)| s / i)
+            .collect();
+        let count = grid.iter().product::<u64>() as usize;
+        let index = frames::shard_index(bytes, count, spec.index_crc32c, spec.index_at_end)?;
+        let element_size = outer.element_size;
+        let inner_len = inner_shape.iter().product::<u64>() as usize * element_size;
+        let contiguous = is_contiguous_block(inner_shape, shard_shape);
+        let mut end = step;
+        let mut places = Vec::new();
+        for (position, stored) in index.into_iter().enumerate() {
+            let start = unravel(position as u64, &grid)
+                .iter()
+                .zip(inner_shape)
+                .map(|(g, i)| g * i)
+                .collect::<Vec<_>>();
+            let inner_bytes = stored.map(|range| bytes.slice(range));
+            let inner = ChunkInput {
+                bytes: inner_bytes.as_ref(),
+                chain: &spec.inner,
+                shape: inner_shape,
+                element_size,
+                fill: outer.fill,
+            };
+            let target = if contiguous {
+                dst.slice(
+                    ravel(&start, shard_shape) as usize * element_size,
+                    inner_len,
+                )
+            } else {
+                self.scratch(inner_len)
+            };
+            end = end.max(self.chunk(&inner, step, target)?);
+            if !contiguous {
+                places.push(Op::PlaceBlock {
+                    src: target,
+                    dst,
+                    block: inner_shape.clone(),
+                    outer: shard_shape.to_vec(),
+                    start,
+                    element_size,
+                });
+            }
+        }
+        if places.is_empty() {
+            return Ok(end);
+        }
+        for op in places {
+            self.push(end, op);
+        }
+        Ok(end + 1)
+    }
+}
+
+fn check_len(bytes: &[u8], expected: usize) -> Result<(), FrameError> {
+    if bytes.len() != expected {
+        return Err(FrameError::DeclaredSize {
+            what: "uncompressed chunk",
+            declared: bytes.len() as u64,
+            expected: expected as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Index of the last step that writes a new buffer (decompressions, shuffles, transposes,
+/// shards); in-place steps after it work on the output.
+fn last_new_buffer(steps: &[Step]) -> Option<usize> {
+    steps.iter().rposition(|step| {
+        matches!(
+            step,
+            Step::Decompress(_) | Step::Shuffle { .. } | Step::Transpose { .. } | Step::Sharding(_)
+        )
+    })
+}
+
+/// For each step, the shape of the array it reads when decoding (array steps only; bytes
+/// steps see the shape of the first array step after them, unused).
+fn encoded_shapes(steps: &[Step], decoded: &[u64]) -> Vec<Vec<u64>> {
+    let mut shapes = vec![Vec::new(); steps.len()];
+    let mut shape = decoded.to_vec();
+    // Encoding applies the steps backwards: each transpose permutes the shape.
+    for (index, step) in steps.iter().enumerate().rev() {
+        if let Step::Transpose { encoded_order } = step {
+            if encoded_order.len() == shape.len() {
+                shape = encoded_order.iter().map(|&axis| shape[axis]).collect();
+            }
+        }
+        shapes[index] = shape.clone();
+    }
+    shapes
+}
+
+/// True when a C-order block at any aligned start is one contiguous run of the outer array.
+fn is_contiguous_block(block: &[u64], outer: &[u64]) -> bool {
+    // Ones, then any extent on one axis, then whole axes.
+    match block.iter().position(|&b| b != 1) {
+        None => true,
+        Some(axis) => block[axis + 1..] == outer[axis + 1..],
+    }
+}
+
+fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
+    let mut out = vec![0; shape.len()];
+    for axis in (0..shape.len()).rev() {
+        out[axis] = index % shape[axis];
+        index /= shape[axis];
+    }
+    out
+}
+
+fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
+    indices.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_blocks() {
+        assert!(is_contiguous_block(&[1, 1, 640, 1280], &[4, 1, 640, 1280]));
+        assert!(is_contiguous_block(&[2, 640], &[8, 640]));
+        assert!(!is_contiguous_block(&[10, 10], &[20, 40]));
+        assert!(is_contiguous_block(&[1, 10], &[20, 40]));
+    }
+
+    #[test]
+    fn transposes_see_the_permuted_shape() {
+        let steps = [
+            Step::Decompress(Compressor::Zstd),
+            Step::Transpose {
+                encoded_order: vec![2, 0, 1],
+            },
+        ];
+        assert_eq!(encoded_shapes(&steps, &[4, 4, 6])[1], [6, 4, 4]);
+    }
+}

@@ -1,0 +1,117 @@
+//! GPU batch plans run by the CPU interpreter must decode exactly what zarrs decodes: every
+//! data type and codec chain of the generated cases, and every fixture written by
+//! zarr-python. The GPU suite (`tests/gpu_decode.rs`) runs the same plans on a GPU.
+
+use std::path::Path;
+
+use zarrpipe_store::Dataset;
+
+use crate::batch::{prepare, DecodePath};
+use crate::interpret::decode_batch;
+use crate::testing::{cases, compare_with_cpu, fetch_all, write_cases};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn generated_cases_plan_to_the_cpu_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = cases();
+    write_cases(dir.path(), &cases, 11);
+    let chunks = runtime().block_on(async {
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    });
+    // Which chunks leave the GPU path, and why: only blosclz frames may.
+    let prepared = prepare(chunks.clone(), false);
+    for chunk in &prepared.chunks {
+        let (_, path) = chunk.outcome.as_ref().unwrap();
+        if let DecodePath::CpuFallback { reason } = path {
+            assert!(
+                chunk.request.variable.name().contains("blosclz"),
+                "{}: {reason}",
+                chunk.request
+            );
+        }
+    }
+    let decoded = decode_batch(chunks.clone(), false);
+    let compared = compare_with_cpu(&chunks, &decoded);
+    assert_eq!(compared, chunks.len());
+}
+
+#[test]
+fn fixtures_plan_to_the_cpu_result() {
+    let stores = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/stores");
+    let runtime = runtime();
+    for store in ["zp3_v3", "zp3_v2", "xr_v2", "xr_v3"] {
+        let chunks = runtime.block_on(async {
+            let dataset = Dataset::open(stores.join(store).to_str().unwrap())
+                .await
+                .unwrap();
+            fetch_all(&dataset).await
+        });
+        let decoded = decode_batch(chunks.clone(), false);
+        assert!(compare_with_cpu(&chunks, &decoded) > 0, "{store}");
+    }
+}
+
+#[test]
+fn strict_decoders_refuse_what_needs_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = cases()
+        .into_iter()
+        .find(|case| case.name.contains("blosclz"))
+        .unwrap();
+    write_cases(dir.path(), std::slice::from_ref(&case), 3);
+    let chunks = runtime().block_on(async {
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    });
+    let decoded = decode_batch(chunks, true);
+    let error = decoded
+        .iter()
+        .find_map(|chunk| chunk.as_ref().err())
+        .unwrap();
+    assert!(error.to_string().contains("strict"), "{error}");
+}
+
+#[test]
+fn corrupt_chunks_fail_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let picked: Vec<_> = cases()
+        .into_iter()
+        .filter(|case| case.name.starts_with("float32_") && case.chunks[1] == 20)
+        .collect();
+    write_cases(dir.path(), &picked, 5);
+    let chunks = runtime().block_on(async {
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    });
+    for (index, chunk) in chunks.iter().enumerate() {
+        let Some(bytes) = &chunk.bytes else { continue };
+        if chunk.request.variable.name().ends_with("raw_20") || bytes.len() < 24 {
+            continue;
+        }
+        // Truncated: a frame that ends early never reaches a decompressor as valid.
+        let mut batch = chunks.clone();
+        batch[index].bytes = Some(bytes.slice(..bytes.len() - 9));
+        let decoded = decode_batch(batch, false);
+        assert!(decoded[index].is_err(), "truncated {}", chunk.request);
+        let message = decoded[index].as_ref().unwrap_err().to_string();
+        assert!(message.contains(&chunk.request.key()), "{message}");
+        for (other, result) in decoded.iter().enumerate() {
+            if other != index {
+                assert!(
+                    result.is_ok(),
+                    "{} broke with {}",
+                    chunks[other].request,
+                    chunk.request
+                );
+            }
+        }
+    }
+}
