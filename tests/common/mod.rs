@@ -11,8 +11,15 @@ use serde::Deserialize;
 use zarrpipe::codec::CpuDecoder;
 use zarrpipe::store::Variable;
 
+/// The fixtures directory: beside the sources the test was built from, or under the working
+/// directory when the test binary runs on another machine (the GPU hosts).
 pub fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from("tests/fixtures")
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -12,8 +12,8 @@ use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
 use crate::chain::GpuChain;
 use crate::frames::FrameError;
-use crate::plan::{BatchPlan, ChunkInput, Region};
-use crate::{decode_on_cpu, DecodedChunk, Error, Result};
+use crate::plan::{BatchPlan, ChunkInput, Region, ALIGN};
+use crate::{decode_on_cpu, Error, Result};
 
 /// How a chunk of a GPU batch was decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,9 +42,9 @@ pub(crate) struct Prepared {
     pub chunks: Vec<PreparedChunk>,
 }
 
-/// Plans `chunks` for the GPU. With `strict`, a chunk the GPU cannot decode is an error
-/// instead of a CPU fallback.
-pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool) -> Prepared {
+/// Plans `chunks` for the GPU, their outputs from byte `output_start` of the batch output on.
+/// With `strict`, a chunk the GPU cannot decode is an error instead of a CPU fallback.
+pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool, output_start: usize) -> Prepared {
     let mut chains: HashMap<*const Variable, std::result::Result<GpuChain, String>> =
         HashMap::new();
     for chunk in &chunks {
@@ -54,6 +54,7 @@ pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool) -> Prepared {
             .or_insert_with(|| GpuChain::of(variable).map_err(|unsupported| unsupported.0));
     }
     let mut prepared = Prepared::default();
+    prepared.plan.output_len = output_start;
     let mut fallbacks = Vec::new();
     let mut outcomes = Vec::with_capacity(chunks.len());
     for (index, chunk) in chunks.iter().enumerate() {
@@ -131,6 +132,32 @@ fn plan_chunk(
     Ok((region, path))
 }
 
+/// Output bytes a chunk takes in a batch: its decoded size, aligned as plans align it.
+pub(crate) fn output_bytes(chunk: &EncodedChunk) -> usize {
+    let shape = chunk_shape(&chunk.request);
+    let len = shape.iter().product::<u64>() as usize * chunk.request.variable.dtype().size();
+    len.next_multiple_of(ALIGN)
+}
+
+/// Splits a batch into consecutive groups of at most `group_bytes` output (at least one
+/// chunk each).
+pub(crate) fn groups(chunks: Vec<EncodedChunk>, group_bytes: usize) -> Vec<Vec<EncodedChunk>> {
+    let mut groups: Vec<Vec<EncodedChunk>> = Vec::new();
+    let mut bytes = 0;
+    for chunk in chunks {
+        let len = output_bytes(&chunk);
+        match groups.last_mut() {
+            Some(group) if bytes + len <= group_bytes => group.push(chunk),
+            _ => {
+                bytes = 0;
+                groups.push(vec![chunk]);
+            }
+        }
+        bytes += len;
+    }
+    groups
+}
+
 /// The full (unclipped) shape of a chunk.
 fn chunk_shape(request: &ChunkRequest) -> Vec<u64> {
     request
@@ -167,22 +194,4 @@ pub(crate) fn record_failures(chunks: &mut [PreparedChunk], failures: Vec<(usize
             });
         }
     }
-}
-
-/// The decoded chunks of a prepared batch, given its whole output buffer on the host.
-pub(crate) fn host_chunks(chunks: Vec<PreparedChunk>, output: &[u8]) -> Vec<Result<DecodedChunk>> {
-    chunks
-        .into_iter()
-        .map(|chunk| {
-            let (region, path) = chunk.outcome?;
-            Ok(DecodedChunk {
-                bytes: output[region.offset..region.offset + region.len].to_vec(),
-                stored_len: chunk.stored_len,
-                missing: path == DecodePath::Fill,
-                request: chunk.request,
-                fetch_time: chunk.fetch_time,
-                decode_time: Duration::ZERO,
-            })
-        })
-        .collect()
 }

@@ -20,8 +20,6 @@ pub(crate) enum Step {
     Sharding(Box<ShardSpec>),
     /// `transpose`; `encoded_order[i]` is the decoded axis stored as axis `i`.
     Transpose { encoded_order: Vec<usize> },
-    /// numcodecs `delta` on integers (dtype = astype): a running sum.
-    Delta,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,15 +61,11 @@ impl GpuChain {
         let element_size = variable.dtype().size();
         match metadata.get("zarr_format").and_then(Value::as_u64) {
             Some(2) => Self::from_v2(&metadata, element_size),
-            _ => Self::from_v3(
-                metadata.get("codecs").unwrap_or(&Value::Null),
-                element_size,
-                variable.dtype().is_integer(),
-            ),
+            _ => Self::from_v3(metadata.get("codecs").unwrap_or(&Value::Null), element_size),
         }
     }
 
-    fn from_v3(codecs: &Value, element_size: usize, integer: bool) -> Result<Self, Unsupported> {
+    fn from_v3(codecs: &Value, element_size: usize) -> Result<Self, Unsupported> {
         let codecs = codecs
             .as_array()
             .ok_or_else(|| Unsupported("no codec list".into()))?;
@@ -97,15 +91,12 @@ impl GpuChain {
                 "numcodecs.lz4" => Some(Step::Decompress(Compressor::Lz4)),
                 "blosc" | "numcodecs.blosc" => Some(Step::Decompress(Compressor::Blosc)),
                 "numcodecs.shuffle" => Some(shuffle_step(config, element_size)?),
-                "numcodecs.delta" => Some(delta_step(config, integer)?),
                 "transpose" => Some(Step::Transpose {
                     encoded_order: axis_order(config.get("order"))?,
                 }),
-                "sharding_indexed" => Some(Step::Sharding(Box::new(shard_spec(
-                    config,
-                    element_size,
-                    integer,
-                )?))),
+                "sharding_indexed" => {
+                    Some(Step::Sharding(Box::new(shard_spec(config, element_size)?)))
+                }
                 other => return Err(Unsupported(format!("codec `{other}`"))),
             };
             steps.extend(step);
@@ -115,7 +106,6 @@ impl GpuChain {
 
     fn from_v2(metadata: &Value, element_size: usize) -> Result<Self, Unsupported> {
         let dtype = metadata.get("dtype").and_then(Value::as_str).unwrap_or("");
-        let integer = dtype.contains('i') || dtype.contains('u');
         let mut steps = Vec::new();
         if let Some(compressor) = metadata.get("compressor").filter(|c| !c.is_null()) {
             let step = match compressor.get("id").and_then(Value::as_str).unwrap_or("") {
@@ -133,7 +123,6 @@ impl GpuChain {
             steps.push(
                 match filter.get("id").and_then(Value::as_str).unwrap_or("") {
                     "shuffle" => shuffle_step(filter, element_size)?,
-                    "delta" => delta_step(filter, integer)?,
                     other => return Err(Unsupported(format!("filter `{other}`"))),
                 },
             );
@@ -175,20 +164,6 @@ fn shuffle_step(config: &Value, element_size: usize) -> Result<Step, Unsupported
     Ok(Step::Shuffle { element_size: size })
 }
 
-fn delta_step(config: &Value, integer: bool) -> Result<Step, Unsupported> {
-    let dtype = config.get("dtype").and_then(Value::as_str);
-    let astype = config.get("astype").and_then(Value::as_str).or(dtype);
-    // Floating-point running sums would round differently in parallel; big-endian values would
-    // need a swap first. Both stay on the CPU.
-    let little_or_single = |t: &str| t.starts_with('<') || t.starts_with('|');
-    match (dtype, astype) {
-        (Some(d), Some(a)) if d == a && integer && little_or_single(d) => Ok(Step::Delta),
-        _ => Err(Unsupported(
-            "delta other than little-endian integers of one type".into(),
-        )),
-    }
-}
-
 fn axis_order(order: Option<&Value>) -> Result<Vec<usize>, Unsupported> {
     let order: Option<Vec<usize>> = order.and_then(Value::as_array).and_then(|axes| {
         axes.iter()
@@ -205,21 +180,13 @@ fn axis_order(order: Option<&Value>) -> Result<Vec<usize>, Unsupported> {
     Ok(order)
 }
 
-fn shard_spec(
-    config: &Value,
-    element_size: usize,
-    integer: bool,
-) -> Result<ShardSpec, Unsupported> {
+fn shard_spec(config: &Value, element_size: usize) -> Result<ShardSpec, Unsupported> {
     let inner_shape: Option<Vec<u64>> = config
         .get("chunk_shape")
         .and_then(Value::as_array)
         .and_then(|shape| shape.iter().map(Value::as_u64).collect());
     let inner_shape = inner_shape.ok_or_else(|| Unsupported("shard without chunk_shape".into()))?;
-    let inner = GpuChain::from_v3(
-        config.get("codecs").unwrap_or(&Value::Null),
-        element_size,
-        integer,
-    )?;
+    let inner = GpuChain::from_v3(config.get("codecs").unwrap_or(&Value::Null), element_size)?;
     if inner
         .steps
         .iter()
@@ -267,7 +234,7 @@ mod tests {
             {"name": "zstd", "configuration": {"level": 3}},
             {"name": "crc32c"}
         ]);
-        let chain = GpuChain::from_v3(&codecs, 4, false).unwrap();
+        let chain = GpuChain::from_v3(&codecs, 4).unwrap();
         assert_eq!(
             chain.steps,
             [
@@ -288,7 +255,7 @@ mod tests {
             "compressor": {"id": "blosc", "cname": "lz4"},
             "filters": [{"id": "delta", "dtype": ">i2"}]
         });
-        // Delta on big-endian integers stays on the CPU.
+        // zarrs cannot read numcodecs delta, so neither can the GPU path.
         assert!(GpuChain::from_v2(&metadata, 2).is_err());
         let metadata = json!({
             "zarr_format": 2, "dtype": ">i2", "order": "F", "shape": [3, 4],
@@ -308,8 +275,8 @@ mod tests {
 
     #[test]
     fn unknown_codecs_and_bad_orders_are_unsupported() {
-        assert!(GpuChain::from_v3(&json!([{"name": "bz2"}]), 4, false).is_err());
+        assert!(GpuChain::from_v3(&json!([{"name": "bz2"}]), 4).is_err());
         let bad = json!([{"name": "transpose", "configuration": {"order": [0, 0]}}]);
-        assert!(GpuChain::from_v3(&bad, 4, false).is_err());
+        assert!(GpuChain::from_v3(&bad, 4).is_err());
     }
 }

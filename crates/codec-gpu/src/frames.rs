@@ -135,10 +135,82 @@ pub(crate) fn check_zstd(bytes: &[u8], expected: usize) -> Result<()> {
     size[..content_size_bytes].copy_from_slice(field);
     let size = u64::from_le_bytes(size);
     match content_size_bytes {
-        0 => Ok(()), // not declared: the output capacity bounds it
-        2 => declared(WHAT, size + 256, expected),
-        _ => declared(WHAT, size, expected),
+        0 => {} // not declared: the output capacity bounds it
+        2 => declared(WHAT, size + 256, expected)?,
+        _ => declared(WHAT, size, expected)?,
     }
+    check_zstd_blocks(
+        bytes,
+        at + content_size_bytes,
+        descriptor & 0x04 != 0,
+        expected,
+    )
+}
+
+/// Walks a zstd frame's blocks: each must lie inside the frame, declare at most 128 KiB,
+/// and the raw and RLE blocks may not decode past `expected`; the frame must end after its
+/// last block (and checksum). This catches truncated and spliced frames before nvCOMP.
+fn check_zstd_blocks(bytes: &[u8], mut at: usize, checksum: bool, expected: usize) -> Result<()> {
+    const WHAT: &str = "zstd block";
+    const MAX_BLOCK: usize = 128 << 10;
+    let mut decoded = 0usize;
+    loop {
+        if at + 3 > bytes.len() {
+            return Err(FrameError::Truncated {
+                what: WHAT,
+                len: bytes.len(),
+                needed: at + 3,
+            });
+        }
+        let header =
+            u32::from(bytes[at]) | u32::from(bytes[at + 1]) << 8 | u32::from(bytes[at + 2]) << 16;
+        at += 3;
+        let (last, kind, size) = (header & 1 == 1, (header >> 1) & 3, (header >> 3) as usize);
+        let (stored, produces) = match kind {
+            0 => (size, size), // raw
+            1 => (1, size),    // RLE: one byte repeated
+            2 => (size, 0),    // compressed: at most 128 KiB, size unknown here
+            _ => {
+                return Err(FrameError::BadHeader {
+                    what: WHAT,
+                    detail: "reserved block type".into(),
+                })
+            }
+        };
+        if size > MAX_BLOCK {
+            return Err(FrameError::BadHeader {
+                what: WHAT,
+                detail: format!("block of {size} bytes"),
+            });
+        }
+        if at + stored > bytes.len() {
+            return Err(FrameError::Truncated {
+                what: WHAT,
+                len: bytes.len(),
+                needed: at + stored,
+            });
+        }
+        decoded += produces;
+        if decoded > expected {
+            return Err(FrameError::DeclaredSize {
+                what: WHAT,
+                declared: decoded as u64,
+                expected: expected as u64,
+            });
+        }
+        at += stored;
+        if last {
+            break;
+        }
+    }
+    let end = at + if checksum { 4 } else { 0 };
+    if end != bytes.len() {
+        return Err(FrameError::BadHeader {
+            what: "zstd frame",
+            detail: format!("ends at byte {end} of {}", bytes.len()),
+        });
+    }
+    Ok(())
 }
 
 /// The raw deflate stream of a gzip member, after checking its header and its size trailer.

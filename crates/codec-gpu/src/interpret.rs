@@ -97,7 +97,7 @@ fn apply(buffers: &mut Buffers, op: &Op) -> Result<(), String> {
             let input = buffers.get(*src).to_vec();
             let out = buffers.get_mut(*dst);
             let count = out.len() / type_size;
-            let shuffled = if count % 8 == 0 { count } else { 0 };
+            let shuffled = if count.is_multiple_of(8) { count } else { 0 };
             for (i, byte) in out.iter_mut().enumerate() {
                 let (element, within) = (i / type_size, i % type_size);
                 *byte = if element < shuffled {
@@ -156,24 +156,6 @@ fn apply(buffers: &mut Buffers, op: &Op) -> Result<(), String> {
                 out[to..to + element_size].copy_from_slice(value);
             }
         }
-        Op::Delta {
-            region,
-            element_size,
-        } => {
-            let data = buffers.get_mut(*region);
-            let mask = if *element_size == 8 {
-                u64::MAX
-            } else {
-                (1u64 << (8 * element_size)) - 1
-            };
-            let mut sum = 0u64;
-            for element in data.chunks_exact_mut(*element_size) {
-                let mut value = [0u8; 8];
-                value[..*element_size].copy_from_slice(element);
-                sum = sum.wrapping_add(u64::from_le_bytes(value)) & mask;
-                element.copy_from_slice(&sum.to_le_bytes()[..*element_size]);
-            }
-        }
     }
     Ok(())
 }
@@ -213,8 +195,29 @@ pub(crate) fn decode_batch(
     chunks: Vec<zarrpipe_store::EncodedChunk>,
     strict: bool,
 ) -> Vec<crate::Result<crate::DecodedChunk>> {
-    let mut prepared = crate::batch::prepare(chunks, strict);
+    let mut prepared = crate::batch::prepare(chunks, strict, 0);
     let (output, failures) = run(&prepared.plan);
     crate::batch::record_failures(&mut prepared.chunks, failures);
-    crate::batch::host_chunks(prepared.chunks, &output)
+    host_chunks(prepared.chunks, &output)
+}
+
+/// The decoded chunks of a prepared batch, given its whole output buffer on the host.
+fn host_chunks(
+    chunks: Vec<crate::batch::PreparedChunk>,
+    output: &[u8],
+) -> Vec<crate::Result<crate::DecodedChunk>> {
+    chunks
+        .into_iter()
+        .map(|chunk| {
+            let (region, path) = chunk.outcome?;
+            Ok(crate::DecodedChunk {
+                bytes: output[region.offset..region.offset + region.len].to_vec(),
+                stored_len: chunk.stored_len,
+                missing: path == crate::DecodePath::Fill,
+                request: chunk.request,
+                fetch_time: chunk.fetch_time,
+                decode_time: std::time::Duration::ZERO,
+            })
+        })
+        .collect()
 }

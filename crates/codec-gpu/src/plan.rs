@@ -65,6 +65,7 @@ impl Planes {
     }
 
     /// Where logical byte `at` lies.
+    #[cfg(test)]
     pub fn physical(self, at: usize) -> usize {
         at / self.plane_len * self.plane_stride + at % self.plane_len
     }
@@ -124,16 +125,15 @@ pub(crate) enum Op {
         start: Vec<u64>,
         element_size: usize,
     },
-    /// Running sum of integers in place (numcodecs `delta`).
-    Delta {
-        region: Region,
-        element_size: usize,
-    },
 }
 
 /// Nothing is decompressed into or read from addresses of lesser alignment (nvCOMP asks 8).
 pub(crate) const ALIGN: usize = 256;
 const DECOMPRESS_ALIGN: usize = 8;
+/// nvCOMP's smallest limit on one decompressed stream (zstd and snappy: 2^31 - 1 bytes).
+const MAX_DECOMPRESSED: usize = (1 << 31) - 1;
+/// Dimensions the transpose and shard kernels index (`MAX_DIMS` in `kernels.cu`).
+pub(crate) const MAX_DIMS: usize = 8;
 
 /// One chunk to plan.
 pub(crate) struct ChunkInput<'a> {
@@ -197,6 +197,7 @@ impl BatchPlan {
     }
 
     /// Ops of all rounds.
+    #[cfg(test)]
     pub fn ops(&self) -> impl Iterator<Item = &(usize, Op)> {
         self.rounds.iter().flatten()
     }
@@ -322,18 +323,11 @@ impl LanePlanner<'_> {
                     step = at + 1;
                     Data::Device(region)
                 }
-                (Step::Delta, data) => {
-                    let into_output = last_new_buffer.is_none_or(|last| last < index);
-                    let (region, at) = self.in_place(data, step, into_output, output)?;
-                    self.push(
-                        at,
-                        Op::Delta {
-                            region,
-                            element_size: input.element_size,
-                        },
-                    );
-                    step = at + 1;
-                    Data::Device(region)
+                (Step::Transpose { encoded_order }, _) if encoded_order.len() > MAX_DIMS => {
+                    return Err(FrameError::NeedsCpu(format!(
+                        "transpose of {} dimensions",
+                        encoded_order.len()
+                    )))
                 }
                 (Step::Transpose { encoded_order }, data) => {
                     let (src, at) = self.on_device(data, step, output.len)?;
@@ -434,6 +428,12 @@ impl LanePlanner<'_> {
         if dst.len == 0 {
             return Ok(step);
         }
+        if dst.len > MAX_DECOMPRESSED {
+            return Err(FrameError::NeedsCpu(format!(
+                "{} decoded bytes, more than nvCOMP decompresses at once",
+                dst.len
+            )));
+        }
         let src = self.upload(bytes.slice(payload));
         self.push(step, Op::Decompress { codec, src, dst });
         Ok(step + 1)
@@ -458,7 +458,7 @@ impl LanePlanner<'_> {
             let split_len = block.len / block.splits.len();
             let direct = block.shuffle == BloscShuffle::None
                 && block.splits.len() == 1
-                && block_dst.offset % DECOMPRESS_ALIGN == 0;
+                && block_dst.offset.is_multiple_of(DECOMPRESS_ALIGN);
             // Streams land in aligned slots; a kernel or copy then assembles the block.
             let stride = split_len.next_multiple_of(DECOMPRESS_ALIGN);
             let slots = if direct {
@@ -541,6 +541,7 @@ impl LanePlanner<'_> {
     ) -> Result<usize, FrameError> {
         let inner_shape = &spec.inner_shape;
         if inner_shape.len() != shard_shape.len()
+            || shard_shape.len() > MAX_DIMS
             || inner_shape
                 .iter()
                 .zip(shard_shape)

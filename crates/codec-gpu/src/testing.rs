@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::{stream, TryStreamExt};
+use rayon::prelude::*;
 use serde_json::{json, Value};
 use zarrpipe_core::DType;
 use zarrpipe_store::{ChunkRequest, Dataset, EncodedChunk, FetchExt};
@@ -54,7 +55,7 @@ fn chains(dtype: DType, shape: &[u64]) -> Vec<(&'static str, Value)> {
     let zstd = json!({"name": "zstd", "configuration": {"level": 3, "checksum": false}});
     let gzip = json!({"name": "gzip", "configuration": {"level": 5}});
     // Inner chunks that tile the shard without being contiguous runs of it.
-    let smallest_divisor = |n: u64| (2..=n).find(|d| n % d == 0).unwrap_or(1);
+    let smallest_divisor = |n: u64| (2..=n).find(|&d| n.is_multiple_of(d)).unwrap_or(1);
     let inner: Vec<u64> = shape.iter().map(|&n| n / smallest_divisor(n)).collect();
     let row: Vec<u64> = std::iter::once(1)
         .chain(shape[1..].iter().copied())
@@ -207,19 +208,18 @@ pub fn write_cases(dir: &Path, cases: &[Case], seed: u64) {
             .unwrap_or_else(|error| panic!("{}: {error}", case.name));
         array.store_metadata().expect("metadata stored");
         let grid = array.chunk_grid_shape().to_vec();
-        for y in 0..grid[0] {
-            for x in 0..grid[1] {
-                if (y, x) == (0, 1) {
-                    continue;
-                }
-                let subset = array.chunk_subset(&[y, x]).expect("chunk in grid");
-                let count = subset.num_elements_usize();
-                let data = random_bytes(case.dtype, count, seed + index as u64 * 131 + y * 7 + x);
-                array
-                    .store_chunk(&[y, x], ArrayBytes::new_flen(Cow::Owned(data)))
-                    .unwrap_or_else(|error| panic!("{}: {error}", case.name));
-            }
-        }
+        let positions: Vec<(u64, u64)> = (0..grid[0])
+            .flat_map(|y| (0..grid[1]).map(move |x| (y, x)))
+            .filter(|&position| position != (0, 1))
+            .collect();
+        positions.into_par_iter().for_each(|(y, x)| {
+            let subset = array.chunk_subset(&[y, x]).expect("chunk in grid");
+            let count = subset.num_elements_usize();
+            let data = random_bytes(case.dtype, count, seed + index as u64 * 131 + y * 7 + x);
+            array
+                .store_chunk(&[y, x], ArrayBytes::new_flen(Cow::Owned(data)))
+                .unwrap_or_else(|error| panic!("{}: {error}", case.name));
+        });
     }
 }
 

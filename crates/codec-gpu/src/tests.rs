@@ -27,7 +27,7 @@ fn generated_cases_plan_to_the_cpu_result() {
         fetch_all(&dataset).await
     });
     // Which chunks leave the GPU path, and why: only blosclz frames may.
-    let prepared = prepare(chunks.clone(), false);
+    let prepared = prepare(chunks.clone(), false, 0);
     for chunk in &prepared.chunks {
         let (_, path) = chunk.outcome.as_ref().unwrap();
         if let DecodePath::CpuFallback { reason } = path {

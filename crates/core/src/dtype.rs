@@ -62,21 +62,6 @@ impl DType {
             .find(|dtype| dtype.zarr_name() == name)
     }
 
-    /// True for signed and unsigned integers (not bool).
-    pub fn is_integer(self) -> bool {
-        matches!(
-            self,
-            DType::Int8
-                | DType::Int16
-                | DType::Int32
-                | DType::Int64
-                | DType::UInt8
-                | DType::UInt16
-                | DType::UInt32
-                | DType::UInt64
-        )
-    }
-
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {

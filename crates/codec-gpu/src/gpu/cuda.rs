@@ -2,13 +2,13 @@
 //! then each round's ops as one nvCOMP call per codec and one launch per kernel kind, all on
 //! the decoder's stream; per-op statuses come back at the end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cudarc::driver::sys::CUstream;
 use cudarc::driver::{
-    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    result, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PinnedHostSlice, PushKernelArg,
 };
 use rayon::prelude::*;
@@ -17,7 +17,7 @@ use zarrpipe_store::EncodedChunk;
 use super::kernels::{self, Kernels, MAX_DIMS};
 use super::nvcomp::{status_name, Nvcomp};
 use super::{BatchTimings, DeviceChunk, GpuOptions};
-use crate::batch::{prepare, record_failures, PreparedChunk};
+use crate::batch::{groups, output_bytes, prepare, record_failures, PreparedChunk};
 use crate::plan::{BatchPlan, Codec, Op, Region, Space};
 use crate::{DecodedChunk, Error, Result};
 
@@ -33,10 +33,15 @@ fn cuda_error(what: impl Into<String>) -> impl FnOnce(cudarc::driver::DriverErro
 pub struct GpuDecoder {
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Uploads run here, beside the decoding on `stream`.
+    copy_stream: Arc<CudaStream>,
     kernels: Kernels,
     nvcomp: Nvcomp,
     options: GpuOptions,
     buffers: Mutex<Buffers>,
+    /// Set when the device faulted: CUDA errors of that kind stick to the context, so every
+    /// later batch is refused with this reason.
+    fault: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -48,15 +53,28 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
-/// Buffers reused from batch to batch; they only grow.
+/// Buffers reused from batch to batch; they only grow. Two slots let one group be staged
+/// and uploaded while the other decodes.
 #[derive(Default)]
 struct Buffers {
+    slots: [Slot; 2],
+    temp: Option<CudaSlice<u8>>,
+}
+
+#[derive(Default)]
+struct Slot {
     staging: Option<PinnedHostSlice<u8>>,
     input: Option<CudaSlice<u8>>,
     scratch: Option<CudaSlice<u8>>,
-    temp: Option<CudaSlice<u8>>,
     results: Option<CudaSlice<u8>>,
     results_host: Option<PinnedHostSlice<u8>>,
+}
+
+/// A group whose work is enqueued; `done` completes when its statuses are on the host.
+struct InFlight {
+    prepared: crate::batch::Prepared,
+    tables: Tables,
+    done: CudaEvent,
 }
 
 /// A decoded batch: the chunks' bytes in one device buffer.
@@ -120,14 +138,19 @@ impl GpuDecoder {
         let stream = context
             .new_stream()
             .map_err(cuda_error("creating a stream"))?;
+        let copy_stream = context
+            .new_stream()
+            .map_err(cuda_error("creating a stream"))?;
         let kernels = Kernels::load(&context)?;
         Ok(Self {
             context,
             stream,
+            copy_stream,
             kernels,
             nvcomp,
             options,
             buffers: Mutex::new(Buffers::default()),
+            fault: Mutex::new(None),
         })
     }
 
@@ -151,98 +174,254 @@ impl GpuDecoder {
 
     /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
     /// CPU when strict) is an error in its place; the others are still right.
+    ///
+    /// A stream corrupt in a way the CPU checks cannot see may still make nvCOMP fault (its
+    /// zstd decoder writes out of bounds on some corrupt Huffman tables). The batch is then an
+    /// error, and so is every later one, since a CUDA fault poisons the context: decode on the
+    /// CPU from there on.
     pub fn decode_batch(&self, chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
+        if let Some(reason) = self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(Error::CudaUnavailable { reason });
+        }
+        let sources = chunks.clone();
+        let mut batch = self.decode_once(chunks).inspect_err(|error| {
+            if let Error::Cuda { what, source } = error {
+                *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+                    "the GPU faulted earlier ({what}: {source}); decode on the CPU"
+                ));
+            }
+        })?;
+        let failed_on_device =
+            |chunk: &Result<DeviceChunk>| matches!(chunk, Err(Error::GpuDecode { .. }));
+        if !batch.chunks.iter().any(failed_on_device) {
+            return Ok(batch);
+        }
+        // nvCOMP's behaviour on a corrupt stream is undefined and may spill into the other
+        // chunks of its call: decode the rest again without the chunks that failed.
+        let kept: Vec<usize> = (0..batch.chunks.len())
+            .filter(|&index| batch.chunks[index].is_ok())
+            .collect();
+        let retry = self.decode_once(kept.iter().map(|&index| sources[index].clone()).collect())?;
+        for (&index, chunk) in kept.iter().zip(retry.chunks) {
+            batch.chunks[index] = chunk;
+        }
+        batch.buffer = retry.buffer;
+        batch.timings.plan += retry.timings.plan;
+        batch.timings.stage += retry.timings.stage;
+        batch.timings.device += retry.timings.device;
+        Ok(batch)
+    }
+
+    /// Decodes `chunks` in groups of about `options.group_bytes`, pipelined: group k+1 is
+    /// planned and staged on the CPU and uploaded on the copy stream while group k decodes.
+    fn decode_once(&self, chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
         let started = Instant::now();
-        let mut prepared = prepare(chunks, self.options.strict);
-        let planned = Instant::now();
         let mut buffers = self
             .buffers
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        let run = self.run(&prepared.plan, &mut buffers)?;
-        record_failures(&mut prepared.chunks, run.failures);
-        let timings = BatchTimings {
-            plan: planned - started,
-            stage: run.stage,
-            device: run.device,
-        };
+        let buffers = &mut *buffers;
+        let output_len: usize = chunks.iter().map(output_bytes).sum();
+        // SAFETY: every byte of the output a chunk owns is written by its ops before use.
+        let output = unsafe { self.stream.alloc::<u8>(output_len.max(1)) }
+            .map_err(cuda_error("allocating the batch output"))?;
+        let output_base = output.device_ptr(&self.stream).0;
+        let mut timings = BatchTimings::default();
+        let mut decoded = Vec::with_capacity(chunks.len());
+        let mut pending: VecDeque<(usize, InFlight)> = VecDeque::new();
+        let mut output_start = 0;
+        for (index, group) in groups(chunks, self.options.group_bytes)
+            .into_iter()
+            .enumerate()
+        {
+            let slot = index % 2;
+            // A slot's buffers are free once the group before last has finished.
+            if pending.len() == 2 {
+                let (slot, group) = pending.pop_front().expect("two groups pending");
+                decoded.extend(self.finish(group, &mut buffers.slots[slot])?);
+            }
+            let planning = Instant::now();
+            let prepared = prepare(group, self.options.strict, output_start);
+            output_start = prepared.plan.output_len;
+            let staging = Instant::now();
+            timings.plan += staging - planning;
+            let upload = self.upload(&prepared.plan, &mut buffers.slots[slot], output_base)?;
+            timings.stage += staging.elapsed();
+            self.execute(&upload, &mut buffers.temp)?;
+            let done = self.read_results(&upload, &mut buffers.slots[slot])?;
+            pending.push_back((
+                slot,
+                InFlight {
+                    prepared,
+                    tables: upload.tables,
+                    done,
+                },
+            ));
+        }
+        while let Some((slot, group)) = pending.pop_front() {
+            decoded.extend(self.finish(group, &mut buffers.slots[slot])?);
+        }
+        timings.device = started
+            .elapsed()
+            .saturating_sub(timings.plan + timings.stage);
         Ok(DeviceBatch {
-            chunks: prepared.chunks.into_iter().map(device_chunk).collect(),
+            chunks: decoded,
             timings,
-            buffer: run.output,
+            buffer: output,
             stream: self.stream.clone(),
         })
     }
 
-    fn run(&self, plan: &BatchPlan, buffers: &mut Buffers) -> Result<Run> {
+    /// Waits for a group and turns its statuses into per-chunk results.
+    fn finish(&self, group: InFlight, slot: &mut Slot) -> Result<Vec<Result<DeviceChunk>>> {
+        group
+            .done
+            .synchronize()
+            .map_err(cuda_error("running the batch"))?;
+        let results_len = group.tables.results_len();
+        let results = slot.results_host.as_mut().map_or(Ok(&mut [][..]), |host| {
+            host.as_mut_slice()
+                .map_err(cuda_error("mapping pinned memory"))
+        })?;
+        let failures = group.tables.failures(&results[..results_len]);
+        let mut chunks = group.prepared.chunks;
+        record_failures(&mut chunks, failures);
+        Ok(chunks.into_iter().map(device_chunk).collect())
+    }
+
+    /// Stages the plan's bytes and tables in the slot's pinned memory and uploads them on the
+    /// copy stream; the decoder's stream waits for the upload.
+    fn upload(&self, plan: &BatchPlan, slot: &mut Slot, output_base: u64) -> Result<Upload> {
         let stream = &self.stream;
-        let cu_stream = stream.cu_stream();
         let tables = Tables::build(plan);
-        let staging_len = plan.input_len.next_multiple_of(256) + tables.len;
-        // SAFETY: the output is written by the plan's ops before anyone reads it.
-        let output = unsafe { stream.alloc::<u8>(plan.output_len.max(1)) }
-            .map_err(cuda_error("allocating the batch output"))?;
+        let table_start = plan.input_len.next_multiple_of(256);
+        let staging_len = table_start + tables.len;
+        let mut grown = false;
         let bases = Bases {
-            input: grow(&mut buffers.input, stream, staging_len)?,
-            scratch: grow(&mut buffers.scratch, stream, plan.scratch_len)?,
-            output: output.device_ptr(stream).0,
+            input: grow(&mut slot.input, stream, staging_len, &mut grown)?,
+            scratch: grow(&mut slot.scratch, stream, plan.scratch_len, &mut grown)?,
+            output: output_base,
         };
-        let results = grow(&mut buffers.results, stream, tables.results_len())?;
-        let staged = Instant::now();
-        let staging = grow_pinned(&self.context, &mut buffers.staging, staging_len)?;
-        stage(
-            plan,
-            &tables,
-            &bases,
-            staging,
-            plan.input_len.next_multiple_of(256),
-        );
-        let device_started = Instant::now();
-        let stage_time = device_started - staged;
-        // SAFETY: `staging` is pinned and stays alive (owned by `buffers`, locked by the
-        // caller) until the stream synchronises below; `bases.input` holds `staging_len`.
-        unsafe { result::memcpy_htod_async(bases.input, &staging[..staging_len], cu_stream) }
-            .map_err(cuda_error("uploading the batch"))?;
-        let table_base = bases.input + plan.input_len.next_multiple_of(256) as u64;
-        for round in &tables.rounds {
+        let results = grow(&mut slot.results, stream, tables.results_len(), &mut grown)?;
+        if grown {
+            // New buffers come from the decoder's stream; the copy stream may use them only
+            // once they exist.
+            stream
+                .synchronize()
+                .map_err(cuda_error("allocating device buffers"))?;
+        }
+        let staging = grow_pinned(&self.context, &mut slot.staging, staging_len)?;
+        stage(plan, &tables, &bases, staging, table_start);
+        // SAFETY: `staging` is pinned and not touched again until this group has finished
+        // (`finish` waits on its event before the slot is reused); `bases.input` holds
+        // `staging_len` bytes.
+        unsafe {
+            result::memcpy_htod_async(
+                bases.input,
+                &staging[..staging_len],
+                self.copy_stream.cu_stream(),
+            )
+        }
+        .map_err(cuda_error("uploading the batch"))?;
+        let uploaded = self
+            .copy_stream
+            .record_event(None)
+            .map_err(cuda_error("recording an upload event"))?;
+        stream
+            .wait(&uploaded)
+            .map_err(cuda_error("waiting for an upload"))?;
+        Ok(Upload {
+            table_base: bases.input + table_start as u64,
+            tables,
+            results,
+        })
+    }
+
+    /// Enqueues every round's ops on the decoder's stream.
+    fn execute(&self, upload: &Upload, temp: &mut Option<CudaSlice<u8>>) -> Result<()> {
+        for round in &upload.tables.rounds {
             for (codec, group) in &round.decompress {
-                self.decompress(*codec, group, table_base, results, &tables, buffers)?;
+                self.decompress(*codec, group, upload, temp)?;
             }
             for launch in &round.launches {
-                self.launch(launch, table_base)?;
+                self.launch(launch, upload.table_base)?;
             }
         }
-        let results_len = tables.results_len();
-        let results_host = grow_pinned(&self.context, &mut buffers.results_host, results_len)?;
+        Ok(())
+    }
+
+    /// Enqueues the copy of the decompressions' sizes and statuses to the slot's pinned
+    /// memory; the returned event marks the end of the group's work.
+    fn read_results(&self, upload: &Upload, slot: &mut Slot) -> Result<CudaEvent> {
+        let results_len = upload.tables.results_len();
+        let results_host = grow_pinned(&self.context, &mut slot.results_host, results_len)?;
         if results_len > 0 {
-            // SAFETY: `results_host` is pinned, holds `results_len` bytes and outlives the
-            // synchronisation below.
+            // SAFETY: `results_host` is pinned, holds `results_len` bytes, and is read only
+            // after the returned event completes.
             unsafe {
-                result::memcpy_dtoh_async(&mut results_host[..results_len], results, cu_stream)
+                result::memcpy_dtoh_async(
+                    &mut results_host[..results_len],
+                    upload.results,
+                    self.stream.cu_stream(),
+                )
             }
             .map_err(cuda_error("reading decompression statuses"))?;
         }
-        stream
-            .synchronize()
-            .map_err(cuda_error("running the batch"))?;
-        let failures = tables.failures(&results_host[..results_len]);
-        Ok(Run {
-            output,
-            failures,
-            stage: stage_time,
-            device: device_started.elapsed(),
-        })
+        self.stream
+            .record_event(None)
+            .map_err(cuda_error("recording a batch event"))
+    }
+
+    /// For benchmarks: the time nvCOMP alone takes to decompress `chunks` already in device
+    /// memory (best of `repeats` calls, kernels and uploads excluded), and the bytes it wrote.
+    #[doc(hidden)]
+    pub fn time_bare_nvcomp(
+        &self,
+        chunks: Vec<EncodedChunk>,
+        repeats: usize,
+    ) -> Result<(std::time::Duration, usize)> {
+        let prepared = prepare(chunks, self.options.strict, 0);
+        let mut buffers = self
+            .buffers
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let buffers = &mut *buffers;
+        // SAFETY: written by the decompressions below before anything reads it.
+        let output = unsafe { self.stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
+            .map_err(cuda_error("allocating the batch output"))?;
+        let output_base = output.device_ptr(&self.stream).0;
+        let upload = self.upload(&prepared.plan, &mut buffers.slots[0], output_base)?;
+        self.stream.synchronize().map_err(cuda_error("uploading"))?;
+        let mut best = std::time::Duration::MAX;
+        for _ in 0..repeats.max(1) {
+            let started = Instant::now();
+            for round in &upload.tables.rounds {
+                for (codec, group) in &round.decompress {
+                    self.decompress(*codec, group, &upload, &mut buffers.temp)?;
+                }
+            }
+            self.stream
+                .synchronize()
+                .map_err(cuda_error("running nvCOMP"))?;
+            best = best.min(started.elapsed());
+        }
+        let bytes = upload
+            .tables
+            .decompressed
+            .iter()
+            .map(|&(_, _, len)| len)
+            .sum();
+        Ok((best, bytes))
     }
 
     fn decompress(
         &self,
         codec: Codec,
         group: &DecompressGroup,
-        table_base: u64,
-        results: u64,
-        tables: &Tables,
-        buffers: &mut Buffers,
+        upload: &Upload,
+        temp: &mut Option<CudaSlice<u8>>,
     ) -> Result<()> {
+        let (table_base, results, tables) = (upload.table_base, upload.results, &upload.tables);
         let cu_stream: CUstream = self.stream.cu_stream();
         // Split the group until each call's temporary memory fits the budget.
         let mut calls = vec![(0usize, group.count)];
@@ -266,7 +445,7 @@ impl GpuDecoder {
             }
         }
         let temp_len = sized.iter().map(|&(_, _, temp)| temp).max().unwrap_or(0);
-        let temp = grow(&mut buffers.temp, &self.stream, temp_len)?;
+        let temp = grow(temp, &self.stream, temp_len, &mut false)?;
         for (first, count, temp_bytes) in sized {
             let at = |table: usize, size: usize| table_base + (table + first * size) as u64;
             let result = |offset: usize, size: usize| {
@@ -303,7 +482,6 @@ impl GpuDecoder {
             KernelKind::Swap => &self.kernels.swap,
             KernelKind::Transpose => &self.kernels.transpose,
             KernelKind::Place => &self.kernels.place,
-            KernelKind::Delta => &self.kernels.delta,
         };
         launch_table(&self.stream, function, launch, table_base)
     }
@@ -317,17 +495,10 @@ fn launch_table(
 ) -> Result<()> {
     let table = table_base + launch.table as u64;
     let count = launch.count as u64;
-    let (grid_x, block) = if launch.kind == KernelKind::Delta {
-        (1, 1024) // one block scans one op
-    } else {
-        (
-            (launch.max_len.div_ceil(256 * 8)).clamp(1, 1024) as u32,
-            256,
-        )
-    };
+    let grid_x = launch.max_len.div_ceil(256 * 8).clamp(1, 1024) as u32;
     let config = LaunchConfig {
         grid_dim: (grid_x, launch.count.min(65535) as u32, 1),
-        block_dim: (block, 1, 1),
+        block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
     let mut builder = stream.launch_builder(function);
@@ -339,11 +510,11 @@ fn launch_table(
         .map_err(cuda_error(format!("launching {:?}", launch.kind)))
 }
 
-struct Run {
-    output: CudaSlice<u8>,
-    failures: Vec<(usize, String)>,
-    stage: std::time::Duration,
-    device: std::time::Duration,
+/// A batch staged and uploaded: where its tables and results are, and its output.
+struct Upload {
+    tables: Tables,
+    table_base: u64,
+    results: u64,
 }
 
 fn device_chunk(chunk: PreparedChunk) -> Result<DeviceChunk> {
@@ -425,9 +596,15 @@ fn keep_freed_memory_pooled(context: &Arc<CudaContext>) -> Result<()> {
     Ok(())
 }
 
-/// Grows `slot` to at least `len` bytes; returns its device address.
-fn grow(slot: &mut Option<CudaSlice<u8>>, stream: &Arc<CudaStream>, len: usize) -> Result<u64> {
+/// Grows `slot` to at least `len` bytes (setting `grown`); returns its device address.
+fn grow(
+    slot: &mut Option<CudaSlice<u8>>,
+    stream: &Arc<CudaStream>,
+    len: usize,
+    grown: &mut bool,
+) -> Result<u64> {
     if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
+        *grown = true;
         *slot = None; // free before allocating the larger one
         let capacity = (len + len / 4).max(1 << 20);
         // SAFETY: scratch memory; every byte read is written first within a batch.
@@ -487,7 +664,6 @@ enum KernelKind {
     Swap,
     Transpose,
     Place,
-    Delta,
 }
 
 impl KernelKind {
@@ -500,7 +676,6 @@ impl KernelKind {
             KernelKind::Swap => size_of::<kernels::SwapOp>(),
             KernelKind::Transpose => size_of::<kernels::TransposeOp>(),
             KernelKind::Place => size_of::<kernels::PlaceOp>(),
-            KernelKind::Delta => size_of::<kernels::DeltaOp>(),
         }
     }
 }
@@ -570,7 +745,6 @@ impl Tables {
                     Op::SwapBytes { .. } => KernelKind::Swap,
                     Op::Transpose { .. } => KernelKind::Transpose,
                     Op::PlaceBlock { .. } => KernelKind::Place,
-                    Op::Delta { .. } => KernelKind::Delta,
                 };
                 by_kind.entry(kind).or_default().push((*chunk, op.clone()));
             }
@@ -662,7 +836,7 @@ fn op_len(op: &Op) -> usize {
     match op {
         Op::Decompress { dst, .. } | Op::Copy { dst, .. } | Op::Fill { dst, .. } => dst.len,
         Op::Unshuffle { dst, .. } | Op::BitUnshuffle { dst, .. } => dst.len,
-        Op::SwapBytes { region, .. } | Op::Delta { region, .. } => region.len,
+        Op::SwapBytes { region, .. } => region.len,
         Op::Transpose { dst, .. } => dst.len,
         Op::PlaceBlock { src: block, .. } => block.len,
     }
@@ -813,14 +987,6 @@ fn descriptors(launch: &Launch, bases: &Bases) -> Vec<u8> {
                 block: dims(block),
                 outer: dims(outer),
                 start: dims(start),
-            }])),
-            Op::Delta {
-                region,
-                element_size,
-            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::DeltaOp {
-                ptr: address(*region),
-                count: (region.len / element_size) as u64,
-                element_size: *element_size as u64,
             }])),
             Op::Decompress { .. } => unreachable!("decompressions go to nvCOMP, not a kernel"),
         }

@@ -9,7 +9,7 @@ use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 use crate::{Error, Result};
 
 const SOURCE: &str = include_str!("kernels.cu");
-pub(crate) const MAX_DIMS: usize = 8;
+pub(crate) use crate::plan::MAX_DIMS;
 
 /// One loaded function per op kind.
 pub(crate) struct Kernels {
@@ -20,7 +20,6 @@ pub(crate) struct Kernels {
     pub swap: CudaFunction,
     pub transpose: CudaFunction,
     pub place: CudaFunction,
-    pub delta: CudaFunction,
 }
 
 fn ptx() -> Result<Ptx> {
@@ -59,7 +58,6 @@ impl Kernels {
             swap: function("swap_bytes")?,
             transpose: function("transpose")?,
             place: function("place_block")?,
-            delta: function("delta_decode")?,
         })
     }
 }
@@ -124,14 +122,6 @@ pub(crate) struct PlaceOp {
     pub block: [u64; MAX_DIMS],
     pub outer: [u64; MAX_DIMS],
     pub start: [u64; MAX_DIMS],
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct DeltaOp {
-    pub ptr: u64,
-    pub count: u64,
-    pub element_size: u64,
 }
 
 /// Views a descriptor table as bytes for upload.

@@ -31,6 +31,9 @@ pub struct GpuOptions {
     /// Most temporary device memory nvCOMP may use at once; larger batches of a codec are
     /// decompressed in several calls.
     pub temp_budget: usize,
+    /// Decoded bytes per pipelined group: a batch is split into groups so that one uploads
+    /// while another decodes. Larger groups give nvCOMP more chunks per call.
+    pub group_bytes: usize,
 }
 
 impl Default for GpuOptions {
@@ -38,7 +41,8 @@ impl Default for GpuOptions {
         Self {
             device: 0,
             strict: false,
-            temp_budget: 2 << 30,
+            temp_budget: 4 << 30,
+            group_bytes: 256 << 20,
         }
     }
 }
