@@ -211,3 +211,17 @@ fn strict_gpu_decoders_refuse_cpu_fallbacks() {
     let decoded = decode(&decoder, &open_all(dir.path()));
     assert!(decoded.iter().any(|chunk| chunk.is_err()));
 }
+
+#[test]
+fn pipelined_groups_decode_bit_identical_on_the_gpu() {
+    // Groups of 256 KiB: a batch of generated cases runs as dozens of overlapped groups.
+    let options = GpuOptions {
+        group_bytes: 256 << 10,
+        ..GpuOptions::default()
+    };
+    let Some(decoder) = decoder(options) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let chunks = large_float_cases(dir.path(), |_| true);
+    let decoded = decode(&decoder, &chunks);
+    assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
+}

@@ -53,11 +53,14 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
-/// Buffers reused from batch to batch; they only grow. Two slots let one group be staged
-/// and uploaded while the other decodes.
+/// Groups staged, uploading or decoding at once.
+const SLOTS: usize = 3;
+
+/// Buffers reused from batch to batch; they only grow. Several slots let one group be staged
+/// and uploaded while others decode.
 #[derive(Default)]
 struct Buffers {
-    slots: [Slot; 2],
+    slots: [Slot; SLOTS],
     temp: Option<CudaSlice<u8>>,
 }
 
@@ -228,17 +231,20 @@ impl GpuDecoder {
         let output_base = output.device_ptr(&self.stream).0;
         let mut timings = BatchTimings::default();
         let mut decoded = Vec::with_capacity(chunks.len());
-        let mut pending: VecDeque<(usize, InFlight)> = VecDeque::new();
+        // Software pipelining over three slots: group k+1 is staged and uploaded before
+        // group k's decoding is enqueued, since enqueueing nvCOMP's zstd waits for the
+        // stream; so the CPU stages while the GPU copies and decodes.
+        let mut staged: VecDeque<(usize, crate::batch::Prepared, Upload)> = VecDeque::new();
+        let mut running: VecDeque<(usize, InFlight)> = VecDeque::new();
         let mut output_start = 0;
-        for (index, group) in groups(chunks, self.options.group_bytes)
-            .into_iter()
-            .enumerate()
-        {
-            let slot = index % 2;
-            // A slot's buffers are free once the group before last has finished.
-            if pending.len() == 2 {
-                let (slot, group) = pending.pop_front().expect("two groups pending");
-                decoded.extend(self.finish(group, &mut buffers.slots[slot])?);
+        let batch_groups = groups(chunks, self.options.group_bytes);
+        let count = batch_groups.len();
+        for (index, group) in batch_groups.into_iter().enumerate() {
+            let slot = index % SLOTS;
+            // The slot is free once the group that used it last has finished.
+            while running.len() + staged.len() >= SLOTS {
+                let (slot, oldest) = running.pop_front().expect("the oldest group is running");
+                decoded.extend(self.finish(oldest, &mut buffers.slots[slot])?);
             }
             let planning = Instant::now();
             let prepared = prepare(group, self.options.strict, output_start);
@@ -247,18 +253,24 @@ impl GpuDecoder {
             timings.plan += staging - planning;
             let upload = self.upload(&prepared.plan, &mut buffers.slots[slot], output_base)?;
             timings.stage += staging.elapsed();
-            self.execute(&upload, &mut buffers.temp)?;
-            let done = self.read_results(&upload, &mut buffers.slots[slot])?;
-            pending.push_back((
-                slot,
-                InFlight {
-                    prepared,
-                    tables: upload.tables,
-                    done,
-                },
-            ));
+            staged.push_back((slot, prepared, upload));
+            let last = index + 1 == count;
+            while staged.len() > 1 || (last && !staged.is_empty()) {
+                let (slot, prepared, upload) = staged.pop_front().expect("a staged group");
+                self.execute(&upload, &mut buffers.temp)?;
+                let done = self.read_results(&upload, &mut buffers.slots[slot])?;
+                let tables = upload.tables;
+                running.push_back((
+                    slot,
+                    InFlight {
+                        prepared,
+                        tables,
+                        done,
+                    },
+                ));
+            }
         }
-        while let Some((slot, group)) = pending.pop_front() {
+        while let Some((slot, group)) = running.pop_front() {
             decoded.extend(self.finish(group, &mut buffers.slots[slot])?);
         }
         timings.device = started

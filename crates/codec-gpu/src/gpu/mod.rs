@@ -42,7 +42,7 @@ impl Default for GpuOptions {
             device: 0,
             strict: false,
             temp_budget: 4 << 30,
-            group_bytes: 256 << 20,
+            group_bytes: 1 << 30,
         }
     }
 }
