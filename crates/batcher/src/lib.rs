@@ -28,7 +28,7 @@ mod window;
 
 pub use batches::{Batcher, EpochOptions};
 pub use error::{Error, Result};
-pub use layout::{clip, Channel, Sample, SampleDim, SampleLayout};
+pub use layout::{clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout};
 pub use plan::PlanSummary;
 pub use sampler::{EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven};
 pub use window::{Edge, Forecast, Window, WindowSpec};
