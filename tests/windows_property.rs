@@ -113,13 +113,23 @@ fn check_slices(batches: &[Batch], lat: u64, lon: u64) -> Result<Vec<u64>, TestC
     for batch in batches {
         for (position, sample) in batch.samples.iter().enumerate() {
             delivered.push(sample.index);
-            let (t, la, lo) = (sample.origin[0] as usize, sample.origin[1] as usize, sample.origin[2] as usize);
+            let (t, la, lo) = (
+                sample.origin[0] as usize,
+                sample.origin[1] as usize,
+                sample.origin[2] as usize,
+            );
             for y in 0..lat as usize {
                 for x in 0..lon as usize {
                     let inside = la + y < LAT && lo + x < LON;
                     let at = |channel: usize| batch.inputs[[position, channel, y, x]];
                     let cell = (la + y) * LON + lo + x;
-                    let expect = |values: &[f32], plane: usize| if inside { values[plane * LAT * LON + cell] } else { -7.0 };
+                    let expect = |values: &[f32], plane: usize| {
+                        if inside {
+                            values[plane * LAT * LON + cell]
+                        } else {
+                            -7.0
+                        }
+                    };
                     prop_assert_eq!(at(0), expect(&fixture.t2m, t));
                     prop_assert_eq!(at(1), expect(&fixture.z, t * 2));
                     prop_assert_eq!(at(2), expect(&fixture.z, t * 2 + 1));

@@ -367,7 +367,11 @@ fn check_batch_case(context: &str, case: &BatchCase, dataset: &Dataset, notes: &
             let (count, size) = shape.split_once('x').expect("batches:<count>x<size>");
             let groups = layout.unwrap().batch_groups().expect("batches by layout");
             let found = (groups.count.to_string(), groups.size.to_string());
-            assert_eq!((found.0.as_str(), found.1.as_str()), (count, size), "{context}: {why}");
+            assert_eq!(
+                (found.0.as_str(), found.1.as_str()),
+                (count, size),
+                "{context}: {why}"
+            );
         } else {
             panic!("{context}: unknown recorded difference `{expected}`");
         }
@@ -376,7 +380,10 @@ fn check_batch_case(context: &str, case: &BatchCase, dataset: &Dataset, notes: &
     }
     if let Some(error) = &xbatcher.error {
         let refused = layout.map(|l| l.num_samples());
-        assert!(refused.is_err(), "{context}: xbatcher refuses ({error}), zarrpipe: {refused:?}");
+        assert!(
+            refused.is_err(),
+            "{context}: xbatcher refuses ({error}), zarrpipe: {refused:?}"
+        );
         return true;
     }
     let layout = Arc::new(layout.unwrap_or_else(|e| panic!("{context}: {e}")));
@@ -385,7 +392,11 @@ fn check_batch_case(context: &str, case: &BatchCase, dataset: &Dataset, notes: &
     // xbatcher stacks dims outside input_dims (level) into `sample`, zarrpipe into channels.
     let stacked = (layout.channels().len() / case.variables.len()) as u64;
     for (batch, samples) in xbatcher.samples.iter().enumerate() {
-        assert_eq!(groups.size * stacked, *samples, "{context}: samples in batch {batch}");
+        assert_eq!(
+            groups.size * stacked,
+            *samples,
+            "{context}: samples in batch {batch}"
+        );
     }
     let batcher = Batcher::new(layout.clone(), 1, false).unwrap();
     assert_eq!(batcher.num_batches(), groups.count, "{context}");
@@ -394,14 +405,27 @@ fn check_batch_case(context: &str, case: &BatchCase, dataset: &Dataset, notes: &
         let axis = |dim: &str| layout.sample_axis(dim).expect("a sample dim");
         let windows: BTreeSet<Vec<u64>> = samples
             .iter()
-            .map(|s| case.input_dims.iter().map(|(d, _)| s.origin[axis(d)]).collect())
+            .map(|s| {
+                case.input_dims
+                    .iter()
+                    .map(|(d, _)| s.origin[axis(d)])
+                    .collect()
+            })
             .collect();
         let expected: BTreeSet<Vec<u64>> = record.origins.iter().cloned().collect();
-        assert_eq!(windows, expected, "{context}: windows of batch {}", record.index);
+        assert_eq!(
+            windows, expected,
+            "{context}: windows of batch {}",
+            record.index
+        );
         for (dim, start, stop) in &record.extents {
             let steps = samples.iter().map(|s| s.origin[axis(dim)]);
             let (min, max) = (steps.clone().min().unwrap(), steps.max().unwrap());
-            assert_eq!((min, max + 1), (*start, *stop), "{context}: {dim} of {record:?}");
+            assert_eq!(
+                (min, max + 1),
+                (*start, *stop),
+                "{context}: {dim} of {record:?}"
+            );
         }
     }
     true

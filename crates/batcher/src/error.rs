@@ -53,7 +53,9 @@ pub enum Error {
     #[error("batch dim `{dim}` is windowed: a block of its windows per batch needs concat_input_dims (xbatcher ignores it there, with a warning)")]
     BatchDimNeedsConcat { dim: String },
 
-    #[error("batch dim `{dim}` is windowed with edge {edge:?}: blocks of windows need the drop edge")]
+    #[error(
+        "batch dim `{dim}` is windowed with edge {edge:?}: blocks of windows need the drop edge"
+    )]
     BatchDimWithEdge { dim: String, edge: crate::Edge },
 
     #[error("batch block of {block} along `{dim}` must hold one window ({window}) and fit its {length} usable elements")]

@@ -313,7 +313,6 @@ impl SampleLayout {
         self.by_layout.then_some(self.groups)
     }
 
-
     /// The sample with number `index` in natural order: C order over the sample dimensions,
     /// or, when the layout fixes the batches, batch after batch (C order over the dimensions'
     /// blocks), each batch in C order over the positions inside its blocks.

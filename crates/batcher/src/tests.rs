@@ -275,7 +275,11 @@ fn windowed_batch_dims_hold_the_windows_inside_each_block() {
     let time: std::collections::BTreeSet<u64> = second.iter().map(|o| o[0]).collect();
     assert_eq!(time.len(), 3);
     // Every sample of the epoch in exactly one batch, shuffled or not, over ranks.
-    for shuffle in [crate::Shuffle::None, crate::Shuffle::Full, crate::Shuffle::Blocks] {
+    for shuffle in [
+        crate::Shuffle::None,
+        crate::Shuffle::Full,
+        crate::Shuffle::Blocks,
+    ] {
         let mut seen = Vec::new();
         for rank in 0..2 {
             let options = crate::EpochOptions {
