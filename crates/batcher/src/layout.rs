@@ -317,10 +317,20 @@ impl SampleLayout {
     /// or, when the layout fixes the batches, batch after batch (C order over the dimensions'
     /// blocks), each batch in C order over the positions inside its blocks.
     pub fn sample(&self, index: u64) -> Sample {
-        // An empty epoch has no sample to name: keep origins at the dimension's start.
+        let mut origin = vec![0; self.sample_dims.len()];
+        if !self.by_layout {
+            // The planning hot path: plain C order over the positions.
+            let mut rest = index;
+            for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
+                // An empty epoch has no sample to name: keep origins at the dimension's start.
+                let positions = dim.positions().max(1);
+                origin[axis] = dim.origin(rest % positions);
+                rest /= positions;
+            }
+            return Sample { index, origin };
+        }
         let size = self.groups.size.max(1);
         let (mut block_rest, mut within_rest) = (index / size, index % size);
-        let mut origin = vec![0; self.sample_dims.len()];
         for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
             let (blocks, per_block) = dim.batch_split();
             let (blocks, per_block) = (blocks.max(1), per_block.max(1));
