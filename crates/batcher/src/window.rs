@@ -112,6 +112,18 @@ impl WindowSpec {
     }
 
     /// Batches span blocks of `size` elements along `dim` (xbatcher's `batch_dims`).
+    ///
+    /// ```
+    /// use zarrpipe_batcher::WindowSpec;
+    ///
+    /// // A batch per 64 x 64 patch position, holding 8 consecutive time steps...
+    /// let spec = WindowSpec::new().window("latitude", 64, 64).window("longitude", 64, 64);
+    /// let per_patch = spec.clone().batch_dim("time", 8);
+    /// // ... or every patch of those 8 steps in one batch.
+    /// let per_block = per_patch.clone().concat_input_dims(true);
+    /// assert!(!spec.batches_by_layout() && per_patch.batches_by_layout());
+    /// # let _ = per_block;
+    /// ```
     pub fn batch_dim(mut self, dim: impl Into<String>, size: u64) -> Self {
         self.batch_dims.push((dim.into(), size));
         self
