@@ -136,6 +136,28 @@ fn generate_then_run_streams_an_epoch() {
     assert_eq!(shuffled["samples"], 12);
     assert!(shuffled["chunk_reads"].as_u64().unwrap() >= 40);
     assert!((plan["read_amplification"].as_f64().unwrap() - 4.0 / 3.0).abs() < 1e-12);
+    // xbatcher's batch_dims: a batch per window position, holding both time steps...
+    let by_blocks = [&window[..4], &["--batch-dims", "time=2"][..]].concat();
+    let run = zarrpipe(&[&["run", path, "--device", "cpu", "--json"][..], &by_blocks].concat());
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&run)).unwrap();
+    assert_eq!(
+        (&summary["samples"], &summary["batches"]),
+        (&12.into(), &6.into())
+    );
+    let plan = zarrpipe(&[&["plan", path, "--json"][..], &by_blocks].concat());
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&plan)).unwrap();
+    assert_eq!(
+        (&plan["batches"], &plan["batch_size"]),
+        (&6.into(), &2.into())
+    );
+    // ... and with concat_input_dims every window of the block: one batch of 12.
+    let concat = [&by_blocks[..], &["--concat-input-dims"][..]].concat();
+    let plan = zarrpipe(&[&["plan", path, "--json"][..], &concat].concat());
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&plan)).unwrap();
+    assert_eq!(
+        (&plan["batches"], &plan["batch_size"]),
+        (&1.into(), &12.into())
+    );
 }
 
 #[test]

@@ -14,17 +14,23 @@
 //! - `cli`: `WindowSpec::new()` plus every input dim as a window: what
 //!   `zarrpipe plan/run --input-dims ... --input-overlap ...` builds.
 //!
+//! `batch_cases` do the same with xbatcher's `batch_dims` and `concat_input_dims`: the number
+//! of batches, the samples in each (xbatcher's stacked `sample` size, divided by the channels
+//! zarrpipe stacks from dims such as `level`), and for the first and last batch the windows
+//! it holds and its extent along each batch dim.
+//!
 //! Where zarrpipe deliberately differs, the JSON lists the form, what zarrpipe does instead
 //! and why (`notes`); those forms are not compared with xbatcher but with that recorded
 //! behaviour, so a change on either side shows up here.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use common::*;
 use serde::Deserialize;
-use zarrpipe::batcher::{SampleLayout, WindowSpec};
+use zarrpipe::batcher::{Batcher, SampleLayout, WindowSpec};
 use zarrpipe::store::Dataset;
 
 #[derive(Debug, Deserialize)]
@@ -33,6 +39,39 @@ struct Counts {
     stores: Vec<String>,
     notes: BTreeMap<String, String>,
     cases: Vec<Case>,
+    batch_cases: Vec<BatchCase>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchCase {
+    name: String,
+    variables: Vec<String>,
+    input_dims: Vec<(String, u64)>,
+    input_overlap: Vec<(String, i64)>,
+    batch_dims: Vec<(String, u64)>,
+    concat_input_dims: bool,
+    zarrpipe_iterate: Option<Vec<String>>,
+    results: BTreeMap<String, BatchResult>,
+    differences: Vec<Difference>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchResult {
+    error: Option<String>,
+    len: Option<u64>,
+    #[serde(default)]
+    samples: Vec<u64>,
+    #[serde(default)]
+    batches: Vec<BatchRecord>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchRecord {
+    index: u64,
+    /// Each patch's start along the input dims (input_dims order), sorted.
+    origins: Vec<Vec<u64>>,
+    /// (dim, start, stop) of the batch along each batch dim outside input_dims.
+    extents: Vec<(String, u64, u64)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -285,4 +324,133 @@ fn differences_are_explained() {
             assert!(form == "any" || forms.contains(&form), "{case:?}");
         }
     }
+    for case in &counts.batch_cases {
+        for difference in &case.differences {
+            assert!(counts.notes.contains_key(&difference.note), "{case:?}");
+            assert_eq!(difference.form, "any", "{case:?}");
+        }
+    }
+}
+
+impl BatchCase {
+    fn spec(&self) -> WindowSpec {
+        let mut spec = WindowSpec::new();
+        if let Some(iterate) = &self.zarrpipe_iterate {
+            spec = spec.iterate(iterate.clone());
+        }
+        for (dim, size) in &self.input_dims {
+            let overlap = self.input_overlap.iter().find(|(d, _)| d == dim);
+            let stride = *size as i64 - overlap.map_or(0, |(_, o)| *o);
+            spec = spec.window(dim.clone(), *size, u64::try_from(stride).expect("stride"));
+        }
+        for (dim, size) in &self.batch_dims {
+            spec = spec.batch_dim(dim.clone(), *size);
+        }
+        spec.concat_input_dims(self.concat_input_dims)
+    }
+}
+
+/// Checks one batch case against xbatcher (or the recorded difference); returns whether it
+/// was compared with xbatcher.
+fn check_batch_case(context: &str, case: &BatchCase, dataset: &Dataset, notes: &Notes) -> bool {
+    let store = context.split(' ').next().unwrap();
+    let xbatcher = &case.results[store];
+    let layout = SampleLayout::new(dataset, case.variables.as_slice(), &case.spec());
+    if let Some(difference) = case.differences.first() {
+        let why = &notes[&difference.note];
+        let expected = difference.zarrpipe.as_str();
+        if let Some(variant) = expected.strip_prefix("error:") {
+            let error = layout.expect_err(&format!("{context}: zarrpipe was to refuse: {why}"));
+            let debug = format!("{error:?}");
+            assert!(debug.starts_with(variant), "{context}: {debug} ({why})");
+        } else if let Some(shape) = expected.strip_prefix("batches:") {
+            let (count, size) = shape.split_once('x').expect("batches:<count>x<size>");
+            let groups = layout.unwrap().batch_groups().expect("batches by layout");
+            let found = (groups.count.to_string(), groups.size.to_string());
+            assert_eq!(
+                (found.0.as_str(), found.1.as_str()),
+                (count, size),
+                "{context}: {why}"
+            );
+        } else {
+            panic!("{context}: unknown recorded difference `{expected}`");
+        }
+        println!("{context}: differs from xbatcher as recorded ({expected})");
+        return false;
+    }
+    if let Some(error) = &xbatcher.error {
+        let refused = layout.map(|l| l.num_samples());
+        assert!(
+            refused.is_err(),
+            "{context}: xbatcher refuses ({error}), zarrpipe: {refused:?}"
+        );
+        return true;
+    }
+    let layout = Arc::new(layout.unwrap_or_else(|e| panic!("{context}: {e}")));
+    let groups = layout.batch_groups().expect("batches fixed by the layout");
+    assert_eq!(Some(groups.count), xbatcher.len, "{context}: batches");
+    // xbatcher stacks dims outside input_dims (level) into `sample`, zarrpipe into channels.
+    let stacked = (layout.channels().len() / case.variables.len()) as u64;
+    for (batch, samples) in xbatcher.samples.iter().enumerate() {
+        assert_eq!(
+            groups.size * stacked,
+            *samples,
+            "{context}: samples in batch {batch}"
+        );
+    }
+    let batcher = Batcher::new(layout.clone(), 1, false).unwrap();
+    assert_eq!(batcher.num_batches(), groups.count, "{context}");
+    for record in &xbatcher.batches {
+        let samples = batcher.batch(record.index);
+        let axis = |dim: &str| layout.sample_axis(dim).expect("a sample dim");
+        let windows: BTreeSet<Vec<u64>> = samples
+            .iter()
+            .map(|s| {
+                case.input_dims
+                    .iter()
+                    .map(|(d, _)| s.origin[axis(d)])
+                    .collect()
+            })
+            .collect();
+        let expected: BTreeSet<Vec<u64>> = record.origins.iter().cloned().collect();
+        assert_eq!(
+            windows, expected,
+            "{context}: windows of batch {}",
+            record.index
+        );
+        for (dim, start, stop) in &record.extents {
+            let steps = samples.iter().map(|s| s.origin[axis(dim)]);
+            let (min, max) = (steps.clone().min().unwrap(), steps.max().unwrap());
+            assert_eq!(
+                (min, max + 1),
+                (*start, *stop),
+                "{context}: {dim} of {record:?}"
+            );
+        }
+    }
+    true
+}
+
+type Notes = BTreeMap<String, String>;
+
+#[tokio::test]
+async fn batch_counts_match_xbatcher() {
+    let counts = counts();
+    assert!(counts.batch_cases.len() >= 8, "too few batch cases");
+    let (mut compared, mut differing) = (0, 0);
+    for store in &counts.stores {
+        let dataset = Dataset::open(&store_path(store))
+            .await
+            .expect("open fixture store");
+        for case in &counts.batch_cases {
+            let context = format!("{store} {}", case.name);
+            if check_batch_case(&context, case, &dataset, &counts.notes) {
+                compared += 1;
+            } else {
+                differing += 1;
+            }
+        }
+    }
+    println!("{compared} batch cases match xbatcher, {differing} differ as recorded");
+    assert!(compared >= 2 * 8, "{compared} comparisons");
 }

@@ -37,6 +37,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     if args.json {
         let mut json = serde_json::to_value(&plan)?;
         json["sample_shape"] = serde_json::json!(layout.sample_shape());
+        json["batch_size"] = serde_json::json!(batcher.batch_size());
         println!("{json}");
         return Ok(());
     }
@@ -46,8 +47,10 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         layout.channels().len()
     );
     println!(
-        "{} samples per epoch in {} batches",
-        plan.samples, plan.batches
+        "{} samples per epoch in {} batches of {}",
+        plan.samples,
+        plan.batches,
+        batcher.batch_size()
     );
     println!(
         "{} chunk reads per epoch, {:.1} MB decoded for {:.1} MB delivered: read amplification {:.3}",

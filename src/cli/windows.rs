@@ -30,7 +30,16 @@ pub struct WindowArgs {
     /// (stride = size - overlap).
     #[arg(long, value_name = "DIM=SIZE,...", value_parser = parse_sizes)]
     pub input_overlap: Option<DimSizes>,
-    /// Samples per batch.
+    /// Batch size per dimension, xbatcher's `batch_dims`: each batch spans a block of that
+    /// many elements (iterated steps, or with --concat-input-dims the windows inside it);
+    /// the batches are then fixed by the blocks and --batch-size is not used.
+    #[arg(long, value_name = "DIM=SIZE,...", value_parser = parse_sizes)]
+    pub batch_dims: Option<DimSizes>,
+    /// xbatcher's `concat_input_dims`: every window position of a batch's block in that batch
+    /// (without --batch-dims, one batch of the whole epoch).
+    #[arg(long)]
+    pub concat_input_dims: bool,
+    /// Samples per batch (not used with --batch-dims or --concat-input-dims).
     #[arg(long, default_value_t = 4)]
     pub batch_size: usize,
     /// Windows at the end of a dimension: drop (xbatcher), pad with NaN (batches carry a mask),
@@ -117,7 +126,10 @@ impl WindowArgs {
             }
             spec = spec.window(dim, size, size - overlap);
         }
-        Ok(spec)
+        for (dim, size) in self.batch_dims.clone().unwrap_or_default().0 {
+            spec = spec.batch_dim(dim, size);
+        }
+        Ok(spec.concat_input_dims(self.concat_input_dims))
     }
 }
 

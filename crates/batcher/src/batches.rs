@@ -32,6 +32,10 @@ impl Default for EpochOptions {
 
 /// Splits this rank's share of an epoch into batches of samples, in the sampler's order
 /// (natural C order over the sample dimensions unless shuffled).
+///
+/// When the layout fixes the batches ([`SampleLayout::batch_groups`]: xbatcher's `batch_dims`
+/// or `concat_input_dims`), the sampler orders, shuffles and shares out whole batches, each
+/// one block of the layout, and `batch_size` is not used.
 #[derive(Clone, Debug)]
 pub struct Batcher {
     layout: Arc<SampleLayout>,
@@ -89,8 +93,12 @@ impl Batcher {
         &self.layout
     }
 
+    /// Samples per batch (the last may be short unless dropped).
     pub fn batch_size(&self) -> usize {
-        self.sampler.spec().batch_size
+        match self.layout.batch_groups() {
+            Some(groups) => groups.size as usize,
+            None => self.sampler.spec().batch_size,
+        }
     }
 
     /// Batches in this rank's epoch, those already delivered before a resume included.
@@ -105,11 +113,15 @@ impl Batcher {
 
     /// The samples of batch number `batch`.
     pub fn batch(&self, batch: u64) -> Vec<Sample> {
-        self.sampler
-            .batch(batch)
-            .iter()
-            .map(|&index| self.layout.sample(index))
-            .collect()
+        let picked = self.sampler.batch(batch).iter();
+        match self.layout.batch_groups() {
+            // The sampler picks batches of the layout: expand each into its samples.
+            Some(groups) => picked
+                .flat_map(|&group| group * groups.size..(group + 1) * groups.size)
+                .map(|index| self.layout.sample(index))
+                .collect(),
+            None => picked.map(|&index| self.layout.sample(index)).collect(),
+        }
     }
 
     /// The batches still to deliver, with their numbers, in order.
@@ -133,6 +145,11 @@ fn sampler_spec(
         return Err(Error::ZeroBatchSize);
     }
     let block_of = (options.shuffle == Shuffle::Blocks).then(|| layout.block_ids().into());
+    // Batches fixed by the layout are the sampler's units, one per batch.
+    let (units, batch_size) = match layout.batch_groups() {
+        Some(groups) => (groups.count, 1),
+        None => (layout.num_samples(), batch_size),
+    };
     Ok(SamplerSpec {
         seed: options.seed,
         shuffle: options.shuffle,
@@ -141,6 +158,6 @@ fn sampler_spec(
         drop_last_batch: options.drop_last,
         block_of,
         layout_hash: layout.layout_hash(),
-        ..SamplerSpec::new(layout.num_samples(), batch_size)
+        ..SamplerSpec::new(units, batch_size)
     })
 }

@@ -50,6 +50,22 @@ pub enum Error {
     #[error("padded windows cannot be combined with a selection on `{dim}`: padding is for the array's edge")]
     PadWithSelection { dim: String },
 
+    #[error("batch dim `{dim}` is windowed: a block of its windows per batch needs concat_input_dims (xbatcher ignores it there, with a warning)")]
+    BatchDimNeedsConcat { dim: String },
+
+    #[error(
+        "batch dim `{dim}` is windowed with edge {edge:?}: blocks of windows need the drop edge"
+    )]
+    BatchDimWithEdge { dim: String, edge: crate::Edge },
+
+    #[error("batch block of {block} along `{dim}` must hold one window ({window}) and fit its {length} usable elements")]
+    BadBatchBlock {
+        dim: String,
+        block: u64,
+        window: u64,
+        length: u64,
+    },
+
     #[error("forecasting pairs need {reason}")]
     InvalidForecast { reason: &'static str },
 

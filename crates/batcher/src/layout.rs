@@ -28,6 +28,32 @@ pub struct SampleLayout {
     target_offsets: Vec<i64>,
     /// The sample dimension the offsets move along.
     forecast_axis: Option<usize>,
+    /// Whether the layout fixes the batches (xbatcher's `batch_dims` / `concat_input_dims`).
+    by_layout: bool,
+    /// Batches along the sample dimensions' blocks, and samples in each.
+    groups: BatchGroups,
+}
+
+/// Batches fixed by the layout (xbatcher's `batch_dims` / `concat_input_dims`): `count`
+/// batches of `size` samples each, batch `b` holding samples `b * size .. (b + 1) * size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchGroups {
+    pub count: u64,
+    pub size: u64,
+}
+
+/// How a sample dimension's positions are shared out among batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BatchSpan {
+    /// Each position on its own: batches cut by batch size, or, when the layout fixes the
+    /// batches, one position per batch (xbatcher's input dims without `concat_input_dims`).
+    Each,
+    /// Every position in every batch (xbatcher's input dims with `concat_input_dims`, and
+    /// dims outside `input_dims` and `batch_dims`, which xbatcher keeps whole).
+    All,
+    /// Blocks of this many elements (xbatcher's `batch_dims`): one batch per whole block,
+    /// holding the positions whose windows lie inside it.
+    Block(u64),
 }
 
 /// One dimension samples move along.
@@ -44,6 +70,8 @@ pub struct SampleDim {
     pub start: u64,
     /// And leave this many elements after the window (forecast leads need later steps).
     pub end_margin: u64,
+    /// How positions are shared out among batches.
+    pub batch: BatchSpan,
 }
 
 impl SampleDim {
@@ -61,6 +89,42 @@ impl SampleDim {
         match self.edge {
             Edge::Drop => whole,
             Edge::Pad | Edge::Shift => whole + ragged as u64,
+        }
+    }
+
+    /// Elements origins may lie in and windows extend over (after forecast margins and
+    /// selections).
+    fn usable(&self) -> u64 {
+        self.length
+            .saturating_sub(self.start)
+            .saturating_sub(self.end_margin)
+    }
+
+    /// `(blocks, positions per block)`: batches along this dimension, and the positions each
+    /// holds ([`BatchSpan`]). A block's positions are those whose windows fit inside it; a
+    /// short last block is dropped (as xbatcher drops one).
+    pub fn batch_split(&self) -> (u64, u64) {
+        match self.batch {
+            BatchSpan::Each => (self.positions(), 1),
+            BatchSpan::All => (1, self.positions()),
+            BatchSpan::Block(block) => {
+                let per_block = match block.checked_sub(self.size) {
+                    Some(room) => room / self.stride + 1,
+                    None => 0,
+                };
+                (self.usable() / block, per_block)
+            }
+        }
+    }
+
+    /// The first element of position `within` of block `block` (see [`batch_split`]).
+    ///
+    /// [`batch_split`]: Self::batch_split
+    pub fn block_origin(&self, block: u64, within: u64) -> u64 {
+        match self.batch {
+            BatchSpan::Each => self.origin(block),
+            BatchSpan::All => self.origin(within),
+            BatchSpan::Block(size) => self.start + block * size + within * self.stride,
         }
     }
 
@@ -119,7 +183,7 @@ impl SampleLayout {
             .iter()
             .map(|name| dataset.variable(name.as_ref()).cloned())
             .collect::<std::result::Result<_, _>>()?;
-        let iterate = match &spec.iterate {
+        let mut iterate = match &spec.iterate {
             Some(dims) => dims.clone(),
             // Iterate time by default, unless the windows take it (as xbatcher's input_dims do).
             None if variables.iter().any(|v| v.axis("time").is_some())
@@ -129,6 +193,12 @@ impl SampleLayout {
             }
             None => Vec::new(),
         };
+        for (dim, _) in &spec.batch_dims {
+            // xbatcher's batch dims are always iterated when no window takes them.
+            if !spec.windows.iter().any(|w| &w.dim == dim) && !iterate.contains(dim) {
+                iterate.push(dim.clone());
+            }
+        }
         let windows = if spec.windows.is_empty() {
             whole_trailing_dims(&variables[0], &iterate)
         } else {
@@ -141,15 +211,18 @@ impl SampleLayout {
             None => (vec![0], Vec::new(), None),
             Some(forecast) => forecast_offsets(forecast, &mut sample_dims)?,
         };
+        apply_batch_dims(spec, &mut sample_dims)?;
         Ok(Self {
             variables,
-            sample_dims,
             channels,
             channel_base,
             pad_value: spec.pad_value.unwrap_or(f32::NAN),
             input_offsets,
             target_offsets,
             forecast_axis,
+            by_layout: spec.batches_by_layout(),
+            groups: groups(&sample_dims),
+            sample_dims,
         })
     }
 
@@ -228,20 +301,42 @@ impl SampleLayout {
         self.sample_shape().iter().product()
     }
 
-    /// Samples in one epoch.
+    /// Samples in one epoch. With batches fixed by the layout, only samples inside a batch
+    /// count (a window crossing a block boundary of a windowed batch dim is in none).
     pub fn num_samples(&self) -> u64 {
-        self.sample_dims.iter().map(SampleDim::positions).product()
+        self.groups.count * self.groups.size
     }
 
-    /// The sample with number `index` in natural (C) order over the sample dimensions.
+    /// The batches when the layout fixes them (xbatcher's `batch_dims` or
+    /// `concat_input_dims`); `None` when a batch size cuts them.
+    pub fn batch_groups(&self) -> Option<BatchGroups> {
+        self.by_layout.then_some(self.groups)
+    }
+
+    /// The sample with number `index` in natural order: C order over the sample dimensions,
+    /// or, when the layout fixes the batches, batch after batch (C order over the dimensions'
+    /// blocks), each batch in C order over the positions inside its blocks.
     pub fn sample(&self, index: u64) -> Sample {
-        let mut rest = index;
         let mut origin = vec![0; self.sample_dims.len()];
+        if !self.by_layout {
+            // The planning hot path: plain C order over the positions.
+            let mut rest = index;
+            for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
+                // An empty epoch has no sample to name: keep origins at the dimension's start.
+                let positions = dim.positions().max(1);
+                origin[axis] = dim.origin(rest % positions);
+                rest /= positions;
+            }
+            return Sample { index, origin };
+        }
+        let size = self.groups.size.max(1);
+        let (mut block_rest, mut within_rest) = (index / size, index % size);
         for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
-            // An empty epoch has no sample to name: keep origins at the dimension's start.
-            let positions = dim.positions().max(1);
-            origin[axis] = dim.origin(rest % positions);
-            rest /= positions;
+            let (blocks, per_block) = dim.batch_split();
+            let (blocks, per_block) = (blocks.max(1), per_block.max(1));
+            origin[axis] = dim.block_origin(block_rest % blocks, within_rest % per_block);
+            block_rest /= blocks;
+            within_rest /= per_block;
         }
         Sample { index, origin }
     }
@@ -282,13 +377,25 @@ impl SampleLayout {
             ] {
                 hash.u64(value);
             }
+            // Only layouts that fix their batches hash their spans, so states saved before
+            // batch dims existed still resume.
+            if self.by_layout {
+                let (tag, block) = match dim.batch {
+                    BatchSpan::Each => (1, 0),
+                    BatchSpan::All => (2, 0),
+                    BatchSpan::Block(block) => (3, block),
+                };
+                hash.u64(tag);
+                hash.u64(block);
+            }
         }
         hash.finish()
     }
 
     /// For each sample, the chunk of the first variable its window starts in (C-order number
     /// over the sample dimensions): the blocks of [`Shuffle::Blocks`](crate::Shuffle), so
-    /// samples sharing chunks are delivered together.
+    /// samples sharing chunks are delivered together. When the layout fixes the batches, one id
+    /// per batch (that of its first sample), since batches are what the sampler orders then.
     pub fn block_ids(&self) -> Vec<u64> {
         let first = &self.variables[0];
         let chunk_shape = first.chunk_shape();
@@ -301,7 +408,12 @@ impl SampleLayout {
                 None => (dim.length.max(1), 1),
             })
             .collect();
-        (0..self.num_samples())
+        let firsts: Box<dyn Iterator<Item = u64>> = match self.batch_groups() {
+            // Batches fixed by the layout are shuffled whole: one id per batch.
+            Some(groups) => Box::new((0..groups.count).map(move |batch| batch * groups.size)),
+            None => Box::new(0..self.num_samples()),
+        };
+        firsts
             .map(|index| {
                 let origin = self.sample(index).origin;
                 origin
@@ -346,6 +458,62 @@ impl SampleLayout {
             .map(|(variable, chunk)| ChunkRequest::new(self.variables[variable].clone(), chunk))
             .collect()
     }
+}
+
+/// Batches along the dimensions' blocks, and samples in each.
+fn groups(sample_dims: &[SampleDim]) -> BatchGroups {
+    let (count, size) = sample_dims
+        .iter()
+        .map(SampleDim::batch_split)
+        .fold((1, 1), |(count, size), (blocks, per_block)| {
+            (count * blocks, size * per_block)
+        });
+    BatchGroups { count, size }
+}
+
+/// Shares the sample dimensions' positions out among batches as xbatcher's `batch_dims` and
+/// `concat_input_dims` do (see [`BatchSpan`]); nothing changes when neither is given.
+fn apply_batch_dims(spec: &WindowSpec, sample_dims: &mut [SampleDim]) -> Result<()> {
+    if !spec.batches_by_layout() {
+        return Ok(());
+    }
+    for dim in sample_dims.iter_mut() {
+        // Input dims: one window per batch, or all of them with concat_input_dims. Iterated
+        // dims outside batch_dims are, in xbatcher, dims kept whole in every batch.
+        dim.batch = match (dim.iterated, spec.concat_input_dims) {
+            (false, false) => BatchSpan::Each,
+            _ => BatchSpan::All,
+        };
+    }
+    let mut seen = HashSet::new();
+    for (name, block) in &spec.batch_dims {
+        if !seen.insert(name) {
+            return Err(Error::DuplicateDimension { dim: name.clone() });
+        }
+        let dim = sample_dims
+            .iter_mut()
+            .find(|dim| &dim.name == name)
+            .expect("batch dims are sample dims: windowed or iterated");
+        if !dim.iterated && !spec.concat_input_dims {
+            return Err(Error::BatchDimNeedsConcat { dim: name.clone() });
+        }
+        if !dim.iterated && dim.edge != Edge::Drop {
+            return Err(Error::BatchDimWithEdge {
+                dim: name.clone(),
+                edge: dim.edge,
+            });
+        }
+        if *block < dim.size || *block > dim.usable() {
+            return Err(Error::BadBatchBlock {
+                dim: name.clone(),
+                block: *block,
+                window: dim.size,
+                length: dim.usable(),
+            });
+        }
+        dim.batch = BatchSpan::Block(*block);
+    }
+    Ok(())
 }
 
 /// Narrows sample dimensions to the selected index ranges.
@@ -474,6 +642,7 @@ fn sample_dims(
             edge,
             start: 0,
             end_margin: 0,
+            batch: BatchSpan::Each,
         });
     }
     Ok(sample_dims)

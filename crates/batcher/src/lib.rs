@@ -1,7 +1,8 @@
 //! Cut samples out of Zarr variables by named dimensions and group them into batches:
 //! windows with a size and stride per dimension, iterated dimensions (one sample per step,
 //! `time` by default), every other dimension stacked as channels, and for each batch the
-//! deduplicated set of chunks it needs.
+//! deduplicated set of chunks it needs. xbatcher's `batch_dims` and `concat_input_dims` let the
+//! layout fix the batches instead of a batch size (blocks of steps or of windows).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -28,7 +29,7 @@ mod window;
 
 pub use batches::{Batcher, EpochOptions};
 pub use error::{Error, Result};
-pub use layout::{clip, Channel, Sample, SampleDim, SampleLayout};
+pub use layout::{clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout};
 pub use plan::PlanSummary;
 pub use sampler::{EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven};
 pub use window::{Edge, Forecast, Window, WindowSpec};

@@ -214,3 +214,131 @@ fn edges_count_positions() {
         .collect();
     assert_eq!(chunks, [vec![0, 2, 0], vec![0, 2, 1]]);
 }
+
+fn origins(samples: &[crate::Sample]) -> Vec<Vec<u64>> {
+    samples.iter().map(|sample| sample.origin.clone()).collect()
+}
+
+#[test]
+fn batch_dims_make_blocks_of_iterated_steps() {
+    use crate::BatchGroups;
+    // time (3) in blocks of 2: one whole block (the short last one is dropped, as in
+    // xbatcher); lat 4 / lon 4 windows: positions (0, 4) x (0, 4), one per batch.
+    let spec = WindowSpec::new()
+        .window("lat", 4, 4)
+        .window("lon", 4, 4)
+        .batch_dim("time", 2);
+    let layout = Arc::new(SampleLayout::new(&dataset(), &["a"], &spec).unwrap());
+    let groups = BatchGroups { count: 4, size: 2 };
+    assert_eq!(layout.batch_groups(), Some(groups));
+    assert_eq!(layout.num_samples(), 8);
+    // The batch size is the layout's: the 5 asked for is not used.
+    let batcher = Batcher::new(layout.clone(), 5, false).unwrap();
+    assert_eq!((batcher.num_batches(), batcher.batch_size()), (4, 2));
+    assert_eq!(origins(&batcher.batch(0)), [[0, 0, 0], [1, 0, 0]]);
+    assert_eq!(origins(&batcher.batch(1)), [[0, 0, 4], [1, 0, 4]]);
+    assert_eq!(origins(&batcher.batch(3)), [[0, 4, 4], [1, 4, 4]]);
+    // concat_input_dims: every window position of the block in one batch.
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec.concat_input_dims(true)).unwrap();
+    let groups = BatchGroups { count: 1, size: 8 };
+    assert_eq!(layout.batch_groups(), Some(groups));
+    // Without batch dims, concat_input_dims makes one batch of everything (as xbatcher).
+    let spec = WindowSpec::new()
+        .window("lat", 4, 4)
+        .window("lon", 4, 4)
+        .concat_input_dims(true);
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec).unwrap();
+    let groups = BatchGroups { count: 1, size: 12 };
+    assert_eq!(layout.batch_groups(), Some(groups));
+    // Neither: a batch size cuts the batches.
+    let spec = WindowSpec::new().window("lat", 4, 4);
+    let layout = SampleLayout::new(&dataset(), &["a"], &spec).unwrap();
+    assert_eq!(layout.batch_groups(), None);
+}
+
+#[test]
+fn windowed_batch_dims_hold_the_windows_inside_each_block() {
+    // lat (10) in blocks of 5 (two), windows of 3 moved by 1: 0, 1, 2 and 5, 6, 7, never one
+    // across the block boundary; time (not a batch dim) whole in each batch.
+    let spec = WindowSpec::new()
+        .window("lat", 3, 1)
+        .window("lon", 8, 8)
+        .batch_dim("lat", 5)
+        .concat_input_dims(true);
+    let layout = Arc::new(SampleLayout::new(&dataset(), &["a"], &spec).unwrap());
+    let batcher = Batcher::new(layout.clone(), 1, false).unwrap();
+    assert_eq!((batcher.num_batches(), batcher.batch_size()), (2, 9));
+    let second = origins(&batcher.batch(1));
+    let lat: std::collections::BTreeSet<u64> = second.iter().map(|o| o[1]).collect();
+    assert_eq!(lat.into_iter().collect::<Vec<_>>(), [5, 6, 7]);
+    assert!(second.iter().all(|o| o[1] + 3 <= 10));
+    let time: std::collections::BTreeSet<u64> = second.iter().map(|o| o[0]).collect();
+    assert_eq!(time.len(), 3);
+    // Every sample of the epoch in exactly one batch, shuffled or not, over ranks.
+    for shuffle in [
+        crate::Shuffle::None,
+        crate::Shuffle::Full,
+        crate::Shuffle::Blocks,
+    ] {
+        let mut seen = Vec::new();
+        for rank in 0..2 {
+            let options = crate::EpochOptions {
+                shuffle,
+                seed: 7,
+                ranks: crate::Ranks::new(rank, 2).unwrap(),
+                ..crate::EpochOptions::default()
+            };
+            let batcher = Batcher::with_options(layout.clone(), 3, &options).unwrap();
+            for (_, samples) in batcher.batches() {
+                assert_eq!(samples.len(), 9);
+                // A batch is one block: its samples are consecutive in natural order.
+                let first = samples[0].index;
+                assert_eq!(first % 9, 0);
+                for (offset, sample) in samples.iter().enumerate() {
+                    assert_eq!(sample.index, first + offset as u64);
+                    assert_eq!(sample, &layout.sample(sample.index));
+                }
+                seen.extend(samples.iter().map(|s| s.index));
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..18).collect::<Vec<u64>>(), "{shuffle:?}");
+    }
+}
+
+#[test]
+fn bad_batch_dims_are_refused() {
+    use crate::Edge;
+    let dataset = dataset();
+    let refuse = |spec: WindowSpec| SampleLayout::new(&dataset, &["a"], &spec).unwrap_err();
+    let windows = || WindowSpec::new().window("lat", 4, 2).window("lon", 8, 8);
+    assert!(matches!(
+        refuse(windows().batch_dim("lat", 6)),
+        Error::BatchDimNeedsConcat { .. }
+    ));
+    let concat = || windows().concat_input_dims(true);
+    assert!(matches!(
+        refuse(concat().batch_dim("lat", 3)),
+        Error::BadBatchBlock { block: 3, .. }
+    ));
+    assert!(matches!(
+        refuse(concat().batch_dim("lat", 11)),
+        Error::BadBatchBlock { length: 10, .. }
+    ));
+    assert!(matches!(
+        refuse(concat().batch_dim("time", 4)),
+        Error::BadBatchBlock { length: 3, .. }
+    ));
+    assert!(matches!(
+        refuse(concat().batch_dim("lat", 6).edge(Edge::Pad)),
+        Error::BatchDimWithEdge { .. }
+    ));
+    assert!(matches!(
+        refuse(concat().batch_dim("time", 1).batch_dim("time", 2)),
+        Error::DuplicateDimension { .. }
+    ));
+    assert!(matches!(
+        refuse(concat().batch_dim("level", 1)),
+        Error::MissingDimension { .. }
+    ));
+}

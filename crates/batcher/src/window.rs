@@ -54,6 +54,19 @@ pub struct WindowSpec {
     /// targets): subsets such as a time split or a latitude/longitude box.
     #[serde(default)]
     pub ranges: Vec<(String, std::ops::Range<u64>)>,
+    /// xbatcher's `batch_dims`: the size of each batch along these dimensions. A dimension
+    /// that is not windowed is iterated, and each batch holds a block of that many steps; a
+    /// windowed one (with [`concat_input_dims`](Self::concat_input_dims) only) makes each
+    /// batch hold the windows inside one block of that many elements. With batch dims or
+    /// `concat_input_dims`, the layout fixes the batches as xbatcher does and the batch size
+    /// is not used (see [`SampleLayout::batch_groups`](crate::SampleLayout::batch_groups)).
+    #[serde(default)]
+    pub batch_dims: Vec<(String, u64)>,
+    /// xbatcher's `concat_input_dims`: every window position inside a batch's block goes into
+    /// that batch (as xbatcher concatenates the patches along `input_batch`) instead of one
+    /// batch per window position.
+    #[serde(default)]
+    pub concat_input_dims: bool,
 }
 
 impl WindowSpec {
@@ -96,6 +109,37 @@ impl WindowSpec {
     pub fn pad_value(mut self, value: f32) -> Self {
         self.pad_value = Some(value);
         self
+    }
+
+    /// Batches span blocks of `size` elements along `dim` (xbatcher's `batch_dims`).
+    ///
+    /// ```
+    /// use zarrpipe_batcher::WindowSpec;
+    ///
+    /// // A batch per 64 x 64 patch position, holding 8 consecutive time steps...
+    /// let spec = WindowSpec::new().window("latitude", 64, 64).window("longitude", 64, 64);
+    /// let per_patch = spec.clone().batch_dim("time", 8);
+    /// // ... or every patch of those 8 steps in one batch.
+    /// let per_block = per_patch.clone().concat_input_dims(true);
+    /// assert!(!spec.batches_by_layout() && per_patch.batches_by_layout());
+    /// # let _ = per_block;
+    /// ```
+    pub fn batch_dim(mut self, dim: impl Into<String>, size: u64) -> Self {
+        self.batch_dims.push((dim.into(), size));
+        self
+    }
+
+    /// Puts every window position of a batch's block into that batch (xbatcher's
+    /// `concat_input_dims`).
+    pub fn concat_input_dims(mut self, concat: bool) -> Self {
+        self.concat_input_dims = concat;
+        self
+    }
+
+    /// Whether the layout, not a batch size, decides the batches (batch dims or
+    /// `concat_input_dims`).
+    pub fn batches_by_layout(&self) -> bool {
+        !self.batch_dims.is_empty() || self.concat_input_dims
     }
 
     /// Sets the iterated dimensions (default: `time` where present).

@@ -96,6 +96,22 @@ impl PipelineBuilder {
         self
     }
 
+    /// Batches span blocks of `size` elements along `dim` (xbatcher's `batch_dims`): an
+    /// iterated dim gives each batch a block of `size` steps; a windowed one, with
+    /// [`concat_input_dims`](Self::concat_input_dims), the windows inside a block. The layout
+    /// then fixes the batches and [`batch_size`](Self::batch_size) is not used.
+    pub fn batch_dim(mut self, dim: impl Into<String>, size: u64) -> Self {
+        self.spec = self.spec.batch_dim(dim, size);
+        self
+    }
+
+    /// Every window position of a batch's block in that batch (xbatcher's
+    /// `concat_input_dims`); without batch dims, one batch of the whole epoch.
+    pub fn concat_input_dims(mut self, concat: bool) -> Self {
+        self.spec = self.spec.concat_input_dims(concat);
+        self
+    }
+
     /// Keeps samples whose windows, history and targets all lie between two coordinate values
     /// of `dim` (ends included, either order): a time range by dates (`"2020-01-01"`) or
     /// numbers, a latitude or longitude band. Disjoint selections (train / validation / test
@@ -114,7 +130,8 @@ impl PipelineBuilder {
         self
     }
 
-    /// Samples per batch (default 4).
+    /// Samples per batch (default 4); not used when batch dims or `concat_input_dims` fix the
+    /// batches.
     pub fn batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
         self
