@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use zarrpipe::codec::testing::{cases, chain, compare_with_cpu, fetch_all, write_cases};
+use zarrpipe::codec::testing::{cases, chain, compare_with_cpu, fetch_all, write_cases, Case};
 use zarrpipe::codec::{DecodePath, DecodedChunk, GpuDecoder, GpuOptions};
 use zarrpipe::store::{Dataset, EncodedChunk};
 
@@ -118,14 +118,18 @@ fn damage(
     problems
 }
 
-fn large_float_cases(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<EncodedChunk> {
-    let picked: Vec<_> = cases()
-        .into_iter()
-        .filter(|case| case.name.starts_with("float32_") && case.chunks[1] == 1000)
-        .filter(|case| keep(&case.name))
-        .collect();
-    write_cases(dir, &picked, 5);
+/// Writes the generated cases `keep` picks to `dir` and fetches all their chunks.
+fn generated(dir: &Path, seed: u64, keep: impl Fn(&Case) -> bool) -> Vec<EncodedChunk> {
+    let picked: Vec<_> = cases().into_iter().filter(|case| keep(case)).collect();
+    write_cases(dir, &picked, seed);
     open_all(dir)
+}
+
+/// The float32 cases with large chunks (several blosc blocks) that `keep` picks by name.
+fn large_float_cases(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<EncodedChunk> {
+    generated(dir, 5, |case| {
+        case.name.starts_with("float32_") && case.chunks[1] == 1000 && keep(&case.name)
+    })
 }
 
 #[test]
@@ -183,12 +187,9 @@ fn small_temp_budgets_split_nvcomp_calls() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let picked: Vec<_> = cases()
-        .into_iter()
-        .filter(|case| case.name.contains("zstd") && case.chunks[1] == 1000)
-        .collect();
-    write_cases(dir.path(), &picked, 8);
-    let chunks = open_all(dir.path());
+    let chunks = generated(dir.path(), 8, |case| {
+        case.name.contains("zstd") && case.chunks[1] == 1000
+    });
     let decoded = decode(&decoder, &chunks);
     assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
 }
@@ -203,12 +204,10 @@ fn strict_gpu_decoders_refuse_cpu_fallbacks() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let picked: Vec<_> = cases()
-        .into_iter()
-        .filter(|case| case.name == "float32_blosc_blosclz_shuffle_20")
-        .collect();
-    write_cases(dir.path(), &picked, 2);
-    let decoded = decode(&decoder, &open_all(dir.path()));
+    let chunks = generated(dir.path(), 2, |case| {
+        case.name == "float32_blosc_blosclz_shuffle_20"
+    });
+    let decoded = decode(&decoder, &chunks);
     assert!(decoded.iter().any(|chunk| chunk.is_err()));
 }
 
@@ -219,7 +218,9 @@ fn pipelined_groups_decode_bit_identical_on_the_gpu() {
         group_bytes: 256 << 10,
         ..GpuOptions::default()
     };
-    let Some(decoder) = decoder(options) else { return };
+    let Some(decoder) = decoder(options) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let chunks = large_float_cases(dir.path(), |_| true);
     let decoded = decode(&decoder, &chunks);

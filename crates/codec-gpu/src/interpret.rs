@@ -4,7 +4,7 @@
 
 use std::io::Read;
 
-use crate::plan::{BatchPlan, Codec, Op, Region, Space};
+use crate::plan::{ravel, unravel, BatchPlan, Codec, Op, Region, Space};
 
 struct Buffers {
     input: Vec<u8>,
@@ -175,19 +175,6 @@ fn decompress(codec: Codec, input: &[u8], capacity: usize) -> Result<Vec<u8>, St
             Ok(out)
         }
     }
-}
-
-fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
-    let mut out = vec![0; shape.len()];
-    for axis in (0..shape.len()).rev() {
-        out[axis] = index % shape[axis];
-        index /= shape[axis];
-    }
-    out
-}
-
-fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
-    indices.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
 }
 
 /// Decodes a batch the way the GPU decoder does, with this interpreter in place of the GPU.

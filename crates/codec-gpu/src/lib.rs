@@ -22,16 +22,22 @@
 //! # Ok(()) }
 //! ```
 
+// Planning GPU batches is plain Rust, built and unit-tested everywhere (against a CPU
+// interpreter); without `cuda` only the tests use it.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod batch;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod chain;
 mod cpu;
 mod decode;
 mod decoded;
 mod error;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod frames;
 mod gpu;
 #[cfg(test)]
 mod interpret;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 mod read;
 #[cfg(any(test, feature = "testing"))]

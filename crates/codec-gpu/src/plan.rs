@@ -655,7 +655,8 @@ fn is_contiguous_block(block: &[u64], outer: &[u64]) -> bool {
     }
 }
 
-fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
+/// The C-order multi-index of element `index` of `shape`.
+pub(crate) fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
     let mut out = vec![0; shape.len()];
     for axis in (0..shape.len()).rev() {
         out[axis] = index % shape[axis];
@@ -664,7 +665,8 @@ fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
     out
 }
 
-fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
+/// The C-order element number of `indices` in `shape`.
+pub(crate) fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
     indices.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
 }
 

@@ -231,44 +231,53 @@ impl GpuDecoder {
         let output_base = output.device_ptr(&self.stream).0;
         let mut timings = BatchTimings::default();
         let mut decoded = Vec::with_capacity(chunks.len());
-        // Software pipelining over three slots: group k+1 is staged and uploaded before
-        // group k's decoding is enqueued, since enqueueing nvCOMP's zstd waits for the
-        // stream; so the CPU stages while the GPU copies and decodes.
-        let mut staged: VecDeque<(usize, crate::batch::Prepared, Upload)> = VecDeque::new();
+        // Group k+1 is planned and staged on a helper thread while this thread enqueues group
+        // k's decoding (enqueueing nvCOMP's zstd can wait for the stream); three slots keep
+        // one group staging, one uploading or decoding, one finishing.
+        let mut pending = groups(chunks, self.options.group_bytes).into_iter();
         let mut running: VecDeque<(usize, InFlight)> = VecDeque::new();
-        let mut output_start = 0;
-        let batch_groups = groups(chunks, self.options.group_bytes);
-        let count = batch_groups.len();
-        for (index, group) in batch_groups.into_iter().enumerate() {
-            let slot = index % SLOTS;
-            // The slot is free once the group that used it last has finished.
-            while running.len() + staged.len() >= SLOTS {
-                let (slot, oldest) = running.pop_front().expect("the oldest group is running");
+        let mut next = match pending.next() {
+            Some(group) => Some(self.stage_group(group, 0, &mut buffers.slots[0], output_base)?),
+            None => None,
+        };
+        let mut index = 0;
+        while let Some(staged) = next.take() {
+            let (slot, upcoming_slot) = (index % SLOTS, (index + 1) % SLOTS);
+            timings.plan += staged.plan_time;
+            timings.stage += staged.stage_time;
+            self.send(&staged.upload, &mut buffers.slots[slot])?;
+            // The upcoming slot is free once the group that used it last has finished.
+            while running.len() >= SLOTS - 1 {
+                let (slot, oldest) = running.pop_front().expect("a running group");
                 decoded.extend(self.finish(oldest, &mut buffers.slots[slot])?);
             }
-            let planning = Instant::now();
-            let prepared = prepare(group, self.options.strict, output_start);
-            output_start = prepared.plan.output_len;
-            let staging = Instant::now();
-            timings.plan += staging - planning;
-            let upload = self.upload(&prepared.plan, &mut buffers.slots[slot], output_base)?;
-            timings.stage += staging.elapsed();
-            staged.push_back((slot, prepared, upload));
-            let last = index + 1 == count;
-            while staged.len() > 1 || (last && !staged.is_empty()) {
-                let (slot, prepared, upload) = staged.pop_front().expect("a staged group");
-                self.execute(&upload, &mut buffers.temp)?;
-                let done = self.read_results(&upload, &mut buffers.slots[slot])?;
-                let tables = upload.tables;
-                running.push_back((
-                    slot,
-                    InFlight {
-                        prepared,
-                        tables,
-                        done,
-                    },
-                ));
-            }
+            let output_start = staged.prepared.plan.output_len;
+            let following = pending.next();
+            let [current, upcoming] = buffers
+                .slots
+                .get_disjoint_mut([slot, upcoming_slot])
+                .expect("consecutive groups use different slots");
+            let temp = &mut buffers.temp;
+            let (following, done) = std::thread::scope(|scope| {
+                let staging = following.map(|group| {
+                    scope.spawn(|| self.stage_group(group, output_start, upcoming, output_base))
+                });
+                let done = self
+                    .execute(&staged.upload, temp)
+                    .and_then(|()| self.read_results(&staged.upload, current));
+                let following = staging.map(|thread| thread.join().expect("staging thread"));
+                (following, done)
+            });
+            running.push_back((
+                slot,
+                InFlight {
+                    prepared: staged.prepared,
+                    tables: staged.upload.tables,
+                    done: done?,
+                },
+            ));
+            next = following.transpose()?;
+            index += 1;
         }
         while let Some((slot, group)) = running.pop_front() {
             decoded.extend(self.finish(group, &mut buffers.slots[slot])?);
@@ -301,9 +310,28 @@ impl GpuDecoder {
         Ok(chunks.into_iter().map(device_chunk).collect())
     }
 
-    /// Stages the plan's bytes and tables in the slot's pinned memory and uploads them on the
-    /// copy stream; the decoder's stream waits for the upload.
-    fn upload(&self, plan: &BatchPlan, slot: &mut Slot, output_base: u64) -> Result<Upload> {
+    /// Plans a group and stages its bytes and tables in the slot's pinned memory.
+    fn stage_group(
+        &self,
+        chunks: Vec<EncodedChunk>,
+        output_start: usize,
+        slot: &mut Slot,
+        output_base: u64,
+    ) -> Result<Staged> {
+        let planning = Instant::now();
+        let prepared = prepare(chunks, self.options.strict, output_start);
+        let staging = Instant::now();
+        let upload = self.stage(&prepared.plan, slot, output_base)?;
+        Ok(Staged {
+            plan_time: staging - planning,
+            stage_time: staging.elapsed(),
+            prepared,
+            upload,
+        })
+    }
+
+    /// Stages a plan's bytes and tables in the slot's pinned memory, growing its buffers.
+    fn stage(&self, plan: &BatchPlan, slot: &mut Slot, output_base: u64) -> Result<Upload> {
         let stream = &self.stream;
         let tables = Tables::build(plan);
         let table_start = plan.input_len.next_multiple_of(256);
@@ -324,13 +352,30 @@ impl GpuDecoder {
         }
         let staging = grow_pinned(&self.context, &mut slot.staging, staging_len)?;
         stage(plan, &tables, &bases, staging, table_start);
+        Ok(Upload {
+            table_base: bases.input + table_start as u64,
+            input: bases.input,
+            staging_len,
+            tables,
+            results,
+        })
+    }
+
+    /// Uploads a staged group on the copy stream; the decoder's stream waits for it.
+    fn send(&self, upload: &Upload, slot: &mut Slot) -> Result<()> {
+        let staging = slot
+            .staging
+            .as_mut()
+            .expect("staged")
+            .as_mut_slice()
+            .map_err(cuda_error("mapping pinned memory"))?;
         // SAFETY: `staging` is pinned and not touched again until this group has finished
-        // (`finish` waits on its event before the slot is reused); `bases.input` holds
+        // (`finish` waits on its event before the slot is reused); `upload.input` holds
         // `staging_len` bytes.
         unsafe {
             result::memcpy_htod_async(
-                bases.input,
-                &staging[..staging_len],
+                upload.input,
+                &staging[..upload.staging_len],
                 self.copy_stream.cu_stream(),
             )
         }
@@ -339,14 +384,9 @@ impl GpuDecoder {
             .copy_stream
             .record_event(None)
             .map_err(cuda_error("recording an upload event"))?;
-        stream
+        self.stream
             .wait(&uploaded)
-            .map_err(cuda_error("waiting for an upload"))?;
-        Ok(Upload {
-            table_base: bases.input + table_start as u64,
-            tables,
-            results,
-        })
+            .map_err(cuda_error("waiting for an upload"))
     }
 
     /// Enqueues every round's ops on the decoder's stream.
@@ -402,7 +442,8 @@ impl GpuDecoder {
         let output = unsafe { self.stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
             .map_err(cuda_error("allocating the batch output"))?;
         let output_base = output.device_ptr(&self.stream).0;
-        let upload = self.upload(&prepared.plan, &mut buffers.slots[0], output_base)?;
+        let upload = self.stage(&prepared.plan, &mut buffers.slots[0], output_base)?;
+        self.send(&upload, &mut buffers.slots[0])?;
         self.stream.synchronize().map_err(cuda_error("uploading"))?;
         let mut best = std::time::Duration::MAX;
         for _ in 0..repeats.max(1) {
@@ -526,7 +567,18 @@ fn launch_table(
 struct Upload {
     tables: Tables,
     table_base: u64,
+    /// The device input buffer and how much of the staging buffer goes there.
+    input: u64,
+    staging_len: usize,
     results: u64,
+}
+
+/// A group planned and staged, ready to upload.
+struct Staged {
+    prepared: crate::batch::Prepared,
+    upload: Upload,
+    plan_time: std::time::Duration,
+    stage_time: std::time::Duration,
 }
 
 fn device_chunk(chunk: PreparedChunk) -> Result<DeviceChunk> {

@@ -32,7 +32,20 @@ impl GpuDecoder {
         match self.never {}
     }
 
+    pub fn nvcomp_path(&self) -> &str {
+        match self.never {}
+    }
+
     pub fn decode_batch(&self, _chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
+        match self.never {}
+    }
+
+    #[doc(hidden)]
+    pub fn time_bare_nvcomp(
+        &self,
+        _chunks: Vec<EncodedChunk>,
+        _repeats: usize,
+    ) -> Result<(std::time::Duration, usize)> {
         match self.never {}
     }
 }
