@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod servers;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

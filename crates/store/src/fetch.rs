@@ -113,24 +113,24 @@ async fn fetch_inner(
     inner: &[u64],
 ) -> Result<Option<Bytes>> {
     let io = request.variable.io();
-    let index = match io.cached_index(key) {
-        Some(index) => index,
-        None => {
-            let index = match get(request, key, Some(sharding.index_range())).await? {
-                Some(encoded) => Some(Arc::new(sharding.decode_index(&encoded).map_err(
-                    |source| Error::ShardIndex {
-                        url: io.url.clone(),
-                        variable: request.variable.name().to_string(),
-                        key: key.to_string(),
-                        source,
-                    },
-                )?)),
-                None => None,
+    let cell = io.index_cell(key);
+    let index = cell
+        .get_or_try_init(|| async {
+            let Some(encoded) = get(request, key, Some(sharding.index_range())).await? else {
+                return Ok(None);
             };
-            io.remember_index(key, index.clone());
-            index
-        }
-    };
+            let index = sharding
+                .decode_index(&encoded)
+                .map_err(|source| Error::ShardIndex {
+                    url: io.url.clone(),
+                    variable: request.variable.name().to_string(),
+                    key: key.to_string(),
+                    source,
+                })?;
+            Ok::<_, Error>(Some(Arc::new(index)))
+        })
+        .await?
+        .clone();
     // No shard: every inner chunk is the fill value.
     let Some(index) = index else {
         return Ok(None);

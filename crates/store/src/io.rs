@@ -63,10 +63,13 @@ pub(crate) struct StoreIo {
     pub options: StoreOptions,
     cache: Option<Arc<DiskCache>>,
     limiter: Option<Arc<Semaphore>>,
-    /// Shard indexes read so far, by shard key.
-    indexes: Mutex<HashMap<String, Option<Arc<ShardIndex>>>>,
+    /// Shard indexes read or being read, by shard key: batches in flight at once that need
+    /// the same shard wait for one read of its index.
+    indexes: Mutex<HashMap<String, Arc<IndexCell>>>,
     counters: Counters,
 }
+
+pub(crate) type IndexCell = tokio::sync::OnceCell<Option<Arc<ShardIndex>>>;
 
 /// Shard indexes kept in memory at most (about 100 MB of small shards' indexes).
 const MAX_INDEXES: usize = 1 << 20;
@@ -108,17 +111,14 @@ impl StoreIo {
         add(&self.counters.bytes_needed, bytes);
     }
 
-    pub(crate) fn cached_index(&self, key: &str) -> Option<Option<Arc<ShardIndex>>> {
-        let indexes = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
-        indexes.get(key).cloned()
-    }
-
-    pub(crate) fn remember_index(&self, key: &str, index: Option<Arc<ShardIndex>>) {
+    /// The cell holding the index of the shard at `key` (`None` in it: no such shard), read
+    /// at most once (a failed read leaves it empty for the next try).
+    pub(crate) fn index_cell(&self, key: &str) -> Arc<IndexCell> {
         let mut indexes = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
-        if indexes.len() >= MAX_INDEXES {
+        if indexes.len() >= MAX_INDEXES && !indexes.contains_key(key) {
             indexes.clear();
         }
-        indexes.insert(key.to_string(), index);
+        indexes.entry(key.to_string()).or_default().clone()
     }
 
     /// Reads an object or a range of it through the cache; `None` when the object does not

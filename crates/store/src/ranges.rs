@@ -94,6 +94,10 @@ impl ShardLayout {
         })
     }
 
+    pub(crate) fn inner_shape(&self) -> &[u64] {
+        &self.inner_shape
+    }
+
     /// Inner chunks in one shard.
     pub(crate) fn inner_count(&self) -> u64 {
         self.per_shard.iter().product()

@@ -239,6 +239,11 @@ impl Variable {
         Some(sharding.inner_chunks_in(&start, region).collect())
     }
 
+    /// The shape of one inner chunk, for arrays read by inner chunk.
+    pub fn inner_chunk_shape(&self) -> Option<Vec<u64>> {
+        Some(self.sharding.as_ref()?.inner_shape().to_vec())
+    }
+
     /// Inner chunks per shard, for arrays read by inner chunk.
     pub fn inner_chunks_per_shard(&self) -> Option<u64> {
         Some(self.sharding.as_ref()?.inner_count())
