@@ -36,30 +36,6 @@ fn small_w1(dir: &Path, shard: Option<u64>) -> std::path::PathBuf {
     path
 }
 
-/// Writes zarr-python's inline consolidated metadata into the root `zarr.json`, so the store
-/// opens in one request and can be served by a plain HTTP server (which cannot list).
-fn consolidate(root: &Path) {
-    let read = |path: &Path| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-    };
-    let mut metadata = serde_json::Map::new();
-    for entry in std::fs::read_dir(root).unwrap() {
-        let entry = entry.unwrap();
-        let document = entry.path().join("zarr.json");
-        if document.exists() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            metadata.insert(name, read(&document));
-        }
-    }
-    let mut group = read(&root.join("zarr.json"));
-    group["consolidated_metadata"] = serde_json::json!({
-        "kind": "inline",
-        "must_understand": false,
-        "metadata": metadata,
-    });
-    std::fs::write(root.join("zarr.json"), group.to_string()).unwrap();
-}
-
 async fn all_batches(mut batches: BatchStream) -> Vec<Batch> {
     let mut all = Vec::new();
     while let Some(batch) = batches.try_next().await.expect("batch") {

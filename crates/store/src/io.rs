@@ -161,7 +161,11 @@ impl StoreIo {
         range: Option<GetRange>,
     ) -> Result<Option<Bytes>, GetFailure> {
         let budget = self.options.deadline();
-        let deadline = tokio::time::Instant::now() + budget;
+        // Remote stores only (the request limiter is theirs).
+        let deadline = self
+            .limiter
+            .is_some()
+            .then(|| tokio::time::Instant::now() + budget);
         let path = Path::from(key);
         let mut backoff = self.options.initial_backoff;
         let mut attempt = 0;
@@ -186,7 +190,13 @@ impl StoreIo {
                 let result = self.store.get_opts(&path, options).await.map_err(Err)?;
                 result.bytes().await.map_err(Ok)
             };
-            match tokio::time::timeout_at(deadline, read).await {
+            // Local stores need no deadline (and so no timer: they also work on runtimes
+            // without one).
+            let read = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, read).await,
+                None => Ok(read.await),
+            };
+            match read {
                 Err(_) => return Err(GetFailure::Timeout(budget)),
                 Ok(Ok(bytes)) => {
                     add(&self.counters.bytes_fetched, bytes.len() as u64);
@@ -195,7 +205,7 @@ impl StoreIo {
                 Ok(Err(Err(object_store::Error::NotFound { .. }))) => return Ok(None),
                 Ok(Err(Err(source))) => return Err(GetFailure::Store(source)),
                 Ok(Err(Ok(source))) => {
-                    if attempt >= self.options.retries {
+                    if attempt >= self.options.retries || deadline.is_none() {
                         return Err(GetFailure::Store(source));
                     }
                 }
