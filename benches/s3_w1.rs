@@ -12,7 +12,6 @@
 //! `benches/peers/s3_w1.sh` runs it at full W1 size.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::path::Path;
