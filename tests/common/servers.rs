@@ -233,7 +233,7 @@ async fn handle(State(server): State<Server>, request: Request) -> Response {
     }
     let response = match server.backend {
         Backend::S3(service) => match service.oneshot(request).await {
-            Ok(response) => response.map(Body::new),
+            Ok(response) => end_at_content_length(response.map(Body::new)),
             Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         },
         Backend::Directory(directory) => {
@@ -261,5 +261,37 @@ async fn cut_body(response: Response, keep: impl Fn(usize) -> usize) -> Response
         Ok(kept),
         Err(std::io::Error::other("fault injected: connection broken")),
     ]);
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// Ends the body once its Content-Length is sent. s3s-fs 0.14 answers a range request by
+/// reading the file on to its end (sending nothing more), so a small range at the start of a
+/// large shard would cost the server as much as the whole shard; real S3 servers stop.
+fn end_at_content_length(response: Response) -> Response {
+    let Some(length) = response
+        .headers()
+        .get("content-length")
+        .and_then(|value| value.to_str().ok()?.parse::<usize>().ok())
+    else {
+        return response;
+    };
+    let (parts, body) = response.into_parts();
+    let stream = futures::stream::unfold(
+        (body.into_data_stream(), length),
+        |(mut inner, remaining)| async move {
+            use futures::StreamExt;
+            if remaining == 0 {
+                return None;
+            }
+            match inner.next().await? {
+                Ok(bytes) => {
+                    let bytes = bytes.slice(..bytes.len().min(remaining));
+                    let remaining = remaining - bytes.len();
+                    Some((Ok(bytes), (inner, remaining)))
+                }
+                Err(error) => Some((Err(error), (inner, 0))),
+            }
+        },
+    );
     Response::from_parts(parts, Body::from_stream(stream))
 }
