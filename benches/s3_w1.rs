@@ -235,7 +235,15 @@ async fn main() {
             for pass in 0..=args.passes {
                 let get = plain_gets(object_store.clone(), name, options.max_requests).await;
                 let run = pipeline_epoch(&url, &options, args.batch, shuffle).await;
+                let (logged, started) = (server.faults.requests(), Instant::now());
                 let fetch = fetch_only_epoch(&url, &options, args.batch, shuffle).await;
+                if std::env::var_os("S3_BENCH_VERBOSE").is_some() {
+                    eprintln!(
+                        "{name} {order} fetch stage: {:.2} s, {} server requests",
+                        started.elapsed().as_secs_f64(),
+                        server.faults.requests() - logged
+                    );
+                }
                 if pass == 0 {
                     continue;
                 }
