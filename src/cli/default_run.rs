@@ -2,16 +2,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{Batch, BatchStream, MetricsSnapshot, Pipeline, PipelineBuilder};
 use zarrpipe::prelude::TryStreamExt;
 use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
-use zarrpipe::store::Dataset;
+use zarrpipe::store::{Dataset, IoStats};
 
 use super::gb_per_s;
 use super::generate::generate_progress_bar;
+use super::store::StoreArgs;
 use super::windows::WindowArgs;
 
 #[derive(Debug, clap::Args)]
@@ -20,6 +20,8 @@ pub struct RunArgs {
     url: Option<String>,
     #[command(flatten)]
     windows: WindowArgs,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Batches loaded ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
@@ -44,11 +46,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => sample_with_progress()?,
     };
     let (device, why) = choose_device(&args.device)?;
-    let dataset = Arc::new(
-        Dataset::open(&url)
-            .await
-            .with_context(|| format!("cannot open {url}"))?,
-    );
+    let dataset = Arc::new(args.store.open(&url).await?);
     if !args.json {
         println!("device: {device} ({why})");
     }
@@ -70,12 +68,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let (seconds, metrics) = best.expect("at least one timed pass");
     let checksum = if args.checksum {
-        Some(checksum(&args, dataset, device).await?)
+        Some(checksum(&args, dataset.clone(), device).await?)
     } else {
         None
     };
     if args.json {
-        print_json(&url, device, seconds, &metrics, checksum);
+        print_json(
+            &url,
+            device,
+            seconds,
+            &metrics,
+            checksum,
+            dataset.io_stats(),
+        );
     } else {
         summarise(&metrics, seconds);
         if let Some(checksum) = checksum {
@@ -152,6 +157,7 @@ fn print_json(
     seconds: f64,
     metrics: &MetricsSnapshot,
     checksum: Option<f64>,
+    io: IoStats,
 ) {
     let summary = serde_json::json!({
         "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
@@ -169,6 +175,8 @@ fn print_json(
         "collate_busy_s": metrics.collate_busy.as_secs_f64(),
         "consumer_wait_s": metrics.consumer_wait.as_secs_f64(),
         "checksum": checksum,
+        // Requests and bytes of every pass (warm-up included) and the metadata.
+        "io": io,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     });
     println!("{summary}");

@@ -1,17 +1,19 @@
+use super::store::StoreArgs;
 use zarrpipe::info::describe;
-use zarrpipe::store::Dataset;
 
 #[derive(Debug, clap::Args)]
 pub struct InfoArgs {
-    /// Dataset path or URL (file://, http(s)://).
+    /// Dataset path or URL (file://, http(s)://, s3://, gs://, az://).
     url: String,
+    #[command(flatten)]
+    store: StoreArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
-    let dataset = Dataset::open(&args.url).await?;
+    let dataset = args.store.open(&args.url).await?;
     let info = describe(&dataset).await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&info)?);

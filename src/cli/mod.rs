@@ -5,6 +5,7 @@ mod generate;
 mod info;
 mod plan;
 mod stats;
+mod store;
 mod windows;
 
 use std::process::ExitCode;

@@ -1,14 +1,16 @@
 use std::sync::Arc;
 
 use zarrpipe::batcher::{Batcher, PlanSummary, SampleLayout};
-use zarrpipe::store::Dataset;
 
+use super::store::StoreArgs;
 use super::windows::WindowArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
-    /// Dataset path or URL (file://, http(s)://).
+    /// Dataset path or URL (file://, http(s)://, s3://, gs://, az://).
     url: String,
+    #[command(flatten)]
+    store: StoreArgs,
     #[command(flatten)]
     windows: WindowArgs,
     /// Print JSON instead of text.
@@ -17,7 +19,7 @@ pub struct PlanArgs {
 }
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let dataset = Dataset::open(&args.url).await?;
+    let dataset = args.store.open(&args.url).await?;
     let variables = if args.windows.variables.is_empty() {
         dataset.data_variable_names()
     } else {

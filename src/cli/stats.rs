@@ -1,14 +1,16 @@
+use super::store::StoreArgs;
 use std::sync::Arc;
 
 use anyhow::Context;
 use zarrpipe::codec::CpuDecoder;
 use zarrpipe::stats::variable_stats;
-use zarrpipe::store::Dataset;
 
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
-    /// Dataset path or URL (file://, http(s)://).
+    /// Dataset path or URL (file://, http(s)://, s3://, gs://, az://).
     url: String,
+    #[command(flatten)]
+    store: StoreArgs,
     /// A variable to summarise (repeatable; default: every variable).
     #[arg(long = "var", value_name = "NAME")]
     variables: Vec<String>,
@@ -18,7 +20,7 @@ pub struct StatsArgs {
 }
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
-    let dataset = Dataset::open(&args.url).await?;
+    let dataset = args.store.open(&args.url).await?;
     let variables = if args.variables.is_empty() {
         dataset.variables().to_vec()
     } else {

@@ -4,7 +4,9 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+pub mod servers;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -114,6 +116,30 @@ fn floats_equal<const N: usize>(a: &[u8], b: &[u8], to_f64: impl Fn([u8; N]) -> 
             let (x, y) = (to_f64(x.try_into().unwrap()), to_f64(y.try_into().unwrap()));
             x == y || (x.is_nan() && y.is_nan())
         })
+}
+
+/// Writes zarr-python's inline consolidated metadata into the root `zarr.json`, so the store
+/// opens in one request and can be served by a plain HTTP server (which cannot list).
+pub fn consolidate(root: &Path) {
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let mut metadata = serde_json::Map::new();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let entry = entry.unwrap();
+        let document = entry.path().join("zarr.json");
+        if document.exists() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            metadata.insert(name, read(&document));
+        }
+    }
+    let mut group = read(&root.join("zarr.json"));
+    group["consolidated_metadata"] = serde_json::json!({
+        "kind": "inline",
+        "must_understand": false,
+        "metadata": metadata,
+    });
+    std::fs::write(root.join("zarr.json"), group.to_string()).unwrap();
 }
 
 /// Serves `root` over HTTP on a loopback port (range requests included); returns the base URL.

@@ -1,4 +1,4 @@
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -435,8 +435,12 @@ impl SampleLayout {
 
     /// The chunks `samples` need, each once (overlapping windows share chunks), grouped by
     /// variable and in C order within a variable.
+    ///
+    /// For sharded arrays read by inner chunk, each shard's request names the inner chunks
+    /// the samples need, so only their byte ranges are read.
     pub fn read_plan(&self, samples: &[Sample]) -> Vec<ChunkRequest> {
-        let mut needed = BTreeSet::new();
+        // (variable, chunk) -> inner chunks needed (`None`: the whole chunk).
+        let mut needed: BTreeMap<(usize, Vec<u64>), Option<BTreeSet<u64>>> = BTreeMap::new();
         let offsets = self.input_offsets.iter().chain(&self.target_offsets);
         let shifted = samples
             .iter()
@@ -448,14 +452,29 @@ impl SampleLayout {
                     &self.region(variable, sample),
                     self.variables[variable].shape(),
                 );
-                for chunk in self.variables[variable].chunks_in(&region) {
-                    needed.insert((variable, chunk));
+                let array = &self.variables[variable];
+                for chunk in array.chunks_in(&region) {
+                    let inner = array.inner_chunks_in(&chunk, &region);
+                    let entry = needed
+                        .entry((variable, chunk))
+                        .or_insert_with(|| inner.as_ref().map(|_| BTreeSet::new()));
+                    if let (Some(set), Some(inner)) = (entry.as_mut(), inner) {
+                        set.extend(inner);
+                    }
                 }
             }
         }
         needed
             .into_iter()
-            .map(|(variable, chunk)| ChunkRequest::new(self.variables[variable].clone(), chunk))
+            .map(|((variable, chunk), inner)| {
+                let array = self.variables[variable].clone();
+                match inner {
+                    Some(inner) => {
+                        ChunkRequest::with_inner(array, chunk, inner.into_iter().collect())
+                    }
+                    None => ChunkRequest::new(array, chunk),
+                }
+            })
             .collect()
     }
 }

@@ -7,9 +7,10 @@ use crate::Batcher;
 pub struct PlanSummary {
     pub samples: u64,
     pub batches: u64,
-    /// Chunk reads over the epoch: each batch reads the chunks it needs once.
+    /// Chunk reads over the epoch: each batch reads the chunks it needs once (for sharded
+    /// arrays read by inner chunk: each shard it needs once, only the inner chunks needed).
     pub chunk_reads: u64,
-    /// Decoded bytes of those chunk reads.
+    /// Decoded bytes of those chunk reads (of the inner chunks read, for shards).
     pub bytes_read: u64,
     /// Bytes of the windows delivered, in the variables' own data types.
     pub bytes_delivered: u64,
@@ -44,7 +45,7 @@ impl PlanSummary {
             summary.bytes_delivered += per_sample * samples.len() as u64;
             for request in layout.read_plan(&samples) {
                 summary.chunk_reads += 1;
-                summary.bytes_read += request.variable.decoded_chunk_bytes();
+                summary.bytes_read += request.decoded_bytes();
             }
         }
         summary.read_amplification =

@@ -5,7 +5,7 @@ use zarrpipe_batcher::{
 };
 use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
 use zarrpipe_core::Device;
-use zarrpipe_store::Dataset;
+use zarrpipe_store::{Dataset, StoreOptions};
 
 use crate::select::{resolve_selections, CoordValue, Selection};
 use crate::stream::{BatchStream, StageConfig};
@@ -35,13 +35,15 @@ pub struct PipelineBuilder {
     device: Device,
     decoder: Option<Arc<dyn ChunkDecoder>>,
     selections: Vec<Selection>,
+    store_options: StoreOptions,
 }
 
 /// Entry point: `Pipeline::builder(url)...build().await?` gives a [`BatchStream`].
 pub struct Pipeline;
 
 impl Pipeline {
-    /// A pipeline over the dataset at `url` (a path, `file://`, `memory://` or `http(s)://`).
+    /// A pipeline over the dataset at `url` (a path, `file://`, `memory://`, `http(s)://`,
+    /// `s3://`, `gs://` or `az://`).
     pub fn builder(url: impl Into<String>) -> PipelineBuilder {
         PipelineBuilder::new(Source::Url(url.into()))
     }
@@ -68,6 +70,7 @@ impl PipelineBuilder {
             device: Device::Cpu,
             decoder: None,
             selections: Vec::new(),
+            store_options: StoreOptions::default(),
         }
     }
 
@@ -206,6 +209,21 @@ impl PipelineBuilder {
         self
     }
 
+    /// How the store is reached: object_store options (`endpoint`, `region`, `anonymous`,
+    /// ...), retries, timeouts, the request limit, the chunk cache (see [`StoreOptions`]).
+    /// Used when the pipeline opens the dataset from a URL.
+    pub fn store_options(mut self, options: StoreOptions) -> Self {
+        self.store_options = options;
+        self
+    }
+
+    /// Keeps fetched chunks in `dir` on local disk, at most `max_bytes` (least recently used
+    /// first out), so later epochs over a remote store read locally.
+    pub fn cache_dir(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
+        self.store_options = self.store_options.cache(dir, max_bytes);
+        self
+    }
+
     /// Where batches are delivered (default: the CPU).
     pub fn device(mut self, device: Device) -> Self {
         self.device = device;
@@ -229,7 +247,7 @@ impl PipelineBuilder {
             });
         }
         let dataset = match self.source {
-            Source::Url(url) => Arc::new(Dataset::open(&url).await?),
+            Source::Url(url) => Arc::new(Dataset::open_with(&url, &self.store_options).await?),
             Source::Dataset(dataset) => dataset,
         };
         let variables = if self.variables.is_empty() {

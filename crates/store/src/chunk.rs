@@ -11,11 +11,37 @@ use crate::Variable;
 pub struct ChunkRequest {
     pub variable: Arc<Variable>,
     pub indices: Vec<u64>,
+    /// For a shard: the inner chunks needed (C-order numbers within the shard, sorted), so
+    /// that only their byte ranges are read; `None` reads the whole chunk.
+    pub inner: Option<Vec<u64>>,
 }
 
 impl ChunkRequest {
+    /// A request for a whole chunk (or shard).
     pub fn new(variable: Arc<Variable>, indices: Vec<u64>) -> Self {
-        Self { variable, indices }
+        Self {
+            variable,
+            indices,
+            inner: None,
+        }
+    }
+
+    /// A request for some inner chunks of a shard (see [`Variable::inner_chunks_in`]): only
+    /// their byte ranges are read, and the rest of the shard decodes to the fill value.
+    pub fn with_inner(variable: Arc<Variable>, indices: Vec<u64>, inner: Vec<u64>) -> Self {
+        Self {
+            variable,
+            indices,
+            inner: Some(inner),
+        }
+    }
+
+    /// Decoded bytes of what the request reads: the whole chunk, or its inner chunks.
+    pub fn decoded_bytes(&self) -> u64 {
+        match (&self.inner, self.variable.inner_chunk_bytes()) {
+            (Some(inner), Some(bytes)) => inner.len() as u64 * bytes,
+            _ => self.variable.decoded_chunk_bytes(),
+        }
     }
 
     /// The chunk's store key.

@@ -8,7 +8,7 @@ use zarrs_object_store::AsyncObjectStore;
 
 use crate::location::Location;
 use crate::metadata::read_hierarchy;
-use crate::{Error, Result, Variable};
+use crate::{Error, IoStats, Result, StoreOptions, Variable};
 
 /// An opened Zarr hierarchy seen the way xarray sees it: variables with named dimensions,
 /// coordinate variables, and attributes.
@@ -39,9 +39,41 @@ impl Dataset {
         Self::open_location(Location::parse(url)?).await
     }
 
+    /// Opens the dataset at a path or URL with store options: cloud URLs (`s3://`, `gs://`,
+    /// `az://`) take credentials from the environment and `options` on top.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> zarrpipe_store::Result<()> {
+    /// use zarrpipe_store::{Dataset, StoreOptions};
+    /// let options = StoreOptions::new()
+    ///     .option("endpoint", "http://127.0.0.1:9000")
+    ///     .cache("/tmp/zarrpipe-cache", 20 << 30);
+    /// let dataset = Dataset::open_with("s3://era5/w1.zarr", &options).await?;
+    /// println!("{} requests so far", dataset.io_stats().requests);
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_with(url: &str, options: &StoreOptions) -> Result<Self> {
+        Self::open_location(Location::parse_with(url, options)?).await
+    }
+
     /// Opens the dataset rooted at an object store.
     pub async fn open_store(url: impl Into<String>, store: Arc<dyn ObjectStore>) -> Result<Self> {
         Self::open_location(Location::from_store(url, store)).await
+    }
+
+    /// Opens the dataset rooted at an object store, with store options (retries, request
+    /// limit, cache).
+    pub async fn open_store_with(
+        url: impl Into<String>,
+        store: Arc<dyn ObjectStore>,
+        options: &StoreOptions,
+    ) -> Result<Self> {
+        Self::open_location(Location::from_store_with(url, store, options)?).await
+    }
+
+    /// The requests made so far for this dataset (metadata and chunks), and what they read.
+    pub fn io_stats(&self) -> IoStats {
+        self.location.io.stats()
     }
 
     async fn open_location(location: Location) -> Result<Self> {

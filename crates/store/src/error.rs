@@ -71,11 +71,61 @@ pub enum Error {
         grid: Vec<u64>,
     },
 
-    #[error("cannot fetch chunk `{key}` of variable `{variable}`")]
+    #[error("cannot fetch `{key}` (variable `{variable}`) from {url}")]
     Fetch {
+        url: String,
         variable: String,
         key: String,
         #[source]
         source: object_store::Error,
+    },
+
+    #[error("fetching `{key}` (variable `{variable}`) from {url} took longer than {after:?}, retries included")]
+    FetchTimeout {
+        url: String,
+        variable: String,
+        key: String,
+        after: std::time::Duration,
+    },
+
+    #[error("cannot read metadata `{key}` of {url}: no answer within {after:?}, retries included")]
+    MetadataTimeout {
+        url: String,
+        key: String,
+        after: std::time::Duration,
+    },
+
+    #[error("malformed shard index of `{key}` (variable `{variable}`) in {url}")]
+    ShardIndex {
+        url: String,
+        variable: String,
+        key: String,
+        #[source]
+        source: zarrs::array::CodecError,
+    },
+
+    #[error("cannot parse store URL `{url}`")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+
+    #[error("store option `{key}` is not understood for {url}")]
+    StoreOption {
+        url: String,
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    #[error("store option `{option}` is not of the form key=value")]
+    BadStoreOption { option: String },
+
+    #[error("cannot use the chunk cache directory {}", path.display())]
+    Cache {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
     },
 }

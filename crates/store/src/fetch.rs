@@ -4,10 +4,15 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FusedStream, Stream};
-use object_store::path::Path;
-use object_store::ObjectStoreExt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::GetRange;
 use zarrpipe_core::InFlight;
 
+use crate::io::GetFailure;
+use crate::ranges::{merge_ranges, ShardLayout};
 use crate::{ChunkRequest, EncodedChunk, Error, Result};
 
 type FetchFuture = BoxFuture<'static, Result<EncodedChunk>>;
@@ -56,24 +61,130 @@ impl<St: Stream<Item = ChunkRequest>> FusedStream for Fetch<St> {
 }
 
 /// Reads one chunk's stored bytes; a chunk that is not in the store is `bytes: None`.
+///
+/// A request for some inner chunks of a shard reads the shard's index (once per shard; it is
+/// cached) and then only those inner chunks, adjacent ones in one request, and hands back a
+/// compact shard holding just them.
 pub async fn fetch_chunk(request: ChunkRequest) -> Result<EncodedChunk> {
     let started = Instant::now();
     request.variable.check_chunk(&request.indices)?;
     let key = request.key();
-    let store = request.variable.store();
-    let fetch_error = |source| Error::Fetch {
-        variable: request.variable.name().to_string(),
-        key: key.clone(),
-        source,
-    };
-    let bytes = match store.get(&Path::from(key.as_str())).await {
-        Ok(result) => Some(result.bytes().await.map_err(fetch_error)?),
-        Err(object_store::Error::NotFound { .. }) => None,
-        Err(source) => return Err(fetch_error(source)),
+    let bytes = match (&request.inner, request.variable.sharding()) {
+        (Some(inner), Some(sharding)) if (inner.len() as u64) < sharding.inner_count() => {
+            fetch_inner(&request, &key, sharding, inner).await?
+        }
+        _ => {
+            let bytes = get(&request, &key, None).await?;
+            let io = request.variable.io();
+            io.add_needed(bytes.as_ref().map_or(0, |b| b.len() as u64));
+            bytes
+        }
     };
     Ok(EncodedChunk {
         request,
         bytes,
         fetch_time: started.elapsed(),
     })
+}
+
+/// One read with the variable's context on failure.
+async fn get(request: &ChunkRequest, key: &str, range: Option<GetRange>) -> Result<Option<Bytes>> {
+    let io = request.variable.io();
+    io.get(key, range).await.map_err(|failure| match failure {
+        GetFailure::Store(source) => Error::Fetch {
+            url: io.url.clone(),
+            variable: request.variable.name().to_string(),
+            key: key.to_string(),
+            source,
+        },
+        GetFailure::Timeout(after) => Error::FetchTimeout {
+            url: io.url.clone(),
+            variable: request.variable.name().to_string(),
+            key: key.to_string(),
+            after,
+        },
+    })
+}
+
+async fn fetch_inner(
+    request: &ChunkRequest,
+    key: &str,
+    sharding: &ShardLayout,
+    inner: &[u64],
+) -> Result<Option<Bytes>> {
+    let io = request.variable.io();
+    let cell = io.index_cell(key);
+    let index = cell
+        .get_or_try_init(|| async {
+            let Some(encoded) = get(request, key, Some(sharding.index_range())).await? else {
+                return Ok(None);
+            };
+            let index = sharding
+                .decode_index(&encoded)
+                .map_err(|source| Error::ShardIndex {
+                    url: io.url.clone(),
+                    variable: request.variable.name().to_string(),
+                    key: key.to_string(),
+                    source,
+                })?;
+            Ok::<_, Error>(Some(Arc::new(index)))
+        })
+        .await?
+        .clone();
+    // No shard: every inner chunk is the fill value.
+    let Some(index) = index else {
+        return Ok(None);
+    };
+    let wanted: Vec<(u64, Range<u64>)> = inner
+        .iter()
+        .filter_map(|&number| {
+            let (offset, length) = (*index.get(number as usize)?)?;
+            Some((number, offset..offset + length))
+        })
+        .collect();
+    io.add_needed(
+        wanted
+            .iter()
+            .map(|(_, range)| range.end - range.start)
+            .sum(),
+    );
+    let merged = merge_ranges(
+        wanted.iter().map(|(_, range)| range.clone()).collect(),
+        io.options.merge_gap,
+    );
+    let reads = merged.iter().map(|range| async move {
+        let bytes = get(request, key, Some(GetRange::Bounded(range.clone()))).await?;
+        Ok::<_, Error>((range.start, bytes.unwrap_or_default()))
+    });
+    let fetched = futures::future::try_join_all(reads).await?;
+    let mut pieces = Vec::with_capacity(wanted.len());
+    for (number, range) in wanted {
+        let (start, bytes) = fetched
+            .iter()
+            .rev()
+            .find(|(start, _)| *start <= range.start)
+            .expect("every wanted range lies in a merged range");
+        let (from, to) = ((range.start - start) as usize, (range.end - start) as usize);
+        let piece = bytes.get(from..to).ok_or_else(|| Error::ShardIndex {
+            url: io.url.clone(),
+            variable: request.variable.name().to_string(),
+            key: key.to_string(),
+            source: zarrs::array::CodecError::Other(format!(
+                "inner chunk {number} at bytes {range:?} lies past the end of the shard"
+            )),
+        })?;
+        pieces.push((number, bytes.slice_ref(piece)));
+    }
+    if pieces.is_empty() {
+        return Ok(None);
+    }
+    let shard = sharding
+        .assemble(&pieces)
+        .map_err(|source| Error::ShardIndex {
+            url: io.url.clone(),
+            variable: request.variable.name().to_string(),
+            key: key.to_string(),
+            source,
+        })?;
+    Ok(Some(Bytes::from(shard)))
 }

@@ -15,24 +15,35 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Local paths, `file://`, `memory://` and `http(s)://` URLs are supported; the scheme picks
-//! the object_store backend. This crate has no GPU code.
+//! Local paths, `file://`, `memory://`, `http(s)://` and cloud buckets (`s3://`, `gs://`,
+//! `az://`, credentials from the environment) are supported; the scheme picks the
+//! object_store backend, and [`StoreOptions`] add options, retries, timeouts, a request limit
+//! and a local chunk cache. Sharded arrays are read by inner chunk: the shard index once, then
+//! the byte ranges a batch needs. This crate has no GPU code.
 
+mod cache;
 mod chunk;
+mod cloud;
 mod dataset;
 mod error;
 mod fetch;
+mod io;
 mod location;
 mod metadata;
+mod options;
+mod ranges;
 mod variable;
 
 use futures::Stream;
 
+pub use cache::DiskCache;
 pub use chunk::{ChunkRequest, EncodedChunk};
 pub use dataset::Dataset;
 pub use error::{Error, Result};
 pub use fetch::{fetch_chunk, Fetch};
+pub use io::IoStats;
 pub use location::Location;
+pub use options::{CacheOptions, StoreOptions};
 pub use variable::{Variable, ZarrArray};
 
 /// Stream adapters of the store stage.

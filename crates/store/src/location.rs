@@ -2,65 +2,100 @@
 
 use std::sync::Arc;
 
-use object_store::http::HttpBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
-use object_store::{ClientOptions, ObjectStore};
+use object_store::ObjectStore;
 
-use crate::{Error, Result};
+use crate::cache::DiskCache;
+use crate::cloud::{is_cloud_scheme, remote_store};
+use crate::io::StoreIo;
+use crate::{Error, Result, StoreOptions};
 
 /// An object store whose root is the dataset's root, and the URL it came from.
 #[derive(Clone, Debug)]
 pub struct Location {
     pub url: String,
     pub store: Arc<dyn ObjectStore>,
+    pub(crate) io: Arc<StoreIo>,
 }
 
 impl Location {
-    /// Parses `url`: a local path or `file://` URL, `memory://` (an empty in-memory store),
-    /// or `http://` / `https://`. The scheme picks the backend.
+    /// Parses `url` with default options (see [`Location::parse_with`]).
     pub fn parse(url: &str) -> Result<Self> {
-        let store: Arc<dyn ObjectStore> = match url.split_once("://") {
-            None => local_store(url, url)?,
-            Some(("file", path)) => local_store(url, path)?,
-            Some(("memory", _)) => Arc::new(InMemory::new()),
-            Some((scheme @ ("http" | "https"), _)) => Arc::new(
-                HttpBuilder::new()
-                    .with_url(url.trim_end_matches('/'))
-                    // The user asked for http:// explicitly: don't insist on TLS.
-                    .with_client_options(ClientOptions::new().with_allow_http(scheme == "http"))
-                    .build()
-                    .map_err(|source| Error::OpenStore {
-                        url: url.to_string(),
-                        source,
-                    })?,
-            ),
-            Some(("s3" | "gs" | "az" | "abfs", _)) => {
-                return Err(Error::UnsupportedUrl {
-                    url: url.to_string(),
-                    reason: "cloud object stores are not built into this version yet; \
-                             serve the store over HTTP(S) or copy it locally",
-                })
+        Self::parse_with(url, &StoreOptions::default())
+    }
+
+    /// Parses `url`: a local path or `file://` URL, `memory://` (an empty in-memory store),
+    /// `http://` / `https://`, or a cloud bucket (`s3://`, `gs://`, `az://`, `abfs://`) with
+    /// credentials from the environment and `options` on top. The scheme picks the backend.
+    pub fn parse_with(url: &str, options: &StoreOptions) -> Result<Self> {
+        let (store, remote): (Arc<dyn ObjectStore>, bool) = match url.split_once("://") {
+            None => (local_store(url, url)?, false),
+            Some(("file", path)) => (local_store(url, path)?, false),
+            Some(("memory", _)) => (Arc::new(InMemory::new()), false),
+            Some((scheme, _)) if scheme == "http" || scheme == "https" => {
+                (remote_store(url, options)?, true)
             }
+            Some((scheme, _)) if is_cloud_scheme(scheme) => (remote_store(url, options)?, true),
             Some(_) => {
                 return Err(Error::UnsupportedUrl {
                     url: url.to_string(),
-                    reason: "expected a path, file://, memory://, http:// or https://",
+                    reason:
+                        "expected a path, file://, memory://, http(s)://, s3://, gs:// or az://",
                 })
             }
         };
-        Ok(Self {
-            url: url.to_string(),
-            store,
-        })
+        Self::with_options(url, store, options, remote)
     }
 
     /// Wraps an existing object store (rooted at the dataset) under a display name.
     pub fn from_store(url: impl Into<String>, store: Arc<dyn ObjectStore>) -> Self {
+        let url = url.into();
+        let io = StoreIo::new(
+            url.clone(),
+            store.clone(),
+            StoreOptions::default(),
+            None,
+            false,
+        );
         Self {
-            url: url.into(),
+            url,
             store,
+            io: Arc::new(io),
         }
+    }
+
+    /// Wraps an existing object store with options (retries, request limit, cache).
+    pub fn from_store_with(
+        url: impl Into<String>,
+        store: Arc<dyn ObjectStore>,
+        options: &StoreOptions,
+    ) -> Result<Self> {
+        Self::with_options(&url.into(), store, options, true)
+    }
+
+    fn with_options(
+        url: &str,
+        store: Arc<dyn ObjectStore>,
+        options: &StoreOptions,
+        remote: bool,
+    ) -> Result<Self> {
+        let cache = match &options.cache {
+            Some(cache) => Some(Arc::new(DiskCache::open(&cache.dir, cache.max_bytes)?)),
+            None => None,
+        };
+        let io = StoreIo::new(
+            url.to_string(),
+            store.clone(),
+            options.clone(),
+            cache,
+            remote,
+        );
+        Ok(Self {
+            url: url.to_string(),
+            store,
+            io: Arc::new(io),
+        })
     }
 }
 
@@ -90,6 +125,8 @@ mod tests {
         assert!(Location::parse(&format!("file://{path}")).is_ok());
         assert!(Location::parse("memory://").is_ok());
         assert!(Location::parse("http://127.0.0.1:1/data.zarr").is_ok());
+        let anonymous = StoreOptions::new().option("anonymous", "true");
+        assert!(Location::parse_with("s3://bucket/data.zarr", &anonymous).is_ok());
         assert!(matches!(
             Location::parse("/no/such/store.zarr"),
             Err(Error::StoreNotFound { .. })

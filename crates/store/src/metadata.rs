@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use zarrs::array::{ArrayMetadata, ArrayMetadataV2};
 use zarrs::metadata::v3::ArrayMetadataV3;
 
+use crate::io::GetFailure;
 use crate::location::Location;
 use crate::{Error, Result};
 
@@ -203,16 +204,23 @@ async fn list_children(location: &Location, prefix: &str) -> Result<Vec<String>>
 
 /// Reads and parses a JSON document; `None` when the key does not exist.
 pub(crate) async fn read_json(location: &Location, key: &str) -> Result<Option<Value>> {
-    use object_store::ObjectStoreExt;
-    let read_error = |source| Error::ReadMetadata {
-        url: location.url.clone(),
-        key: key.to_string(),
-        source,
-    };
-    let bytes = match location.store.get(&Path::from(key)).await {
-        Ok(result) => result.bytes().await.map_err(read_error)?,
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(source) => return Err(read_error(source)),
+    let bytes = match location.io.get(key, None).await {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(GetFailure::Store(source)) => {
+            return Err(Error::ReadMetadata {
+                url: location.url.clone(),
+                key: key.to_string(),
+                source,
+            })
+        }
+        Err(GetFailure::Timeout(after)) => {
+            return Err(Error::MetadataTimeout {
+                url: location.url.clone(),
+                key: key.to_string(),
+                after,
+            })
+        }
     };
     serde_json::from_slice(&bytes)
         .map(Some)

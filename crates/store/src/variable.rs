@@ -8,7 +8,9 @@ use zarrs::array::{Array, ArrayMetadata, ArraySubset};
 use zarrs::plugin::{ExtensionName, ZarrVersion};
 use zarrs::storage::AsyncReadableStorageTraits;
 
+use crate::io::StoreIo;
 use crate::location::Location;
+use crate::ranges::ShardLayout;
 use crate::{Error, Result};
 
 /// A zarrs array over the dataset's store, for users who want zarrs' own API.
@@ -21,7 +23,9 @@ pub struct Variable {
     dtype: DType,
     is_coordinate: bool,
     array: ZarrArray,
-    store: Arc<dyn ObjectStore>,
+    io: Arc<StoreIo>,
+    /// For arrays sharded with `sharding_indexed` alone: how to read inner chunks by range.
+    sharding: Option<ShardLayout>,
     /// The chunk shape of a regular grid (every Zarr v2 array, v3 `regular`), for planning
     /// without zarrs' general grid code; `None` for other grids.
     regular_chunks: Option<Vec<u64>>,
@@ -34,7 +38,7 @@ impl Variable {
         storage: Arc<dyn AsyncReadableStorageTraits>,
         metadata: ArrayMetadata,
     ) -> Result<Self> {
-        let (url, store) = (&location.url, location.store.clone());
+        let url = &location.url;
         let path = format!("/{name}");
         let array = Array::new_with_metadata(storage, &path, metadata).map_err(|source| {
             Error::InvalidArray {
@@ -61,14 +65,18 @@ impl Variable {
         let regular_chunks = regular
             .then(|| array.chunk_shape(&origin).ok())
             .flatten()
-            .map(|shape| shape.iter().map(|n| n.get()).collect());
+            .map(|shape| shape.iter().map(|n| n.get()).collect::<Vec<u64>>());
+        let sharding = regular_chunks
+            .as_ref()
+            .and_then(|shard_shape| ShardLayout::of(array.metadata(), shard_shape));
         Ok(Self {
             name,
             dims,
             dtype,
             is_coordinate: false,
             array,
-            store,
+            io: location.io.clone(),
+            sharding,
             regular_chunks,
         })
     }
@@ -195,7 +203,50 @@ impl Variable {
 
     /// The object store holding the variable's chunks, rooted at the dataset.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
-        &self.store
+        &self.io.store
+    }
+
+    /// The URL of the dataset the variable belongs to.
+    pub fn url(&self) -> &str {
+        &self.io.url
+    }
+
+    pub(crate) fn io(&self) -> &Arc<StoreIo> {
+        &self.io
+    }
+
+    pub(crate) fn sharding(&self) -> Option<&ShardLayout> {
+        self.sharding.as_ref()
+    }
+
+    /// Whether inner chunks of this variable's shards can be read by byte range.
+    pub fn reads_inner_chunks(&self) -> bool {
+        self.sharding.is_some()
+    }
+
+    /// Decoded bytes of one inner chunk, for arrays read by inner chunk.
+    pub fn inner_chunk_bytes(&self) -> Option<u64> {
+        let sharding = self.sharding.as_ref()?;
+        Some(sharding.inner_decoded_bytes(self.dtype.size()))
+    }
+
+    /// For a shard of an array read by inner chunk: the inner chunks (C-order numbers within
+    /// the shard) that meet `region`; `None` for other arrays (read whole chunks).
+    pub fn inner_chunks_in(&self, shard: &[u64], region: &[Range<u64>]) -> Option<Vec<u64>> {
+        let sharding = self.sharding.as_ref()?;
+        let shard_shape = self.regular_chunks.as_ref()?;
+        let start: Vec<u64> = shard.iter().zip(shard_shape).map(|(i, n)| i * n).collect();
+        Some(sharding.inner_chunks_in(&start, region).collect())
+    }
+
+    /// The shape of one inner chunk, for arrays read by inner chunk.
+    pub fn inner_chunk_shape(&self) -> Option<Vec<u64>> {
+        Some(self.sharding.as_ref()?.inner_shape().to_vec())
+    }
+
+    /// Inner chunks per shard, for arrays read by inner chunk.
+    pub fn inner_chunks_per_shard(&self) -> Option<u64> {
+        Some(self.sharding.as_ref()?.inner_count())
     }
 
     /// The zarrs array behind this variable.

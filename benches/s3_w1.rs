@@ -1,0 +1,280 @@
+//! W1 (plain and sharded) served by a local S3 server (s3s-fs on loopback, in this process),
+//! read through the full pipeline (fetch, decode, collate) next to a plain concurrent GET of
+//! the same objects from the same server in the same run, so the server's own speed cancels
+//! out. Reports stored bytes per second of each, their ratio, requests per batch, bytes read
+//! per byte delivered, and read amplification (bytes fetched / stored bytes of the chunks or
+//! inner chunks the batches need).
+//!
+//! ```sh
+//! cargo bench --bench s3_w1 -- [--time N] [--lat N] [--lon N] [--passes N] [--batch-size N]
+//!                               [--codec zstd|none|blosc-lz4] [--work DIR]
+//! ```
+//! `benches/peers/s3_w1.sh` runs it at full W1 size.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::servers::Loopback;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use zarrpipe::batcher::{Batcher, EpochOptions, SampleLayout, Shuffle, WindowSpec};
+use zarrpipe::generate::{generate, Compression, GenerateOptions};
+use zarrpipe::pipeline::Pipeline;
+use zarrpipe::store::{Dataset, FetchExt, StoreOptions};
+
+struct Args {
+    time: u64,
+    lat: u64,
+    lon: u64,
+    passes: u32,
+    batch: usize,
+    compression: Compression,
+    work: std::path::PathBuf,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        time: 16,
+        lat: 640,
+        lon: 1280,
+        passes: 2,
+        batch: 4,
+        compression: Compression::Zstd,
+        work: std::env::temp_dir().join("zarrpipe-s3-bench"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().expect("a value after the flag");
+        match flag.as_str() {
+            "--time" => args.time = value().parse().unwrap(),
+            "--lat" => args.lat = value().parse().unwrap(),
+            "--lon" => args.lon = value().parse().unwrap(),
+            "--passes" => args.passes = value().parse().unwrap(),
+            "--batch-size" => args.batch = value().parse().unwrap(),
+            "--work" => args.work = value().into(),
+            "--codec" => {
+                args.compression = match value().as_str() {
+                    "none" => Compression::None,
+                    "zstd" => Compression::Zstd,
+                    "blosc-lz4" => Compression::BloscLz4,
+                    other => panic!("unknown codec {other}"),
+                }
+            }
+            _ => {} // `cargo bench` passes --bench
+        }
+    }
+    args
+}
+
+/// Hard links (or copies) a store into the bucket: no second copy of the bytes on disk.
+fn link_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            link_dir(&entry.path(), &target);
+        } else if std::fs::hard_link(entry.path(), &target).is_err() {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every object under `prefix`, fetched whole with `concurrency` GETs in flight: seconds and
+/// bytes.
+async fn plain_gets(store: Arc<dyn ObjectStore>, prefix: &str, concurrency: usize) -> (f64, u64) {
+    let objects: Vec<_> = store
+        .list(Some(&ObjectPath::from(prefix)))
+        .map_ok(|meta| meta.location)
+        .try_collect()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let bytes: u64 = futures::stream::iter(objects)
+        .map(|path| {
+            let store = store.clone();
+            async move { store.get(&path).await.unwrap().bytes().await.unwrap().len() as u64 }
+        })
+        .buffer_unordered(concurrency)
+        .fold(0, |total, bytes| async move { total + bytes })
+        .await;
+    (started.elapsed().as_secs_f64(), bytes)
+}
+
+struct PipelineRun {
+    seconds: f64,
+    batches: u64,
+    delivered: u64,
+    requests: u64,
+    fetched: u64,
+    needed: u64,
+}
+
+async fn pipeline_epoch(
+    url: &str,
+    options: &StoreOptions,
+    batch: usize,
+    shuffle: Shuffle,
+) -> PipelineRun {
+    let dataset = Arc::new(Dataset::open_with(url, options).await.unwrap());
+    let before = dataset.io_stats();
+    let started = Instant::now();
+    let mut batches = Pipeline::from_dataset(dataset.clone())
+        .batch_size(batch)
+        .shuffle(shuffle)
+        .seed(1)
+        .build()
+        .await
+        .unwrap();
+    while batches.try_next().await.unwrap().is_some() {}
+    let seconds = started.elapsed().as_secs_f64();
+    let metrics = batches.metrics();
+    let io = dataset.io_stats();
+    PipelineRun {
+        seconds,
+        batches: metrics.batches,
+        delivered: metrics.delivered_bytes,
+        requests: io.requests - before.requests,
+        fetched: io.bytes_fetched - before.bytes_fetched,
+        needed: io.bytes_needed - before.bytes_needed,
+    }
+}
+
+/// The pipeline's fetch stage alone over the same epoch (same read plans, same batches in
+/// flight, no decoding): seconds and bytes fetched.
+async fn fetch_only_epoch(
+    url: &str,
+    options: &StoreOptions,
+    batch: usize,
+    shuffle: Shuffle,
+) -> (f64, u64) {
+    let dataset = Dataset::open_with(url, options).await.unwrap();
+    let layout = Arc::new(
+        SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new()).unwrap(),
+    );
+    let epoch = EpochOptions {
+        shuffle,
+        seed: 1,
+        ..EpochOptions::default()
+    };
+    let batcher = Batcher::with_options(layout.clone(), batch, &epoch).unwrap();
+    let before = dataset.io_stats().bytes_fetched;
+    let started = Instant::now();
+    futures::stream::iter(batcher.batches())
+        .map(|(_, samples)| {
+            let plan = layout.read_plan(&samples);
+            futures::stream::iter(plan)
+                .fetch(64)
+                .try_for_each(|_| futures::future::ready(Ok(())))
+        })
+        .buffered(4)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+    (
+        started.elapsed().as_secs_f64(),
+        dataset.io_stats().bytes_fetched - before,
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let args = args();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "host: {cores} cores; W1 of {} time steps x 43 fields of {} x {} float32, {:?}; batch {}",
+        args.time, args.lat, args.lon, args.compression, args.batch
+    );
+    let server = Loopback::s3().await.expect("a loopback port");
+    let options = server.s3_options();
+    let object_store = {
+        let location = zarrpipe::store::Location::parse_with(&server.s3_url(""), &options).unwrap();
+        location.store
+    };
+    println!(
+        "| store | order | plain GETs MB/s | pipeline MB/s (stored) | ratio | fetch stage alone MB/s | ratio | requests/batch | bytes read / byte delivered | read amplification | pipeline GB/s delivered |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (name, shard) in [("w1", None), ("w1_sharded", Some(4))] {
+        let local = args.work.join(format!(
+            "{name}_{}x{}x{}_{:?}",
+            args.time, args.lat, args.lon, args.compression
+        ));
+        if !local.join("zarr.json").exists() {
+            let options = GenerateOptions {
+                time: args.time,
+                lat: args.lat,
+                lon: args.lon,
+                shard,
+                compression: args.compression,
+                ..GenerateOptions::default()
+            };
+            generate(&local, &options, |_, _| {}).expect("generate");
+            common::consolidate(&local);
+        }
+        link_dir(
+            &local,
+            &server.root.join(common::servers::BUCKET).join(name),
+        );
+        let url = server.s3_url(name);
+        let orders: &[(&str, Shuffle)] = if shard.is_some() {
+            &[("natural", Shuffle::None), ("shuffled", Shuffle::Full)]
+        } else {
+            &[("natural", Shuffle::None)]
+        };
+        for &(order, shuffle) in orders {
+            // Interleaved passes, best of each (one warm-up of each first).
+            let mut best_get: Option<(f64, u64)> = None;
+            let mut best_run: Option<PipelineRun> = None;
+            let mut best_fetch: Option<(f64, u64)> = None;
+            for pass in 0..=args.passes {
+                let get = plain_gets(object_store.clone(), name, options.max_requests).await;
+                let run = pipeline_epoch(&url, &options, args.batch, shuffle).await;
+                let (logged, started) = (server.faults.requests(), Instant::now());
+                let fetch = fetch_only_epoch(&url, &options, args.batch, shuffle).await;
+                if std::env::var_os("S3_BENCH_VERBOSE").is_some() {
+                    eprintln!(
+                        "{name} {order} fetch stage: {:.2} s, {} server requests",
+                        started.elapsed().as_secs_f64(),
+                        server.faults.requests() - logged
+                    );
+                }
+                if pass == 0 {
+                    continue;
+                }
+                if best_fetch.is_none_or(|(seconds, _)| fetch.0 < seconds) {
+                    best_fetch = Some(fetch);
+                }
+                if best_get.is_none_or(|(seconds, _)| get.0 < seconds) {
+                    best_get = Some(get);
+                }
+                if best_run
+                    .as_ref()
+                    .is_none_or(|best| run.seconds < best.seconds)
+                {
+                    best_run = Some(run);
+                }
+            }
+            let (get_seconds, get_bytes) = best_get.unwrap();
+            let run = best_run.unwrap();
+            let get_rate = get_bytes as f64 / get_seconds / 1e6;
+            let run_rate = run.fetched as f64 / run.seconds / 1e6;
+            let (fetch_seconds, fetch_bytes) = best_fetch.unwrap();
+            let fetch_rate = fetch_bytes as f64 / fetch_seconds / 1e6;
+            println!(
+                "| {name} | {order} | {get_rate:.0} | {run_rate:.0} | {:.2} | {fetch_rate:.0} | {:.2} | {:.1} | {:.3} | {:.4} | {:.2} |",
+                run_rate / get_rate,
+                fetch_rate / get_rate,
+                run.requests as f64 / run.batches as f64,
+                run.fetched as f64 / run.delivered as f64,
+                run.fetched as f64 / run.needed as f64,
+                run.delivered as f64 / run.seconds / 1e9,
+            );
+        }
+    }
+}

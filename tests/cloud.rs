@@ -1,0 +1,488 @@
+//! Object storage against real servers on loopback, started by the tests themselves: an S3
+//! server (s3s-fs, in process: no Python, no network) and a plain HTTP server with range
+//! support. Every fixture reads back as zarr-python wrote it through `s3://` URLs; sharded
+//! arrays read by inner chunk (byte ranges) give the same values; the servers fail on purpose
+//! to prove retries, timeouts and clear errors; the chunk cache serves later epochs.
+//!
+//! Where no loopback port can be bound, each test prints `skipped: ...` and returns.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::servers::{Fault, Loopback};
+use common::*;
+use zarrpipe::codec::decode_on_cpu;
+use zarrpipe::generate::{generate, Compression, GenerateOptions};
+use zarrpipe::prelude::*;
+use zarrpipe::store::{fetch_chunk, StoreOptions, Variable};
+
+/// A small W1-shaped store: 8 time steps, sharded by 4 when `shard` is set.
+fn small_w1(dir: &Path, shard: Option<u64>) -> std::path::PathBuf {
+    let path = dir.join("w1.zarr");
+    let options = GenerateOptions {
+        time: 8,
+        levels: 2,
+        lat: 64,
+        lon: 128,
+        compression: Compression::Zstd,
+        shard,
+        seed: 3,
+    };
+    generate(&path, &options, |_, _| {}).expect("generate");
+    consolidate(&path);
+    path
+}
+
+async fn all_batches(mut batches: BatchStream) -> Vec<Batch> {
+    let mut all = Vec::new();
+    while let Some(batch) = batches.try_next().await.expect("batch") {
+        all.push(batch);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_reads_over_s3_as_zarr_python_wrote_it() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let manifest = manifest();
+    let mut checked = 0;
+    for store in &manifest.stores {
+        server.upload(Path::new(&store_path(&store.store)), &store.store);
+        let url = server.s3_url(&store.store);
+        let dataset = Dataset::open_with(&url, &server.s3_options())
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {}", zarrpipe::error_chain(&e)));
+        assert_eq!(dataset.consolidated(), store.consolidated, "{url}");
+        for array in store
+            .arrays
+            .iter()
+            .filter(|a| a.unsupported_codec().is_none())
+        {
+            let variable = dataset.variable(&array.path).unwrap();
+            let actual = read_whole(variable)
+                .await
+                .unwrap_or_else(|e| panic!("{url}/{}: {e}", array.path));
+            assert!(
+                same_values(&array.dtype, &actual, &expected_bytes(array)),
+                "{url}/{}: values differ",
+                array.path
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "only {checked} arrays checked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_a_consolidated_store_costs_one_or_two_requests() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    for store in manifest().stores.iter().filter(|store| store.consolidated) {
+        server.upload(Path::new(&store_path(&store.store)), &store.store);
+        let before = server.faults.requests();
+        let dataset = Dataset::open_with(&server.s3_url(&store.store), &server.s3_options())
+            .await
+            .unwrap();
+        let requests = server.faults.requests() - before;
+        let expected = if store.zarr_format == 3 { 1 } else { 2 }; // v2: zarr.json, .zmetadata
+        assert_eq!(
+            requests,
+            expected,
+            "{}: {:?}",
+            store.store,
+            server.faults.log()
+        );
+        assert_eq!(dataset.io_stats().requests, expected);
+    }
+}
+
+/// Reads a sharded variable one inner chunk per request (byte ranges), keeping from each
+/// decoded shard only the inner chunk asked for.
+async fn read_by_inner_chunks(variable: &Arc<Variable>) -> Vec<u8> {
+    let shape = variable.shape().to_vec();
+    let size = variable.dtype().size();
+    let inner_shape = variable.inner_chunk_shape().expect("read by inner chunk");
+    let per_shard = variable.inner_chunks_per_shard().unwrap();
+    let mut out = vec![0u8; shape.iter().product::<u64>() as usize * size];
+    let everything: Vec<_> = shape.iter().map(|&n| 0..n).collect();
+    for shard in variable.chunks_in(&everything) {
+        let (start, shard_shape) = variable.chunk_region(&shard).unwrap();
+        for inner in 0..per_shard {
+            let request = ChunkRequest::with_inner(variable.clone(), shard.clone(), vec![inner]);
+            let decoded = decode_on_cpu(fetch_chunk(request).await.expect("fetch"))
+                .expect("decode compact shard");
+            let elements: u64 = shard_shape.iter().product();
+            for flat in 0..elements {
+                // The element's position in the shard, its inner chunk, its array position.
+                let mut rest = flat;
+                let mut position = vec![0; shard_shape.len()];
+                for axis in (0..shard_shape.len()).rev() {
+                    position[axis] = rest % shard_shape[axis];
+                    rest /= shard_shape[axis];
+                }
+                let number = position
+                    .iter()
+                    .zip(&inner_shape)
+                    .zip(shard_shape.iter().zip(&inner_shape))
+                    .fold(0, |n, ((p, c), (s, i))| n * (s / i) + p / c);
+                let global: Vec<u64> = position.iter().zip(&start).map(|(p, s)| p + s).collect();
+                if number != inner || global.iter().zip(&shape).any(|(g, n)| g >= n) {
+                    continue;
+                }
+                let target = global.iter().zip(&shape).fold(0, |n, (g, s)| n * s + g);
+                let (from, to) = (flat as usize * size, target as usize * size);
+                out[to..to + size].copy_from_slice(&decoded.bytes[from..from + size]);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_fixtures_read_by_inner_chunk_ranges_over_s3_and_http() {
+    let Some(s3) = Loopback::s3().await else {
+        return;
+    };
+    let Some(http) = Loopback::http(fixtures().join("stores")).await else {
+        return;
+    };
+    let manifest = manifest();
+    let mut checked = 0;
+    for store in &manifest.stores {
+        s3.upload(Path::new(&store_path(&store.store)), &store.store);
+        let sharded: Vec<_> = store
+            .arrays
+            .iter()
+            .filter(|array| array.codecs.starts_with("sharding_indexed"))
+            .collect();
+        if sharded.is_empty() {
+            continue;
+        }
+        let s3_dataset = Dataset::open_with(&s3.s3_url(&store.store), &s3.s3_options())
+            .await
+            .unwrap();
+        let http_dataset = Dataset::open(&http.http_url(&store.store)).await.unwrap();
+        for dataset in [s3_dataset, http_dataset] {
+            for array in &sharded {
+                let variable = dataset.variable(&array.path).unwrap();
+                assert!(variable.reads_inner_chunks(), "{}", array.path);
+                let actual = read_by_inner_chunks(variable).await;
+                assert!(
+                    same_values(&array.dtype, &actual, &expected_bytes(array)),
+                    "{} {}: values differ",
+                    dataset.url(),
+                    array.path
+                );
+                checked += 1;
+            }
+            // Only ranges: every GET of a shard names a byte range.
+        }
+    }
+    assert!(checked >= 4, "only {checked} sharded arrays checked");
+    let shard_reads: Vec<String> = s3
+        .faults
+        .log()
+        .into_iter()
+        .filter(|line| line.contains("sharded") && line.contains("/c/"))
+        .collect();
+    assert!(!shard_reads.is_empty());
+    assert!(
+        shard_reads.iter().all(|line| line.contains("bytes=")),
+        "{shard_reads:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_batches_over_s3_read_only_the_inner_chunks_they_need() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let local = small_w1(dir.path(), Some(4));
+    server.upload(&local, "w1.zarr");
+    let pipeline = |url: String, options: StoreOptions| {
+        Pipeline::builder(url)
+            .variables(["t2m", "z"])
+            .batch_size(2) // half a shard: range reads
+            .store_options(options)
+            .build()
+    };
+    let expected = all_batches(
+        pipeline(local.to_string_lossy().into_owned(), StoreOptions::new())
+            .await
+            .unwrap(),
+    )
+    .await;
+    let batches = pipeline(server.s3_url("w1.zarr"), server.s3_options())
+        .await
+        .unwrap();
+    let dataset = batches.dataset().clone();
+    let opened = dataset.io_stats();
+    let actual = all_batches(batches).await;
+    assert_eq!(actual.len(), 4);
+    for (actual, expected) in actual.iter().zip(&expected) {
+        assert_eq!(actual.inputs, expected.inputs, "batch {}", actual.index);
+    }
+    let io = dataset.io_stats();
+    let (requests, fetched) = (
+        io.requests - opened.requests,
+        io.bytes_fetched - opened.bytes_fetched,
+    );
+    let amplification = fetched as f64 / io.bytes_needed as f64;
+    println!(
+        "{requests} requests for 4 batches, {fetched} bytes fetched for {} needed: \
+         read amplification {amplification:.4}",
+        io.bytes_needed
+    );
+    assert!(amplification < 1.05, "read amplification {amplification}");
+    // Per shard (2 variables x 2 shards): one index read per epoch, then per batch one
+    // request of its adjacent inner chunks.
+    assert!(
+        requests <= 4 + 4 * 2,
+        "{requests} requests: {:?}",
+        server.faults.log()
+    );
+    // About half of each shard is read per batch, never the whole shard.
+    let stored: u64 = walk_sizes(&local.join("t2m")) + walk_sizes(&local.join("z"));
+    assert!(io.bytes_needed <= stored, "{} > {stored}", io.bytes_needed);
+}
+
+fn walk_sizes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                walk_sizes(&entry.path())
+            } else if entry.file_name() == "zarr.json" {
+                0
+            } else {
+                entry.metadata().unwrap().len()
+            }
+        })
+        .sum()
+}
+
+/// The first chunk key of `t2m` in the small store, as the server sees its path.
+const T2M_CHUNK: &str = "/w1.zarr/t2m/c/0/";
+
+async fn open_small(server: &Loopback, options: StoreOptions) -> Arc<Dataset> {
+    let dir = tempfile::tempdir().unwrap();
+    server.upload(&small_w1(dir.path(), None), "w1.zarr");
+    Arc::new(
+        Dataset::open_with(&server.s3_url("w1.zarr"), &options)
+            .await
+            .unwrap(),
+    )
+}
+
+async fn read_t2m(dataset: &Dataset) -> Result<Vec<u8>, zarrpipe::codec::Error> {
+    read_whole(dataset.variable("t2m").unwrap()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_server_errors_and_broken_bodies_are_retried() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let dataset = open_small(&server, server.s3_options()).await;
+    let expected = read_t2m(&dataset).await.unwrap();
+    for fault in [
+        Fault::Status(503),
+        Fault::Status(500),
+        Fault::Status(429),
+        Fault::Truncate,
+        Fault::Drop,
+    ] {
+        server.faults.inject(T2M_CHUNK, fault, 2);
+        let before = server.faults.requests();
+        let actual = read_t2m(&dataset)
+            .await
+            .unwrap_or_else(|e| panic!("{fault:?}: {}", zarrpipe::error_chain(&e)));
+        assert_eq!(actual, expected, "{fault:?}");
+        // 8 chunk reads, two of them failed first.
+        assert_eq!(server.faults.requests() - before, 8 + 2, "{fault:?}");
+    }
+    // The same over plain HTTP.
+    let dir = tempfile::tempdir().unwrap();
+    let local = small_w1(dir.path(), None);
+    let Some(http) = Loopback::http(dir.path().to_path_buf()).await else {
+        return;
+    };
+    let options = StoreOptions::new().backoff(Duration::from_millis(10), Duration::from_millis(50));
+    let dataset = Dataset::open_with(&http.http_url("w1.zarr"), &options)
+        .await
+        .unwrap();
+    let expected = read_whole(
+        Dataset::open(local.to_str().unwrap())
+            .await
+            .unwrap()
+            .variable("t2m")
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for fault in [Fault::Status(503), Fault::Truncate, Fault::Drop] {
+        http.faults.inject("/w1.zarr/t2m/c/1/", fault, 2);
+        assert_eq!(read_t2m(&dataset).await.unwrap(), expected, "{fault:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_fails_in_bounded_time_with_the_url_and_key() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let options = server
+        .s3_options()
+        .timeout(Duration::from_millis(300))
+        .retries(2);
+    let dataset = open_small(&server, options.clone()).await;
+    server.faults.inject(
+        T2M_CHUNK,
+        Fault::Delay(Duration::from_secs(3600)),
+        usize::MAX,
+    );
+    let started = Instant::now();
+    let error = read_t2m(&dataset).await.expect_err("the server hangs");
+    let elapsed = started.elapsed();
+    let message = zarrpipe::error_chain(&error);
+    assert!(
+        elapsed <= options.deadline() + Duration::from_secs(2),
+        "{elapsed:?}"
+    );
+    assert!(message.contains("s3://bucket/w1.zarr"), "{message}");
+    assert!(message.contains("t2m/c/0/0/0"), "{message}");
+
+    // A server that keeps failing: after the retries, the same clear error.
+    server.faults.clear();
+    server
+        .faults
+        .inject(T2M_CHUNK, Fault::Status(503), usize::MAX);
+    let before = server.faults.requests();
+    let error = read_t2m(&dataset).await.expect_err("the server fails");
+    let message = zarrpipe::error_chain(&error);
+    assert!(message.contains("s3://bucket/w1.zarr") && message.contains("t2m/c/0/0/0"));
+    assert!(server.faults.requests() - before > 2, "retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_chunks_over_s3_are_fill_values_not_errors() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let dataset = open_small(&server, server.s3_options()).await;
+    let chunk = server.root.join("bucket/w1.zarr/t2m/c/1/0/0");
+    std::fs::remove_file(&chunk).unwrap();
+    let values = read_t2m(&dataset).await.unwrap();
+    let field = 64 * 128 * 4;
+    assert!(values[field..2 * field]
+        .chunks_exact(4)
+        .all(|v| f32::from_le_bytes(v.try_into().unwrap()).is_nan()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_serves_later_epochs_and_refetches_corrupt_entries() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let cache = tempfile::tempdir().unwrap();
+    let options = server.s3_options().cache(cache.path(), 64 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    server.upload(&small_w1(dir.path(), Some(4)), "w1.zarr");
+    let epoch = || async {
+        let batches = Pipeline::builder(server.s3_url("w1.zarr"))
+            .variables(["t2m", "z"])
+            .batch_size(2)
+            .store_options(options.clone())
+            .build()
+            .await
+            .unwrap();
+        let dataset = batches.dataset().clone();
+        (all_batches(batches).await, dataset.io_stats())
+    };
+    let (first, io) = epoch().await;
+    assert!(io.requests > 0 && io.cache_hits == 0);
+    let before = server.faults.requests();
+    let (second, io) = epoch().await;
+    let log = server.faults.log();
+    assert_eq!(server.faults.requests(), before, "{log:?}");
+    assert_eq!(io.requests, 0);
+    assert!(io.cache_hits > 0);
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(a.inputs, b.inputs);
+    }
+    // Corrupt every entry: each fails its checksum and is fetched again.
+    for entry in std::fs::read_dir(cache.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x5a;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let (third, io) = epoch().await;
+    assert!(io.requests > 0 && io.cache_hits == 0, "{io:?}");
+    for (a, b) in first.iter().zip(&third) {
+        assert_eq!(a.inputs, b.inputs);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_program_reads_s3_urls() {
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    server.upload(&small_w1(dir.path(), Some(4)), "w1.zarr");
+    let url = server.s3_url("w1.zarr");
+    let endpoint = format!("endpoint={}", server.endpoint);
+    for command in [
+        vec!["info", url.as_str(), "--json"],
+        vec!["stats", url.as_str(), "--var", "t2m", "--json"],
+        vec!["plan", url.as_str(), "--batch-size", "2", "--json"],
+        vec![
+            "run",
+            url.as_str(),
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--store-option", endpoint.as_str()]);
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let output = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
+                .args(&args)
+                .env("AWS_ACCESS_KEY_ID", common::servers::ACCESS_KEY)
+                .env("AWS_SECRET_ACCESS_KEY", common::servers::SECRET_KEY)
+                .env("AWS_REGION", "us-east-1")
+                .output()
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(
+            output.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|_| panic!("{command:?}: {}", String::from_utf8_lossy(&output.stdout)));
+        if command[0] == "plan" {
+            // Half a shard per batch: the plan reads inner chunks, not whole shards.
+            assert!(
+                json["read_amplification"].as_f64().unwrap() < 1.01,
+                "{json}"
+            );
+        }
+    }
+}
