@@ -89,8 +89,10 @@ fn shuffle() -> impl Strategy<Value = Shuffle> {
 
 /// The pipeline's batches for `spec` over t2m and z.
 fn batches(spec: WindowSpec, shuffle: Shuffle, seed: u64, batch_size: usize) -> Vec<Batch> {
+    // The fixture is built (with its own runtime) before entering this one.
+    let path = fixture().path.to_str().unwrap();
     runtime().block_on(async {
-        Pipeline::builder(fixture().path.to_str().unwrap())
+        Pipeline::builder(path)
             .variables(["t2m", "z"])
             .window_spec(spec)
             .shuffle(shuffle)
