@@ -113,20 +113,19 @@ async fn fetch_inner(
     inner: &[u64],
 ) -> Result<Option<Bytes>> {
     let io = request.variable.io();
+    let shard_error = |source| Error::ShardIndex {
+        url: io.url.clone(),
+        variable: request.variable.name().to_string(),
+        key: key.to_string(),
+        source,
+    };
     let cell = io.index_cell(key);
     let index = cell
         .get_or_try_init(|| async {
             let Some(encoded) = get(request, key, Some(sharding.index_range())).await? else {
                 return Ok(None);
             };
-            let index = sharding
-                .decode_index(&encoded)
-                .map_err(|source| Error::ShardIndex {
-                    url: io.url.clone(),
-                    variable: request.variable.name().to_string(),
-                    key: key.to_string(),
-                    source,
-                })?;
+            let index = sharding.decode_index(&encoded).map_err(shard_error)?;
             Ok::<_, Error>(Some(Arc::new(index)))
         })
         .await?
@@ -165,26 +164,16 @@ async fn fetch_inner(
             .find(|(start, _)| *start <= range.start)
             .expect("every wanted range lies in a merged range");
         let (from, to) = ((range.start - start) as usize, (range.end - start) as usize);
-        let piece = bytes.get(from..to).ok_or_else(|| Error::ShardIndex {
-            url: io.url.clone(),
-            variable: request.variable.name().to_string(),
-            key: key.to_string(),
-            source: zarrs::array::CodecError::Other(format!(
+        let piece = bytes.get(from..to).ok_or_else(|| {
+            shard_error(zarrs::array::CodecError::Other(format!(
                 "inner chunk {number} at bytes {range:?} lies past the end of the shard"
-            )),
+            )))
         })?;
         pieces.push((number, bytes.slice_ref(piece)));
     }
     if pieces.is_empty() {
         return Ok(None);
     }
-    let shard = sharding
-        .assemble(&pieces)
-        .map_err(|source| Error::ShardIndex {
-            url: io.url.clone(),
-            variable: request.variable.name().to_string(),
-            key: key.to_string(),
-            source,
-        })?;
+    let shard = sharding.assemble(&pieces).map_err(shard_error)?;
     Ok(Some(Bytes::from(shard)))
 }
