@@ -132,14 +132,7 @@ impl ShardLayout {
         let total: u64 = ranges.iter().map(|range| range.end - range.start).product();
         let per_shard = self.per_shard.clone();
         (0..total).map(move |flat| {
-            let mut rest = flat;
-            let mut indices = vec![0; ranges.len()];
-            for (axis, range) in ranges.iter().enumerate().rev() {
-                let span = range.end - range.start;
-                indices[axis] = range.start + rest % span;
-                rest /= span;
-            }
-            indices
+            crate::variable::nth_in_ranges(flat, &ranges)
                 .iter()
                 .zip(&per_shard)
                 .fold(0, |linear, (&index, &count)| linear * count + index)

@@ -279,14 +279,7 @@ fn regular_chunks_in(region: &[Range<u64>], chunk_shape: &[u64], grid: &[u64]) -
     let total: u64 = ranges.iter().map(|range| range.end - range.start).product();
     let mut chunks = Vec::with_capacity(total as usize);
     for flat in 0..total {
-        let mut rest = flat;
-        let mut indices = vec![0; ranges.len()];
-        for (axis, range) in ranges.iter().enumerate().rev() {
-            let span = range.end - range.start;
-            indices[axis] = range.start + rest % span;
-            rest /= span;
-        }
-        chunks.push(indices);
+        chunks.push(nth_in_ranges(flat, &ranges));
     }
     chunks
 }
@@ -328,6 +321,18 @@ fn dimension_names(array: &ZarrArray) -> Vec<String> {
             .map(|axis| format!("dim_{axis}"))
             .collect(),
     }
+}
+
+/// The `flat`-th multi-index, in C order, of the box spanned by `ranges`.
+pub(crate) fn nth_in_ranges(flat: u64, ranges: &[Range<u64>]) -> Vec<u64> {
+    let mut rest = flat;
+    let mut indices = vec![0; ranges.len()];
+    for (axis, range) in ranges.iter().enumerate().rev() {
+        let span = range.end - range.start;
+        indices[axis] = range.start + rest % span;
+        rest /= span;
+    }
+    indices
 }
 
 #[cfg(test)]
