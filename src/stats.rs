@@ -23,6 +23,8 @@ pub struct VariableStats {
     pub min: Option<f64>,
     pub max: Option<f64>,
     pub mean: Option<f64>,
+    /// Population standard deviation of the non-NaN values (for `--normalize`).
+    pub std: Option<f64>,
 }
 
 #[derive(Default)]
@@ -32,6 +34,7 @@ struct Accumulator {
     min: f64,
     max: f64,
     sum: f64,
+    sum_of_squares: f64,
 }
 
 impl Accumulator {
@@ -45,6 +48,7 @@ impl Accumulator {
         self.min = if first { value } else { self.min.min(value) };
         self.max = if first { value } else { self.max.max(value) };
         self.sum += value;
+        self.sum_of_squares += value * value;
     }
 
     fn finish(self, variable: &Variable) -> VariableStats {
@@ -59,6 +63,11 @@ impl Accumulator {
             min: some(self.min),
             max: some(self.max),
             mean: some(self.sum / valid.max(1) as f64),
+            std: some({
+                let n = valid.max(1) as f64;
+                let mean = self.sum / n;
+                (self.sum_of_squares / n - mean * mean).max(0.0).sqrt()
+            }),
         }
     }
 }

@@ -4,7 +4,10 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use zarrpipe::core::Device;
-use zarrpipe::pipeline::{Batch, BatchStream, MetricsSnapshot, Pipeline, PipelineBuilder};
+use zarrpipe::pipeline::{
+    Batch, BatchStream, CollateOptions, Delivered, MetricsSnapshot, Pipeline, PipelineBuilder,
+    TensorDType,
+};
 use zarrpipe::prelude::TryStreamExt;
 use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
 use zarrpipe::store::{Dataset, IoStats};
@@ -28,16 +31,55 @@ pub struct RunArgs {
     /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU).
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Timed epochs after one untimed warm-up epoch (default: one epoch, no warm-up); the
-    /// best is reported.
+    /// Timed epochs after one untimed warm-up epoch (default: one epoch, no warm-up, for
+    /// `run`; 2 for `bench`); the best is reported.
     #[arg(long)]
-    passes: Option<u32>,
+    pub(crate) passes: Option<u32>,
     /// Also sum every delivered value (in an extra, untimed epoch) to compare with peers.
     #[arg(long)]
     checksum: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    collate: CollateArgs,
+}
+
+/// What collation does to values.
+#[derive(Debug, clap::Args)]
+pub struct CollateArgs {
+    /// Tensor element type on the GPU: f32, bf16 or f16 (the CPU delivers f32).
+    #[arg(long, default_value = "f32")]
+    dtype: TensorDType,
+    /// Normalise each channel with the mean and std of its variable, from the JSON that
+    /// `zarrpipe stats URL --json` prints.
+    #[arg(long, value_name = "STATS_JSON")]
+    normalize: Option<std::path::PathBuf>,
+    /// Replace NaN by this value (after normalising).
+    #[arg(long, value_name = "VALUE")]
+    nan_fill: Option<f32>,
+    /// Also deliver a u8 mask of the inputs, 0 where a value was NaN.
+    #[arg(long)]
+    nan_mask: bool,
+}
+
+impl CollateArgs {
+    fn apply(&self, builder: PipelineBuilder) -> anyhow::Result<PipelineBuilder> {
+        let builder = builder.collate_options(CollateOptions {
+            dtype: self.dtype,
+            normalize: None,
+            nan_fill: self.nan_fill,
+            nan_mask: self.nan_mask,
+        });
+        Ok(match &self.normalize {
+            Some(path) => {
+                builder.normalize_with_stats(std::fs::read_to_string(path).map_err(|error| {
+                    anyhow::anyhow!("reading statistics {}: {error}", path.display())
+                })?)
+            }
+            None => builder,
+        })
+    }
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -50,28 +92,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !args.json {
         println!("device: {device} ({why})");
     }
-    let (warm_up, timed) = match args.passes {
-        Some(passes) => (1, passes.max(1)),
-        None => (0, 1),
-    };
-    let mut best: Option<(f64, MetricsSnapshot)> = None;
-    for pass in 0..warm_up + timed {
-        let mut batches = pipeline(&args, dataset.clone(), device)?.build().await?;
-        if pass == 0 && !args.json {
-            describe(&batches);
+    let report = match device {
+        Device::Cpu => {
+            let build = || async { Ok(pipeline(&args, dataset.clone(), device)?.build().await?) };
+            timed_passes(&args, build, |_| Ok(()), host_sum).await?
         }
-        let (seconds, metrics) = run_epoch(&mut batches, !args.json, |_| {}).await?;
-        let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
-        if pass >= warm_up && faster {
-            best = Some((seconds, metrics));
-        }
-    }
-    let (seconds, metrics) = best.expect("at least one timed pass");
-    let checksum = if args.checksum {
-        Some(checksum(&args, dataset.clone(), device).await?)
-    } else {
-        None
+        Device::Cuda(_) => gpu_passes(&args, dataset.clone(), device).await?,
     };
+    let (seconds, metrics, checksum) = report;
     if args.json {
         print_json(
             &url,
@@ -90,6 +118,82 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Seconds of the best pass, its counters, and the checksum when asked for.
+type Report = (f64, MetricsSnapshot, Option<f64>);
+
+#[cfg(feature = "cuda")]
+async fn gpu_passes(
+    args: &RunArgs,
+    dataset: Arc<Dataset>,
+    device: Device,
+) -> anyhow::Result<Report> {
+    let build = || async { Ok(pipeline(args, dataset.clone(), device)?.build_gpu().await?) };
+    // A batch counts as delivered once its tensors are complete on the device.
+    let ready = |batch: &zarrpipe::pipeline::GpuBatch| Ok(batch.synchronize()?);
+    let sum = |batch: &zarrpipe::pipeline::GpuBatch| -> anyhow::Result<f64> {
+        Ok(nan_skipping_sum(batch.inputs.to_host_f32()?.iter()))
+    };
+    timed_passes(args, build, ready, sum).await
+}
+
+#[cfg(not(feature = "cuda"))]
+async fn gpu_passes(_: &RunArgs, _: Arc<Dataset>, device: Device) -> anyhow::Result<Report> {
+    anyhow::bail!("{device}: this zarrpipe was built without the `cuda` feature (cargo build --features cuda)")
+}
+
+/// One untimed warm-up epoch and `--passes` timed ones (or one timed epoch), then the
+/// checksum epoch when asked for.
+async fn timed_passes<B, Build, Built>(
+    args: &RunArgs,
+    build: Build,
+    consume: impl Fn(&B) -> anyhow::Result<()>,
+    sum: impl Fn(&B) -> anyhow::Result<f64>,
+) -> anyhow::Result<Report>
+where
+    B: Delivered,
+    Build: Fn() -> Built,
+    Built: std::future::Future<Output = anyhow::Result<BatchStream<B>>>,
+{
+    let (warm_up, timed) = match args.passes {
+        Some(passes) => (1, passes.max(1)),
+        None => (0, 1),
+    };
+    let mut best: Option<(f64, MetricsSnapshot)> = None;
+    for pass in 0..warm_up + timed {
+        let mut batches = build().await?;
+        if pass == 0 && !args.json {
+            describe(&batches);
+        }
+        let (seconds, metrics) = run_epoch(&mut batches, !args.json, &consume).await?;
+        let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
+        if pass >= warm_up && faster {
+            best = Some((seconds, metrics));
+        }
+    }
+    let (seconds, metrics) = best.expect("at least one timed pass");
+    let checksum = if args.checksum {
+        let mut batches = build().await?;
+        let total = std::cell::Cell::new(0f64);
+        run_epoch(&mut batches, false, |batch| {
+            total.set(total.get() + sum(batch)?);
+            Ok(())
+        })
+        .await?;
+        Some(total.get())
+    } else {
+        None
+    };
+    Ok((seconds, metrics, checksum))
+}
+
+fn host_sum(batch: &Batch) -> anyhow::Result<f64> {
+    Ok(nan_skipping_sum(batch.inputs.iter()))
+}
+
+fn nan_skipping_sum<'a>(values: impl Iterator<Item = &'a f32>) -> f64 {
+    values.filter(|v| !v.is_nan()).map(|&v| f64::from(v)).sum()
+}
+
 fn pipeline(
     args: &RunArgs,
     dataset: Arc<Dataset>,
@@ -102,6 +206,7 @@ fn pipeline(
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
         .device(device);
+    builder = args.collate.apply(builder)?;
     for selection in &args.windows.select {
         builder = builder.select(
             selection.dim.clone(),
@@ -113,10 +218,10 @@ fn pipeline(
 }
 
 /// Streams one epoch, handing each batch to `consume`; returns its seconds and counters.
-async fn run_epoch(
-    batches: &mut BatchStream,
+async fn run_epoch<B: Delivered>(
+    batches: &mut BatchStream<B>,
     progress: bool,
-    mut consume: impl FnMut(&Batch),
+    mut consume: impl FnMut(&B) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, MetricsSnapshot)> {
     let started = Instant::now();
     let bar = if progress {
@@ -129,26 +234,11 @@ async fn run_epoch(
     )?);
     while let Some(batch) = batches.try_next().await? {
         // A training step would consume `batch.inputs` here.
-        consume(std::hint::black_box(&batch));
+        consume(std::hint::black_box(&batch))?;
         bar.inc(1);
     }
     bar.finish_and_clear();
     Ok((started.elapsed().as_secs_f64(), batches.metrics()))
-}
-
-async fn checksum(args: &RunArgs, dataset: Arc<Dataset>, device: Device) -> anyhow::Result<f64> {
-    let mut batches = pipeline(args, dataset, device)?.build().await?;
-    let mut sum = 0f64;
-    run_epoch(&mut batches, false, |batch| {
-        sum += batch
-            .inputs
-            .iter()
-            .filter(|v| !v.is_nan())
-            .map(|&v| f64::from(v))
-            .sum::<f64>();
-    })
-    .await?;
-    Ok(sum)
 }
 
 fn print_json(
@@ -161,9 +251,11 @@ fn print_json(
 ) {
     let summary = serde_json::json!({
         "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
+        "device": device.to_string(),
         "url": url,
         "seconds": seconds,
         "samples": metrics.samples,
+        "samples_per_s": metrics.samples as f64 / seconds.max(1e-9),
         "batches": metrics.batches,
         "stored_bytes": metrics.stored_bytes,
         "decoded_bytes": metrics.decoded_bytes,
@@ -173,7 +265,12 @@ fn print_json(
         "fetch_busy_s": metrics.fetch_busy.as_secs_f64(),
         "decode_busy_s": metrics.decode_busy.as_secs_f64(),
         "collate_busy_s": metrics.collate_busy.as_secs_f64(),
+        "gpu_planning_busy_s": metrics.gpu_planning_busy.as_secs_f64(),
+        "gpu_busy_s": metrics.gpu_busy.as_secs_f64(),
+        "mean_queue_depth": metrics.mean_queue_depth,
+        "mean_on_device": metrics.mean_on_device,
         "consumer_wait_s": metrics.consumer_wait.as_secs_f64(),
+        "wait_fraction": metrics.wait_fraction(seconds),
         "checksum": checksum,
         // Requests and bytes of every pass (warm-up included) and the metadata.
         "io": io,
@@ -201,15 +298,18 @@ fn choose_device(requested: &str) -> anyhow::Result<(Device, &'static str)> {
     if requested != "auto" {
         return Ok((requested.parse()?, "as requested"));
     }
-    let why = if Path::new("/dev/nvidia0").exists() {
-        "a GPU is present, but this build decodes and collates on the CPU only"
-    } else {
-        "no GPU found"
-    };
-    Ok((Device::Cpu, why))
+    let gpu_present = Path::new("/dev/nvidia0").exists();
+    Ok(match (gpu_present, cfg!(feature = "cuda")) {
+        (true, true) => (Device::Cuda(0), "a GPU is present"),
+        (true, false) => (
+            Device::Cpu,
+            "a GPU is present, but this build has no `cuda` feature",
+        ),
+        (false, _) => (Device::Cpu, "no GPU found"),
+    })
 }
 
-fn describe(batches: &BatchStream) {
+fn describe<B: Delivered>(batches: &BatchStream<B>) {
     let layout = batches.layout();
     let channels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
     let first = channels
@@ -247,10 +347,20 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
         gb_per_s(metrics.delivered_bytes, seconds),
     );
     println!(
-        "time per stage, summed over chunks in flight: fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s; consumer waited {:.2} s",
+        "time per stage, summed over chunks in flight: fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s; consumer waited {:.2} s ({:.0}% of the epoch)",
         metrics.fetch_busy.as_secs_f64(),
         metrics.decode_busy.as_secs_f64(),
         metrics.collate_busy.as_secs_f64(),
         metrics.consumer_wait.as_secs_f64(),
+        100.0 * metrics.wait_fraction(seconds),
     );
+    if metrics.gpu_busy > std::time::Duration::ZERO {
+        println!(
+            "GPU: planning and staging {:.2} s on the host, {:.2} s on the device (upload, decode, collate); on average {:.1} batches queued for the GPU, {:.1} on it",
+            metrics.gpu_planning_busy.as_secs_f64(),
+            metrics.gpu_busy.as_secs_f64(),
+            metrics.mean_queue_depth,
+            metrics.mean_on_device,
+        );
+    }
 }

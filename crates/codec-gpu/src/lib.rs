@@ -57,6 +57,8 @@ pub use decode::Decode;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
 pub use frames::FrameError;
+#[cfg(feature = "cuda")]
+pub use gpu::{cudarc, kernel, load_module, trim_memory_pool, PendingBatch};
 pub use gpu::{BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions};
 pub use read::{decode_every_chunk, read_array};
 

@@ -25,4 +25,20 @@ pub enum Error {
 
     #[error("the collate thread pool stopped before the batch was finished")]
     WorkerGone,
+
+    #[error("variable `{variable}` needs {axes} axes in a gather, more than the GPU kernel's 8")]
+    TooManyAxes { variable: String, axes: usize },
+
+    #[error("normalisation statistics: {reason}")]
+    BadStatistics { reason: String },
+
+    #[error("the host collator delivers float32 tensors, not {0:?}: collate on the GPU for that")]
+    HostTensorType(crate::TensorDType),
+
+    #[error("CUDA, {what}: {source}")]
+    Cuda {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -8,6 +8,8 @@ use zarrpipe_batcher::{clip, Sample, SampleDim, SampleLayout};
 use zarrpipe_codec_gpu::DecodedChunk;
 use zarrpipe_core::convert_to_f32;
 
+use crate::gather::destination_strides;
+use crate::options::{finish_on_host, CollateOptions, TensorDType};
 use crate::{Error, Result};
 
 /// A batch in host memory: `[batch, channel, window...]` float32, C order.
@@ -20,6 +22,9 @@ pub struct HostBatch {
     /// With padded windows: `[batch, window...]`, 1 where the element exists in the data and 0
     /// where it is padding (the same for every channel). `None` otherwise.
     pub mask: Option<ArrayD<u8>>,
+    /// With [`CollateOptions::nan_mask`]: the inputs' shape, 1 where the value was a number
+    /// and 0 where it was NaN.
+    pub nan_mask: Option<ArrayD<u8>>,
 }
 
 /// The decoded chunks a batch needs, with its samples: the input of collation.
@@ -34,13 +39,30 @@ pub struct DecodedBatch {
 #[derive(Clone, Debug)]
 pub struct HostCollator {
     layout: Arc<SampleLayout>,
+    options: CollateOptions,
 }
 
 type ChunkIndex<'a> = HashMap<(usize, &'a [u64]), &'a DecodedChunk>;
 
 impl HostCollator {
     pub fn new(layout: Arc<SampleLayout>) -> Self {
-        Self { layout }
+        Self {
+            layout,
+            options: CollateOptions::default(),
+        }
+    }
+
+    /// With normalisation and NaN handling; the tensor type must be float32.
+    pub fn with_options(layout: Arc<SampleLayout>, options: CollateOptions) -> Result<Self> {
+        options.check(&layout)?;
+        if options.dtype != TensorDType::F32 {
+            return Err(Error::HostTensorType(options.dtype));
+        }
+        Ok(Self { layout, options })
+    }
+
+    pub fn options(&self) -> &CollateOptions {
+        &self.options
     }
 
     pub fn layout(&self) -> &Arc<SampleLayout> {
@@ -51,18 +73,34 @@ impl HostCollator {
     /// the target tensor.
     pub fn collate(&self, batch: DecodedBatch) -> Result<HostBatch> {
         let index = self.index_chunks(&batch.chunks)?;
-        let tensor = self.gather_steps(&batch.samples, self.layout.input_offsets(), &index)?;
-        let targets = match self.layout.target_offsets() {
+        let mut tensor = self.gather_steps(&batch.samples, self.layout.input_offsets(), &index)?;
+        let mut targets = match self.layout.target_offsets() {
             [] => None,
             leads => Some(self.gather_steps(&batch.samples, leads, &index)?),
         };
+        let (plane, channels) = (self.plane_len(), self.layout.channels().len());
+        let nan_mask = self.finish(&mut tensor, plane, channels);
+        if let Some(targets) = &mut targets {
+            self.finish(targets, plane, channels);
+        }
+        let nan_mask = nan_mask.map(|mask| {
+            ArrayD::from_shape_vec(tensor.raw_dim(), mask).expect("mask matches the tensor")
+        });
         let mask = self.layout.padded().then(|| self.mask(&batch.samples));
         Ok(HostBatch {
             tensor,
             targets,
             samples: batch.samples,
             mask,
+            nan_mask,
         })
+    }
+
+    fn finish(&self, tensor: &mut ArrayD<f32>, plane: usize, channels: usize) -> Option<Vec<u8>> {
+        let values = tensor
+            .as_slice_mut()
+            .expect("collated tensors are contiguous");
+        finish_on_host(values, plane, channels, &self.options)
     }
 
     /// `[batch, steps x channels, window...]`: for each sample, the windows at each step offset
@@ -107,7 +145,7 @@ impl HostCollator {
     }
 
     /// `[batch, window...]`: 1 where every window coordinate lies inside its dimension.
-    fn mask(&self, samples: &[Sample]) -> ArrayD<u8> {
+    pub(crate) fn mask(&self, samples: &[Sample]) -> ArrayD<u8> {
         let windows: Vec<(usize, &SampleDim)> = self
             .layout
             .sample_dims()
@@ -154,7 +192,7 @@ impl HostCollator {
     ) -> Result<()> {
         let variable = &self.layout.variables()[number];
         let region = self.layout.region(number, sample);
-        let strides = self.destination_strides(number);
+        let strides = destination_strides(&self.layout, number);
         for indices in variable.chunks_in(&clip(&region, variable.shape())) {
             let chunk =
                 chunks
@@ -179,32 +217,6 @@ impl HostCollator {
     /// Elements of one channel of a sample.
     fn plane_len(&self) -> usize {
         self.layout.sample_shape()[1..].iter().product()
-    }
-
-    /// For each axis of variable number `variable`, the step in the sample tensor per element.
-    fn destination_strides(&self, variable: usize) -> Vec<usize> {
-        let layout = &self.layout;
-        let window_dims: Vec<&str> = layout
-            .sample_dims()
-            .iter()
-            .filter(|d| !d.iterated)
-            .map(|d| d.name.as_str())
-            .collect();
-        let sample_shape = layout.sample_shape();
-        let variable = &layout.variables()[variable];
-        let mut channel_stride = self.plane_len();
-        let mut strides = vec![0; variable.dims().len()];
-        // Stacked dims in reverse C order: the last one varies fastest between channels.
-        for (axis, name) in variable.dims().iter().enumerate().rev() {
-            if let Some(position) = window_dims.iter().position(|dim| dim == name) {
-                strides[axis] = sample_shape[position + 2..].iter().product();
-            } else if layout.sample_axis(name).is_none() {
-                strides[axis] = channel_stride;
-                channel_stride *= variable.shape()[axis] as usize;
-            }
-            // Iterated dims keep stride 0: the sample holds one step.
-        }
-        strides
     }
 }
 

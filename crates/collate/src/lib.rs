@@ -28,19 +28,29 @@
 //! # Ok(()) }
 //! ```
 //!
-//! GPU collation (feature `cuda`) comes with the GPU pipeline.
+//! With the `cuda` feature, [`DeviceCollator`] gathers the same windows from chunks decoded on
+//! the GPU into device tensors in one kernel launch (float32, bfloat16 or float16), from the
+//! same [`GatherPlan`].
 
 mod collate;
+#[cfg(feature = "cuda")]
+mod device;
 mod error;
+mod gather;
 mod host;
+mod options;
 
 use std::sync::Arc;
 
 use futures::Stream;
 
 pub use collate::{collate_on_rayon, Collate};
+#[cfg(feature = "cuda")]
+pub use device::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};
 pub use error::{Error, Result};
+pub use gather::{GatherPlan, Piece, MAX_AXES};
 pub use host::{DecodedBatch, HostBatch, HostCollator};
+pub use options::{CollateOptions, Normalization, TensorDType};
 
 /// Stream adapters of the collate stage.
 pub trait CollateExt: Stream<Item = Result<DecodedBatch>> + Sized {

@@ -10,6 +10,7 @@ use zarrpipe_store::{Dataset, StoreOptions};
 use crate::select::{resolve_selections, CoordValue, Selection};
 use crate::stream::{BatchStream, StageConfig};
 use crate::{Error, Result};
+use zarrpipe_collate::{CollateOptions, Normalization};
 
 /// Where a pipeline reads from: a URL to open, or a dataset already open.
 #[derive(Debug)]
@@ -36,6 +37,9 @@ pub struct PipelineBuilder {
     decoder: Option<Arc<dyn ChunkDecoder>>,
     selections: Vec<Selection>,
     store_options: StoreOptions,
+    collate: CollateOptions,
+    stats_json: Option<String>,
+    gpu_tensor_memory: usize,
 }
 
 /// Entry point: `Pipeline::builder(url)...build().await?` gives a [`BatchStream`].
@@ -71,6 +75,9 @@ impl PipelineBuilder {
             decoder: None,
             selections: Vec::new(),
             store_options: StoreOptions::default(),
+            collate: CollateOptions::default(),
+            stats_json: None,
+            gpu_tensor_memory: 16 << 30,
         }
     }
 
@@ -236,16 +243,63 @@ impl PipelineBuilder {
         self
     }
 
-    /// Opens the dataset, checks the layout, and returns the stream of batches. Must be called
-    /// inside a Tokio runtime.
+    /// Normalisation, NaN handling and (on the GPU) the tensor type; see [`CollateOptions`].
+    pub fn collate_options(mut self, options: CollateOptions) -> Self {
+        self.collate = options;
+        self
+    }
+
+    /// Normalises each channel with its variable's `mean` and `std` from `zarrpipe stats
+    /// --json` output (resolved against the layout when the pipeline is built).
+    pub fn normalize_with_stats(mut self, stats_json: impl Into<String>) -> Self {
+        self.stats_json = Some(stats_json.into());
+        self
+    }
+
+    /// GPU pipeline: most device bytes in batch tensors at once (default 16 GiB). Tensors the
+    /// consumer still holds count, so the pipeline waits for dropped batches once there.
+    pub fn gpu_tensor_memory(mut self, bytes: usize) -> Self {
+        self.gpu_tensor_memory = bytes;
+        self
+    }
+
+    /// Opens the dataset, checks the layout, and returns the stream of batches in host
+    /// memory. Must be called inside a Tokio runtime. For [`Device::Cuda`], use
+    /// `build_gpu` (feature `cuda`).
     pub async fn build(self) -> Result<BatchStream> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         if let Device::Cuda(_) = self.device {
             return Err(Error::UnsupportedDevice {
                 device: self.device,
-                reason: "GPU delivery is not built into this version; use Device::Cpu",
+                reason:
+                    "host batches come from `build`; GPU batches from `build_gpu` (feature `cuda`)",
             });
         }
+        let (runtime, dataset, batcher, stages) = self.prepare().await?;
+        BatchStream::start(runtime, dataset, batcher, stages)
+    }
+
+    /// Opens the dataset and returns the stream of batches decoded and collated on the GPU
+    /// chosen with [`device`](Self::device) (default `cuda:0`), in device memory.
+    #[cfg(feature = "cuda")]
+    pub async fn build_gpu(mut self) -> Result<BatchStream<crate::GpuBatch>> {
+        let ordinal = match self.device {
+            Device::Cuda(ordinal) => ordinal,
+            Device::Cpu => 0,
+        };
+        self.device = Device::Cuda(ordinal);
+        let gpu = crate::gpu::GpuConfig {
+            decoder: zarrpipe_codec_gpu::GpuOptions {
+                device: ordinal,
+                ..Default::default()
+            },
+            tensor_memory: self.gpu_tensor_memory,
+        };
+        let (runtime, dataset, batcher, stages) = self.prepare().await?;
+        crate::gpu::start(runtime, dataset, batcher, stages, gpu)
+    }
+
+    async fn prepare(self) -> Result<(tokio::runtime::Handle, Arc<Dataset>, Batcher, StageConfig)> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let dataset = match self.source {
             Source::Url(url) => Arc::new(Dataset::open_with(&url, &self.store_options).await?),
             Source::Dataset(dataset) => dataset,
@@ -261,13 +315,18 @@ impl PipelineBuilder {
             Some(state) => Batcher::resume(layout, self.batch_size, &self.epoch, state)?,
             None => Batcher::with_options(layout, self.batch_size, &self.epoch)?,
         };
+        let mut collate = self.collate;
+        if let Some(json) = &self.stats_json {
+            collate.normalize = Some(Normalization::from_stats_json(batcher.layout(), json)?);
+        }
         let stages = StageConfig {
             decoder: self.decoder.unwrap_or_else(|| Arc::new(CpuDecoder::new())),
             fetch_concurrency: self.fetch_concurrency,
             decode_concurrency: self.decode_concurrency,
             prefetch: self.prefetch,
             device: self.device,
+            collate,
         };
-        Ok(BatchStream::start(runtime, dataset, batcher, stages))
+        Ok((runtime, dataset, batcher, stages))
     }
 }

@@ -30,6 +30,16 @@ pub enum Error {
     #[error("a pipeline must be built inside a Tokio runtime (it runs its stages as Tokio tasks)")]
     NoRuntime,
 
+    #[error("GPU pipeline, {what}: {source}")]
+    Gpu {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    #[error("the GPU worker thread stopped before the batch was delivered")]
+    WorkerStopped,
+
     #[error("device {device} is not supported by this build: {reason}")]
     UnsupportedDevice {
         device: zarrpipe_core::Device,

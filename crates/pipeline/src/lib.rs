@@ -20,17 +20,23 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Batches are delivered to host memory; GPU delivery (feature `cuda`) comes with the GPU
-//! pipeline.
+//! [`PipelineBuilder::build`] delivers batches to host memory. With the `cuda` feature,
+//! [`PipelineBuilder::build_gpu`] decodes and collates on a GPU and delivers [`GpuBatch`]es in
+//! device memory.
 
 mod builder;
 mod error;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod metrics;
 mod select;
 mod stream;
 
 pub use builder::{Pipeline, PipelineBuilder};
 pub use error::{Error, Result};
+#[cfg(feature = "cuda")]
+pub use gpu::GpuBatch;
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use select::{index_range, resolve_selections, CoordValue, Selection};
-pub use stream::{Batch, BatchStream};
+pub use stream::{Batch, BatchStream, Delivered};
+pub use zarrpipe_collate::{CollateOptions, Normalization, TensorDType};

@@ -18,6 +18,11 @@ pub struct Metrics {
     delivered_bytes: AtomicU64,
     samples: AtomicU64,
     batches: AtomicU64,
+    gpu_planning_nanos: AtomicU64,
+    gpu_nanos: AtomicU64,
+    queue_depth_sum: AtomicU64,
+    on_device_sum: AtomicU64,
+    queue_samples: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -36,10 +41,37 @@ pub struct MetricsSnapshot {
     pub delivered_bytes: u64,
     pub samples: u64,
     pub batches: u64,
+    /// GPU pipeline: host time planning and staging batches for the GPU.
+    pub gpu_planning_busy: Duration,
+    /// GPU pipeline: device time from a batch's start on the decode stream to its collated
+    /// tensors (upload wait, decompression, kernels, collation).
+    pub gpu_busy: Duration,
+    /// GPU pipeline: mean number of batches read and waiting for the GPU worker, and mean
+    /// number on the GPU, seen each time the worker took a batch.
+    pub mean_queue_depth: f64,
+    pub mean_on_device: f64,
+}
+
+impl MetricsSnapshot {
+    /// The fraction of the wall-clock `seconds` the consumer spent waiting for batches.
+    pub fn wait_fraction(&self, seconds: f64) -> f64 {
+        if seconds <= 0.0 {
+            return 0.0;
+        }
+        (self.consumer_wait.as_secs_f64() / seconds).min(1.0)
+    }
 }
 
 fn add(counter: &AtomicU64, value: u64) {
     counter.fetch_add(value, Ordering::Relaxed);
+}
+
+fn mean(sum: u64, count: u64) -> f64 {
+    if count == 0 {
+        0.0
+    } else {
+        sum as f64 / count as f64
+    }
 }
 
 fn nanos(duration: Duration) -> u64 {
@@ -70,6 +102,24 @@ impl Metrics {
         add(&self.wait_nanos, nanos(waited));
     }
 
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn add_gpu_planning(&self, busy: Duration) {
+        add(&self.gpu_planning_nanos, nanos(busy));
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn add_gpu(&self, busy: Duration, decoded: usize) {
+        add(&self.gpu_nanos, nanos(busy));
+        add(&self.decoded_bytes, decoded as u64);
+    }
+
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn add_queue_depth(&self, waiting: usize, on_device: usize) {
+        add(&self.queue_depth_sum, waiting as u64);
+        add(&self.on_device_sum, on_device as u64);
+        add(&self.queue_samples, 1);
+    }
+
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let time = |counter: &AtomicU64| Duration::from_nanos(load(counter));
@@ -85,6 +135,10 @@ impl Metrics {
             delivered_bytes: load(&self.delivered_bytes),
             samples: load(&self.samples),
             batches: load(&self.batches),
+            gpu_planning_busy: time(&self.gpu_planning_nanos),
+            gpu_busy: time(&self.gpu_nanos),
+            mean_queue_depth: mean(load(&self.queue_depth_sum), load(&self.queue_samples)),
+            mean_on_device: mean(load(&self.on_device_sum), load(&self.queue_samples)),
         }
     }
 }

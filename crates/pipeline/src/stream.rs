@@ -9,7 +9,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use zarrpipe_batcher::{Batcher, Sample, SampleLayout, SamplerState};
 use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
-use zarrpipe_collate::{collate_on_rayon, DecodedBatch, HostCollator};
+use zarrpipe_collate::{collate_on_rayon, CollateOptions, DecodedBatch, HostCollator};
 use zarrpipe_core::Device;
 use zarrpipe_store::{Dataset, FetchExt};
 
@@ -27,7 +27,33 @@ pub struct Batch {
     /// With padded windows ([`Edge::Pad`](zarrpipe_batcher::Edge)): `[batch, window...]`, 1
     /// where `inputs` holds data, 0 where it holds the pad value.
     pub mask: Option<ArrayD<u8>>,
+    /// With [`CollateOptions::nan_mask`]: the inputs' shape, 0 where the value was NaN.
+    pub nan_mask: Option<ArrayD<u8>>,
     pub samples: Vec<Sample>,
+}
+
+/// What a stream delivers: host [`Batch`]es, or device batches with the `cuda` feature.
+pub trait Delivered: Send + 'static {
+    /// The batch's number in the epoch.
+    fn index(&self) -> u64;
+    fn num_samples(&self) -> usize;
+    /// Bytes of the input and target tensors.
+    fn tensor_bytes(&self) -> usize;
+}
+
+impl Delivered for Batch {
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    fn num_samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    fn tensor_bytes(&self) -> usize {
+        let targets = self.targets.as_ref().map_or(0, |targets| targets.len());
+        (self.inputs.len() + targets) * std::mem::size_of::<f32>()
+    }
 }
 
 /// How the stages run.
@@ -38,13 +64,14 @@ pub(crate) struct StageConfig {
     pub decode_concurrency: usize,
     pub prefetch: usize,
     pub device: Device,
+    pub collate: CollateOptions,
 }
 
 /// The stream of batches of one epoch. Batches are loaded `prefetch` ahead as Tokio tasks;
 /// dropping the stream aborts them, and queued decode work is skipped.
 #[must_use = "streams do nothing unless polled"]
-pub struct BatchStream {
-    inner: BoxStream<'static, Result<Batch>>,
+pub struct BatchStream<B: Delivered = Batch> {
+    inner: BoxStream<'static, Result<B>>,
     dataset: Arc<Dataset>,
     layout: Arc<SampleLayout>,
     batcher: Batcher,
@@ -57,7 +84,7 @@ pub struct BatchStream {
     done: bool,
 }
 
-impl std::fmt::Debug for BatchStream {
+impl<B: Delivered> std::fmt::Debug for BatchStream<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchStream")
             .field("dataset", &self.dataset.url())
@@ -77,20 +104,21 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-impl BatchStream {
+impl BatchStream<Batch> {
     pub(crate) fn start(
         runtime: Handle,
         dataset: Arc<Dataset>,
         batcher: Batcher,
         stages: StageConfig,
-    ) -> Self {
+    ) -> Result<Self> {
         let layout = batcher.layout().clone();
         let metrics = Arc::new(Metrics::default());
-        let collator = Arc::new(HostCollator::new(layout.clone()));
-        let num_batches = batcher.num_batches();
-        let delivered = batcher.first_batch();
-        let device = stages.device;
+        let collator = Arc::new(HostCollator::with_options(
+            layout.clone(),
+            stages.collate.clone(),
+        )?);
         let prefetch = stages.prefetch;
+        let device = stages.device;
         let task_metrics = metrics.clone();
         let batches = batcher.batches();
         let inner = stream::iter(batches)
@@ -113,13 +141,25 @@ impl BatchStream {
             })
             .buffered(prefetch)
             .boxed();
+        Ok(Self::new(inner, dataset, batcher, device, metrics))
+    }
+}
+
+impl<B: Delivered> BatchStream<B> {
+    pub(crate) fn new(
+        inner: BoxStream<'static, Result<B>>,
+        dataset: Arc<Dataset>,
+        batcher: Batcher,
+        device: Device,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             inner,
             dataset,
-            layout,
+            layout: batcher.layout().clone(),
+            num_batches: batcher.num_batches(),
+            delivered: batcher.first_batch(),
             batcher,
-            delivered,
-            num_batches,
             device,
             metrics,
             waiting_since: None,
@@ -163,8 +203,8 @@ impl BatchStream {
     }
 }
 
-impl Stream for BatchStream {
-    type Item = Result<Batch>;
+impl<B: Delivered> Stream for BatchStream<B> {
+    type Item = Result<B>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.done {
@@ -177,11 +217,9 @@ impl Stream for BatchStream {
             self.waiting_since = None;
             match item {
                 Some(Ok(batch)) => {
-                    self.delivered = batch.index + 1;
-                    let targets = batch.targets.as_ref().map_or(0, |targets| targets.len());
-                    let bytes = (batch.inputs.len() + targets) * std::mem::size_of::<f32>();
+                    self.delivered = batch.index() + 1;
                     self.metrics
-                        .add_delivered(batch.samples.len(), bytes, waited);
+                        .add_delivered(batch.num_samples(), batch.tensor_bytes(), waited);
                 }
                 Some(Err(_)) => {}
                 None => self.done = true,
@@ -195,7 +233,7 @@ impl Stream for BatchStream {
     }
 }
 
-impl FusedStream for BatchStream {
+impl<B: Delivered> FusedStream for BatchStream<B> {
     fn is_terminated(&self) -> bool {
         self.done
     }
@@ -227,6 +265,7 @@ async fn load_batch(
         inputs: collated.tensor,
         targets: collated.targets,
         mask: collated.mask,
+        nan_mask: collated.nan_mask,
         samples: collated.samples,
     })
 }

@@ -12,7 +12,7 @@ use cudarc::driver::{
     PinnedHostSlice, PushKernelArg,
 };
 use rayon::prelude::*;
-use zarrpipe_store::EncodedChunk;
+use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
 use super::kernels::{self, Kernels, MAX_DIMS};
 use super::nvcomp::{status_name, Nvcomp};
@@ -38,7 +38,11 @@ pub struct GpuDecoder {
     kernels: Kernels,
     nvcomp: Nvcomp,
     options: GpuOptions,
-    buffers: Mutex<Buffers>,
+    /// Staging and device buffers of groups not in flight, reused from batch to batch.
+    slots: SlotPool,
+    /// nvCOMP's temporary memory: every decompression runs on `stream`, so one buffer serves
+    /// every group in stream order.
+    temp: Mutex<Option<CudaSlice<u8>>>,
     /// Set when the device faulted: CUDA errors of that kind stick to the context, so every
     /// later batch is refused with this reason.
     fault: Mutex<Option<String>>,
@@ -53,17 +57,11 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
-/// Groups staged, uploading or decoding at once.
+/// Groups of one batch staged, uploading or decoding at once.
 const SLOTS: usize = 3;
 
-/// Buffers reused from batch to batch; they only grow. Several slots let one group be staged
-/// and uploaded while others decode.
-#[derive(Default)]
-struct Buffers {
-    slots: [Slot; SLOTS],
-    temp: Option<CudaSlice<u8>>,
-}
-
+/// The buffers of one group in flight; they only grow, and go back to the pool when the
+/// group has finished.
 #[derive(Default)]
 struct Slot {
     staging: Option<PinnedHostSlice<u8>>,
@@ -73,11 +71,45 @@ struct Slot {
     results_host: Option<PinnedHostSlice<u8>>,
 }
 
+/// Free slots, shared with the batches in flight that hold the others.
+#[derive(Clone, Default)]
+struct SlotPool(Arc<Mutex<Vec<Slot>>>);
+
+impl SlotPool {
+    fn take(&self) -> Slot {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give_back(&self, slot: Slot) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .push(slot);
+    }
+
+    /// Pinned bytes held by free slots.
+    fn pinned_bytes(&self) -> usize {
+        let slots = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        slots
+            .iter()
+            .map(|slot| {
+                slot.staging.as_ref().map_or(0, |s| s.len())
+                    + slot.results_host.as_ref().map_or(0, |s| s.len())
+            })
+            .sum()
+    }
+}
+
 /// A group whose work is enqueued; `done` completes when its statuses are on the host.
 struct InFlight {
     prepared: crate::batch::Prepared,
     tables: Tables,
     done: CudaEvent,
+    slot: Slot,
 }
 
 /// A decoded batch: the chunks' bytes in one device buffer.
@@ -94,6 +126,58 @@ impl std::fmt::Debug for DeviceBatch {
             .field("chunks", &self.chunks.len())
             .field("bytes", &self.buffer.len())
             .finish()
+    }
+}
+
+/// A batch whose decoding is enqueued on the decoder's stream but not yet checked: more work
+/// on the decoded bytes (collation) can be enqueued behind it, and the next batch planned,
+/// before [`GpuDecoder::complete`] waits for it. Dropping it waits for its groups.
+pub struct PendingBatch {
+    sources: Vec<EncodedChunk>,
+    /// Where each chunk will be, as planned (errors found while planning included).
+    planned: Vec<Option<(ChunkRequest, usize)>>,
+    running: VecDeque<InFlight>,
+    finished: Vec<Result<DeviceChunk>>,
+    output: CudaSlice<u8>,
+    timings: BatchTimings,
+    started: Instant,
+    pool: SlotPool,
+}
+
+impl std::fmt::Debug for PendingBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingBatch")
+            .field("chunks", &self.sources.len())
+            .field("bytes", &self.output.len())
+            .finish()
+    }
+}
+
+impl PendingBatch {
+    /// The buffer the chunks are being decoded into.
+    pub fn buffer(&self) -> &CudaSlice<u8> {
+        &self.output
+    }
+
+    /// The device address of [`Self::buffer`].
+    pub fn buffer_address(&self) -> u64 {
+        self.output.device_ptr(self.output.stream()).0
+    }
+
+    /// Each chunk's request and byte offset in [`Self::buffer`], in input order; `None` for
+    /// chunks already known to fail.
+    pub fn planned(&self) -> &[Option<(ChunkRequest, usize)>] {
+        &self.planned
+    }
+}
+
+impl Drop for PendingBatch {
+    fn drop(&mut self) {
+        // The device may still read the slots' buffers: wait before they are reused.
+        for group in self.running.drain(..) {
+            let _ = group.done.synchronize();
+            self.pool.give_back(group.slot);
+        }
     }
 }
 
@@ -133,9 +217,9 @@ impl GpuDecoder {
         }
         let nvcomp = Nvcomp::load()?;
         let context = CudaContext::new(options.device).map_err(cuda_error("opening the device"))?;
-        // One stream orders everything this decoder does, so cudarc's per-buffer events are
-        // not needed.
-        // SAFETY: no buffer of this context is shared with another stream.
+        // Work is ordered by streams and events this decoder records itself, so cudarc's
+        // per-buffer events are not needed.
+        // SAFETY: buffers are only shared between streams through those events.
         unsafe { context.disable_event_tracking() };
         keep_freed_memory_pooled(&context)?;
         let stream = context
@@ -152,7 +236,8 @@ impl GpuDecoder {
             kernels,
             nvcomp,
             options,
-            buffers: Mutex::new(Buffers::default()),
+            slots: SlotPool::default(),
+            temp: Mutex::new(None),
             fault: Mutex::new(None),
         })
     }
@@ -169,10 +254,20 @@ impl GpuDecoder {
         &self.nvcomp.path
     }
 
+    /// The CUDA context of the decoder's device.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+
     /// The stream the decoder works on; a consumer waits on it (or synchronises) before
     /// reading a batch from another stream.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Pinned host bytes the decoder keeps for staging (in free slots).
+    pub fn pinned_bytes(&self) -> usize {
+        self.slots.pinned_bytes()
     }
 
     /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
@@ -183,28 +278,37 @@ impl GpuDecoder {
     /// error, and so is every later one, since a CUDA fault poisons the context: decode on the
     /// CPU from there on.
     pub fn decode_batch(&self, chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
-        if let Some(reason) = self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Err(Error::CudaUnavailable { reason });
-        }
-        let sources = chunks.clone();
-        let mut batch = self.decode_once(chunks).inspect_err(|error| {
-            if let Error::Cuda { what, source } = error {
-                *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
-                    "the GPU faulted earlier ({what}: {source}); decode on the CPU"
-                ));
-            }
-        })?;
+        let pending = self.submit(chunks)?;
+        self.complete(pending)
+    }
+
+    /// Plans `chunks`, stages and uploads them and enqueues their decoding, returning before
+    /// the device is done (large batches wait for their earlier groups). The next batch can be
+    /// submitted at once; [`Self::complete`] then checks this one.
+    pub fn submit(&self, chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
+        self.check_fault()?;
+        self.submit_groups(chunks)
+            .inspect_err(|error| self.note_fault(error))
+    }
+
+    /// Waits for a submitted batch and reads its per-chunk statuses. If a chunk failed on the
+    /// device, the others are decoded again without it (nvCOMP's behaviour on a corrupt stream
+    /// is undefined and may spill into the other chunks of its call), into a new buffer.
+    pub fn complete(&self, mut pending: PendingBatch) -> Result<DeviceBatch> {
+        let mut batch = self
+            .finish_all(&mut pending)
+            .inspect_err(|error| self.note_fault(error))?;
         let failed_on_device =
             |chunk: &Result<DeviceChunk>| matches!(chunk, Err(Error::GpuDecode { .. }));
         if !batch.chunks.iter().any(failed_on_device) {
             return Ok(batch);
         }
-        // nvCOMP's behaviour on a corrupt stream is undefined and may spill into the other
-        // chunks of its call: decode the rest again without the chunks that failed.
         let kept: Vec<usize> = (0..batch.chunks.len())
             .filter(|&index| batch.chunks[index].is_ok())
             .collect();
-        let retry = self.decode_once(kept.iter().map(|&index| sources[index].clone()).collect())?;
+        let sources = std::mem::take(&mut pending.sources);
+        let retry =
+            self.decode_batch(kept.iter().map(|&index| sources[index].clone()).collect())?;
         for (&index, chunk) in kept.iter().zip(retry.chunks) {
             batch.chunks[index] = chunk;
         }
@@ -215,97 +319,138 @@ impl GpuDecoder {
         Ok(batch)
     }
 
-    /// Decodes `chunks` in groups of about `options.group_bytes`, pipelined: group k+1 is
-    /// planned and staged on the CPU and uploaded on the copy stream while group k decodes.
-    fn decode_once(&self, chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
+    fn check_fault(&self) -> Result<()> {
+        match self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            Some(reason) => Err(Error::CudaUnavailable { reason }),
+            None => Ok(()),
+        }
+    }
+
+    fn note_fault(&self, error: &Error) {
+        if let Error::Cuda { what, source } = error {
+            *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+                "the GPU faulted earlier ({what}: {source}); decode on the CPU"
+            ));
+        }
+    }
+
+    /// Submits `chunks` in groups of about `options.group_bytes`, pipelined: group k+1 is
+    /// planned and staged on a helper thread and uploaded on the copy stream while group k's
+    /// decoding is enqueued (enqueueing nvCOMP's zstd can wait for the stream). At most
+    /// `SLOTS` groups of a batch are in flight; older ones are finished first.
+    fn submit_groups(&self, chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
         let started = Instant::now();
-        let mut buffers = self
-            .buffers
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let buffers = &mut *buffers;
         let output_len: usize = chunks.iter().map(output_bytes).sum();
         // SAFETY: every byte of the output a chunk owns is written by its ops before use.
         let output = unsafe { self.stream.alloc::<u8>(output_len.max(1)) }
             .map_err(cuda_error("allocating the batch output"))?;
         let output_base = output.device_ptr(&self.stream).0;
-        let mut timings = BatchTimings::default();
-        let mut decoded = Vec::with_capacity(chunks.len());
-        // Group k+1 is planned and staged on a helper thread while this thread enqueues group
-        // k's decoding (enqueueing nvCOMP's zstd can wait for the stream); three slots keep
-        // one group staging, one uploading or decoding, one finishing.
-        let mut pending = groups(chunks, self.options.group_bytes).into_iter();
-        let mut running: VecDeque<(usize, InFlight)> = VecDeque::new();
-        let mut next = match pending.next() {
-            Some(group) => Some(self.stage_group(group, 0, &mut buffers.slots[0], output_base)?),
+        let mut pending = PendingBatch {
+            sources: chunks.clone(),
+            planned: Vec::with_capacity(chunks.len()),
+            running: VecDeque::new(),
+            finished: Vec::with_capacity(chunks.len()),
+            output,
+            timings: BatchTimings::default(),
+            started,
+            pool: self.slots.clone(),
+        };
+        let mut groups = groups(chunks, self.options.group_bytes).into_iter();
+        let mut next = match groups.next() {
+            Some(group) => Some(self.stage_group(group, 0, self.slots.take(), output_base)?),
             None => None,
         };
-        let mut index = 0;
         while let Some(staged) = next.take() {
-            let (slot, upcoming_slot) = (index % SLOTS, (index + 1) % SLOTS);
-            timings.plan += staged.plan_time;
-            timings.stage += staged.stage_time;
-            self.send(&staged.upload, &mut buffers.slots[slot])?;
-            // The upcoming slot is free once the group that used it last has finished.
-            while running.len() >= SLOTS - 1 {
-                let (slot, oldest) = running.pop_front().expect("a running group");
-                decoded.extend(self.finish(oldest, &mut buffers.slots[slot])?);
+            pending.timings.plan += staged.plan_time;
+            pending.timings.stage += staged.stage_time;
+            let Staged {
+                prepared,
+                upload,
+                mut slot,
+                ..
+            } = staged;
+            pending.planned.extend(prepared.chunks.iter().map(|chunk| {
+                let (region, _) = chunk.outcome.as_ref().ok()?;
+                Some((chunk.request.clone(), region.offset))
+            }));
+            self.send(&upload, &mut slot)?;
+            while pending.running.len() >= SLOTS - 1 {
+                let oldest = pending.running.pop_front().expect("a running group");
+                let chunks = self.finish(oldest)?;
+                pending.finished.extend(chunks);
             }
-            let output_start = staged.prepared.plan.output_len;
-            let following = pending.next();
-            let [current, upcoming] = buffers
-                .slots
-                .get_disjoint_mut([slot, upcoming_slot])
-                .expect("consecutive groups use different slots");
-            let temp = &mut buffers.temp;
+            let output_start = prepared.plan.output_len;
+            let following = groups.next();
+            let temp = &self.temp;
             let (following, done) = std::thread::scope(|scope| {
                 let staging = following.map(|group| {
-                    scope.spawn(|| self.stage_group(group, output_start, upcoming, output_base))
+                    scope.spawn(|| {
+                        self.stage_group(group, output_start, self.slots.take(), output_base)
+                    })
                 });
+                let mut temp = temp.lock().unwrap_or_else(|p| p.into_inner());
                 let done = self
-                    .execute(&staged.upload, temp)
-                    .and_then(|()| self.read_results(&staged.upload, current));
+                    .execute(&upload, &mut temp)
+                    .and_then(|()| self.read_results(&upload, &mut slot));
                 let following = staging.map(|thread| thread.join().expect("staging thread"));
                 (following, done)
             });
-            running.push_back((
+            pending.running.push_back(InFlight {
+                prepared,
+                tables: upload.tables,
+                done: done?,
                 slot,
-                InFlight {
-                    prepared: staged.prepared,
-                    tables: staged.upload.tables,
-                    done: done?,
-                },
-            ));
+            });
             next = following.transpose()?;
-            index += 1;
         }
-        while let Some((slot, group)) = running.pop_front() {
-            decoded.extend(self.finish(group, &mut buffers.slots[slot])?);
+        Ok(pending)
+    }
+
+    /// Finishes every group of a pending batch.
+    fn finish_all(&self, pending: &mut PendingBatch) -> Result<DeviceBatch> {
+        while let Some(group) = pending.running.pop_front() {
+            let chunks = self.finish(group)?;
+            pending.finished.extend(chunks);
         }
-        timings.device = started
+        let mut timings = pending.timings;
+        timings.device = pending
+            .started
             .elapsed()
             .saturating_sub(timings.plan + timings.stage);
+        // SAFETY: a zero-length placeholder, never read; the real buffer moves out.
+        let empty = unsafe { self.stream.alloc::<u8>(0) }.map_err(cuda_error("allocating"))?;
         Ok(DeviceBatch {
-            chunks: decoded,
+            chunks: std::mem::take(&mut pending.finished),
             timings,
-            buffer: output,
+            buffer: std::mem::replace(&mut pending.output, empty),
             stream: self.stream.clone(),
         })
     }
 
-    /// Waits for a group and turns its statuses into per-chunk results.
-    fn finish(&self, group: InFlight, slot: &mut Slot) -> Result<Vec<Result<DeviceChunk>>> {
-        group
-            .done
-            .synchronize()
-            .map_err(cuda_error("running the batch"))?;
-        let results_len = group.tables.results_len();
-        let results = slot.results_host.as_mut().map_or(Ok(&mut [][..]), |host| {
-            host.as_mut_slice()
-                .map_err(cuda_error("mapping pinned memory"))
-        })?;
-        let failures = group.tables.failures(&results[..results_len]);
-        let mut chunks = group.prepared.chunks;
+    /// Waits for a group, turns its statuses into per-chunk results and frees its slot.
+    fn finish(&self, group: InFlight) -> Result<Vec<Result<DeviceChunk>>> {
+        let InFlight {
+            prepared,
+            tables,
+            done,
+            mut slot,
+        } = group;
+        let waited = done.synchronize().map_err(cuda_error("running the batch"));
+        let results_len = tables.results_len();
+        let failures = match (&waited, slot.results_host.as_mut()) {
+            (Ok(()), Some(host)) => {
+                let results = host
+                    .as_mut_slice()
+                    .map_err(cuda_error("mapping pinned memory"))?;
+                tables.failures(&results[..results_len])
+            }
+            _ => Vec::new(),
+        };
+        if waited.is_ok() {
+            self.slots.give_back(slot);
+        }
+        waited?;
+        let mut chunks = prepared.chunks;
         record_failures(&mut chunks, failures);
         Ok(chunks.into_iter().map(device_chunk).collect())
     }
@@ -315,18 +460,19 @@ impl GpuDecoder {
         &self,
         chunks: Vec<EncodedChunk>,
         output_start: usize,
-        slot: &mut Slot,
+        mut slot: Slot,
         output_base: u64,
     ) -> Result<Staged> {
         let planning = Instant::now();
         let prepared = prepare(chunks, self.options.strict, output_start);
         let staging = Instant::now();
-        let upload = self.stage(&prepared.plan, slot, output_base)?;
+        let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
         Ok(Staged {
             plan_time: staging - planning,
             stage_time: staging.elapsed(),
             prepared,
             upload,
+            slot,
         })
     }
 
@@ -433,24 +579,21 @@ impl GpuDecoder {
         repeats: usize,
     ) -> Result<(std::time::Duration, usize)> {
         let prepared = prepare(chunks, self.options.strict, 0);
-        let mut buffers = self
-            .buffers
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let buffers = &mut *buffers;
+        let mut slot = self.slots.take();
+        let mut temp = self.temp.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: written by the decompressions below before anything reads it.
         let output = unsafe { self.stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
             .map_err(cuda_error("allocating the batch output"))?;
         let output_base = output.device_ptr(&self.stream).0;
-        let upload = self.stage(&prepared.plan, &mut buffers.slots[0], output_base)?;
-        self.send(&upload, &mut buffers.slots[0])?;
+        let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
+        self.send(&upload, &mut slot)?;
         self.stream.synchronize().map_err(cuda_error("uploading"))?;
         let mut best = std::time::Duration::MAX;
         for _ in 0..repeats.max(1) {
             let started = Instant::now();
             for round in &upload.tables.rounds {
                 for (codec, group) in &round.decompress {
-                    self.decompress(*codec, group, &upload, &mut buffers.temp)?;
+                    self.decompress(*codec, group, &upload, &mut temp)?;
                 }
             }
             self.stream
@@ -464,6 +607,7 @@ impl GpuDecoder {
             .iter()
             .map(|&(_, _, len)| len)
             .sum();
+        self.slots.give_back(slot);
         Ok((best, bytes))
     }
 
@@ -577,6 +721,7 @@ struct Upload {
 struct Staged {
     prepared: crate::batch::Prepared,
     upload: Upload,
+    slot: Slot,
     plan_time: std::time::Duration,
     stage_time: std::time::Duration,
 }
@@ -630,6 +775,43 @@ impl DeviceBatch {
 
     pub fn is_empty(&self) -> bool {
         self.buffer.is_empty()
+    }
+}
+
+impl Drop for GpuDecoder {
+    /// Frees the decoder's buffers and returns the device memory its pool kept to the driver,
+    /// so a dropped pipeline leaves no device memory behind.
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        self.slots
+            .0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clear();
+        *self
+            .temp
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = None;
+        let _ = self.stream.synchronize();
+        trim_memory_pool(&self.context);
+    }
+}
+
+/// Returns the memory the device's default pool keeps (see [`keep_freed_memory_pooled`]) to
+/// the driver. Memory other users of the pool hold is not touched.
+pub fn trim_memory_pool(context: &Arc<CudaContext>) {
+    use cudarc::driver::sys;
+    if context.bind_to_thread().is_err() {
+        return;
+    }
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: driver calls on the bound context's own device pool.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device())
+            == sys::CUresult::CUDA_SUCCESS
+        {
+            let _ = sys::cuMemPoolTrimTo(pool, 0);
+        }
     }
 }
 

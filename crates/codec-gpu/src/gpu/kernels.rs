@@ -1,9 +1,10 @@
 //! The decode kernels (`kernels.cu`), compiled once per process with NVRTC and loaded once
 //! per decoder's context; and the descriptor structs they read, laid out as in the source.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaFunction};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
 
 use crate::{Error, Result};
@@ -22,34 +23,50 @@ pub(crate) struct Kernels {
     pub place: CudaFunction,
 }
 
-fn ptx() -> Result<Ptx> {
-    static PTX: OnceLock<std::result::Result<Ptx, String>> = OnceLock::new();
-    PTX.get_or_init(|| {
-        let options = CompileOptions {
-            name: Some("zarrpipe_kernels.cu".into()),
-            ..Default::default()
-        };
-        compile_ptx_with_opts(SOURCE, options).map_err(|error| format!("{error:?}"))
+/// Compiles `source` with NVRTC once per process (by `name`) and loads it into `context`.
+/// Other crates' kernels (the GPU collator's) load through here too.
+pub fn load_module(
+    context: &Arc<CudaContext>,
+    name: &'static str,
+    source: &'static str,
+) -> Result<Arc<CudaModule>> {
+    type Cache = Mutex<HashMap<&'static str, std::result::Result<Ptx, String>>>;
+    static PTX: OnceLock<Cache> = OnceLock::new();
+    let ptx = PTX
+        .get_or_init(Cache::default)
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .entry(name)
+        .or_insert_with(|| {
+            let options = CompileOptions {
+                name: Some(name.into()),
+                ..Default::default()
+            };
+            compile_ptx_with_opts(source, options).map_err(|error| format!("{error:?}"))
+        })
+        .clone()
+        .map_err(|log| Error::Cuda {
+            what: format!("compiling {name} with NVRTC"),
+            source: log.into(),
+        })?;
+    context.load_module(ptx).map_err(|error| Error::Cuda {
+        what: format!("loading {name}"),
+        source: Box::new(error),
     })
-    .clone()
-    .map_err(|log| Error::Cuda {
-        what: "compiling the decode kernels with NVRTC".into(),
-        source: log.into(),
+}
+
+/// Finds kernel `name` in `module`.
+pub fn kernel(module: &Arc<CudaModule>, name: &str) -> Result<CudaFunction> {
+    module.load_function(name).map_err(|error| Error::Cuda {
+        what: format!("finding kernel `{name}`"),
+        source: Box::new(error),
     })
 }
 
 impl Kernels {
     pub fn load(context: &Arc<CudaContext>) -> Result<Self> {
-        let module = context.load_module(ptx()?).map_err(|error| Error::Cuda {
-            what: "loading the decode kernels".into(),
-            source: Box::new(error),
-        })?;
-        let function = |name: &str| {
-            module.load_function(name).map_err(|error| Error::Cuda {
-                what: format!("finding kernel `{name}`"),
-                source: Box::new(error),
-            })
-        };
+        let module = load_module(context, "zarrpipe_kernels.cu", SOURCE)?;
+        let function = |name: &str| kernel(&module, name);
         Ok(Self {
             copy: function("copy_bytes")?,
             fill: function("fill_pattern")?,

@@ -17,7 +17,11 @@ mod nvcomp;
 mod stand_in;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{DeviceBatch, GpuDecoder};
+pub use cuda::{trim_memory_pool, DeviceBatch, GpuDecoder, PendingBatch};
+#[cfg(feature = "cuda")]
+pub use cudarc;
+#[cfg(feature = "cuda")]
+pub use kernels::{kernel, load_module};
 #[cfg(not(feature = "cuda"))]
 pub use stand_in::{DeviceBatch, GpuDecoder};
 

@@ -1,0 +1,316 @@
+//! Collation on the GPU: the [`GatherPlan`] of a batch becomes one `gather` launch from the
+//! decoded chunks into a float32 tensor, then one `finish` launch when values are normalised,
+//! NaN-filled, masked or cast. Tensors come from a [`TensorPool`] and go back to it when
+//! dropped.
+
+mod pool;
+mod staging;
+
+use std::sync::Arc;
+
+use zarrpipe_batcher::{Sample, SampleLayout};
+use zarrpipe_codec_gpu::cudarc::driver::{
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use zarrpipe_codec_gpu::{kernel, load_module};
+use zarrpipe_core::DType;
+use zarrpipe_store::ChunkRequest;
+
+pub use pool::{DeviceTensor, TensorPool};
+use staging::Staging;
+
+use crate::gather::{GatherPlan, Piece, MAX_AXES};
+use crate::options::TensorDType;
+use crate::{CollateOptions, Error, HostCollator, Result};
+
+const SOURCE: &str = include_str!("collate.cu");
+
+fn cuda_error(
+    what: impl Into<String>,
+) -> impl FnOnce(zarrpipe_codec_gpu::cudarc::driver::DriverError) -> Error {
+    let what = what.into();
+    move |error| Error::Cuda {
+        what,
+        source: Box::new(error),
+    }
+}
+
+/// A batch collated on the device. Its tensors are complete once `ready` has completed:
+/// make the consumer's stream wait on it (or synchronise it) before reading them.
+#[derive(Debug)]
+pub struct DeviceTensors {
+    pub inputs: DeviceTensor,
+    pub targets: Option<DeviceTensor>,
+    /// Padding mask `[batch, window...]` (u8), as on the host.
+    pub mask: Option<DeviceTensor>,
+    /// With [`CollateOptions::nan_mask`]: the inputs' shape, u8, 0 where the value was NaN.
+    pub nan_mask: Option<DeviceTensor>,
+    pub ready: CudaEvent,
+}
+
+/// Gathers batches from chunks decoded on the GPU, on the decoder's stream.
+pub struct DeviceCollator {
+    /// For the padding mask, computed on the host.
+    host: HostCollator,
+    options: CollateOptions,
+    stream: Arc<CudaStream>,
+    gather: CudaFunction,
+    finish: CudaFunction,
+    fill: CudaFunction,
+    /// Per-channel means then standard deviations, when normalising.
+    statistics: Option<CudaSlice<f32>>,
+    pool: TensorPool,
+    staging: Staging,
+}
+
+impl std::fmt::Debug for DeviceCollator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceCollator")
+            .field("options", self.options())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceCollator {
+    /// Collates on `stream` (the decoder's, so decoding and collation stay ordered), into
+    /// tensors from `pool`.
+    pub fn new(
+        layout: Arc<SampleLayout>,
+        options: CollateOptions,
+        stream: Arc<CudaStream>,
+        pool: TensorPool,
+    ) -> Result<Self> {
+        options.check(&layout)?;
+        let module = load_module(stream.context(), "zarrpipe_collate.cu", SOURCE)?;
+        let statistics = match &options.normalize {
+            Some(n) => {
+                let values: Vec<f32> = n.mean.iter().chain(&n.std).copied().collect();
+                Some(
+                    stream
+                        .clone_htod(&values)
+                        .map_err(cuda_error("uploading statistics"))?,
+                )
+            }
+            None => None,
+        };
+        Ok(Self {
+            host: HostCollator::new(layout),
+            options,
+            stream: stream.clone(),
+            gather: kernel(&module, "gather")?,
+            finish: kernel(&module, "finish")?,
+            fill: kernel(&module, "fill_f32")?,
+            staging: Staging::new(stream.clone()),
+            statistics,
+            pool,
+        })
+    }
+
+    pub fn options(&self) -> &CollateOptions {
+        &self.options
+    }
+
+    pub fn layout(&self) -> &Arc<SampleLayout> {
+        self.host.layout()
+    }
+
+    /// Enqueues the collation of `samples` from decoded chunks at device addresses.
+    pub fn collate(
+        &self,
+        samples: &[Sample],
+        chunks: &[(ChunkRequest, u64)],
+    ) -> Result<DeviceTensors> {
+        let requests: Vec<&ChunkRequest> = chunks.iter().map(|(request, _)| request).collect();
+        let addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
+        let plan = GatherPlan::new(self.layout(), samples, &requests)?;
+        let (inputs, nan_mask) = self.tensor(&plan.inputs, &plan.input_shape, &addresses, true)?;
+        let targets = match &plan.targets {
+            Some((pieces, shape)) => Some(self.tensor(pieces, shape, &addresses, false)?.0),
+            None => None,
+        };
+        let mask = match self.layout().padded() {
+            true => Some(self.upload_mask(samples)?),
+            false => None,
+        };
+        let ready = self
+            .stream
+            .record_event(None)
+            .map_err(cuda_error("recording the batch's event"))?;
+        Ok(DeviceTensors {
+            inputs,
+            targets,
+            mask,
+            nan_mask,
+            ready,
+        })
+    }
+
+    /// One tensor: gathered as float32, then finished into its type.
+    fn tensor(
+        &self,
+        pieces: &[Piece],
+        shape: &[usize],
+        addresses: &[u64],
+        with_nan_mask: bool,
+    ) -> Result<(DeviceTensor, Option<DeviceTensor>)> {
+        let options = self.options();
+        let len: usize = shape.iter().product();
+        let out = self.pool.take(shape, options.dtype)?;
+        let needs_finish = options.transforms_values() || options.dtype != TensorDType::F32;
+        let work = match options.dtype {
+            TensorDType::F32 => None,
+            _ => Some(self.pool.take(shape, TensorDType::F32)?),
+        };
+        let values = work.as_ref().unwrap_or(&out).device_ptr();
+        if self.layout().padded() {
+            self.launch_fill(values, len)?;
+        }
+        self.launch_gather(pieces, addresses, values)?;
+        let nan_mask = match with_nan_mask && options.nan_mask {
+            true => Some(self.pool.take(shape, TensorDType::U8)?),
+            false => None,
+        };
+        if needs_finish {
+            self.launch_finish(values, len, &out, nan_mask.as_ref())?;
+        }
+        Ok((out, nan_mask))
+    }
+
+    fn launch_gather(&self, pieces: &[Piece], addresses: &[u64], out: u64) -> Result<()> {
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        let words = descriptors(pieces, addresses);
+        let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
+        let table = self.staging.upload(&bytes)?;
+        let table = table.device_ptr(&self.stream).0;
+        let max_len = pieces.iter().map(Piece::len).max().unwrap_or(1);
+        let config = LaunchConfig {
+            grid_dim: (
+                max_len.div_ceil(256 * 4).clamp(1, 1024) as u32,
+                pieces.len().min(65535) as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let count = pieces.len() as u64;
+        let mut launch = self.stream.launch_builder(&self.gather);
+        launch.arg(&table).arg(&count).arg(&out);
+        // SAFETY: every piece's box lies inside its decoded chunk (the plan clips it to the
+        // chunk's shape) and inside the tensor of `out`, which holds the plan's shape.
+        unsafe { launch.launch(config) }.map_err(cuda_error("launching gather"))?;
+        Ok(())
+    }
+
+    fn launch_fill(&self, out: u64, len: usize) -> Result<()> {
+        let value = self.layout().pad_value();
+        let len = len as u64;
+        let mut launch = self.stream.launch_builder(&self.fill);
+        launch.arg(&out).arg(&len).arg(&value);
+        // SAFETY: `out` holds `len` float32 values.
+        unsafe { launch.launch(elementwise(len)) }.map_err(cuda_error("launching fill"))?;
+        Ok(())
+    }
+
+    fn launch_finish(
+        &self,
+        values: u64,
+        len: usize,
+        out: &DeviceTensor,
+        nan_mask: Option<&DeviceTensor>,
+    ) -> Result<()> {
+        let options = self.options();
+        let plane = (self.layout().sample_shape()[1..].iter().product::<usize>() as u64).max(1);
+        let channels = (self.layout().channels().len() as u64).max(1);
+        let flags = options.normalize.is_some() as u32
+            | (options.nan_fill.is_some() as u32) << 1
+            | (nan_mask.is_some() as u32) << 2;
+        let out_dtype: u32 = match options.dtype {
+            TensorDType::F32 => 0,
+            TensorDType::BF16 => 1,
+            _ => 2,
+        };
+        let (mean, std) = match &self.statistics {
+            Some(statistics) => {
+                let base = statistics.device_ptr(&self.stream).0;
+                (base, base + 4 * channels)
+            }
+            None => (0, 0),
+        };
+        let mask = nan_mask.map_or(0, DeviceTensor::device_ptr);
+        let (len, fill, out) = (
+            len as u64,
+            options.nan_fill.unwrap_or(0.0),
+            out.device_ptr(),
+        );
+        let mut launch = self.stream.launch_builder(&self.finish);
+        launch
+            .arg(&values)
+            .arg(&len)
+            .arg(&out)
+            .arg(&out_dtype)
+            .arg(&mask)
+            .arg(&mean)
+            .arg(&std)
+            .arg(&plane)
+            .arg(&channels)
+            .arg(&flags)
+            .arg(&fill);
+        // SAFETY: `values` holds `len` float32, `out` `len` elements of its type, the mask
+        // `len` bytes when flagged, the statistics one value per channel.
+        unsafe { launch.launch(elementwise(len)) }.map_err(cuda_error("launching finish"))?;
+        Ok(())
+    }
+
+    fn upload_mask(&self, samples: &[Sample]) -> Result<DeviceTensor> {
+        let mask = self.host.mask(samples);
+        let tensor = self.pool.take(mask.shape(), TensorDType::U8)?;
+        let bytes = mask.as_slice().expect("a new mask is contiguous");
+        self.staging.upload_to(tensor.device_ptr(), bytes)?;
+        Ok(tensor)
+    }
+}
+
+fn elementwise(len: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (len.div_ceil(256 * 4).clamp(1, 65535) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// The pieces as the kernel's `Piece` structs (see `collate.cu`), 8-byte words.
+fn descriptors(pieces: &[Piece], addresses: &[u64]) -> Vec<u64> {
+    let mut words = Vec::with_capacity(pieces.len() * (4 + 3 * MAX_AXES));
+    for piece in pieces {
+        let rank = piece.extent.len();
+        let src = addresses[piece.chunk] + piece.src_start * piece.dtype.size() as u64;
+        words.extend([src, piece.dst_start, piece.len()]);
+        words.push(dtype_code(piece.dtype) as u64 | (rank as u64) << 32);
+        for axes in [&piece.extent, &piece.src_strides, &piece.dst_strides] {
+            words.extend(axes.iter().copied());
+            words.extend(std::iter::repeat_n(0, MAX_AXES - rank));
+        }
+    }
+    words
+}
+
+/// The kernel's dtype numbering (the enum in `collate.cu`).
+fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
+        DType::Bool => 0,
+        DType::Int8 => 1,
+        DType::Int16 => 2,
+        DType::Int32 => 3,
+        DType::Int64 => 4,
+        DType::UInt8 => 5,
+        DType::UInt16 => 6,
+        DType::UInt32 => 7,
+        DType::UInt64 => 8,
+        DType::Float16 => 9,
+        DType::BFloat16 => 10,
+        DType::Float32 => 11,
+        DType::Float64 => 12,
+    }
+}

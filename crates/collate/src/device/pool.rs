@@ -1,0 +1,221 @@
+//! Device tensors and the pool they come from. A tensor's buffer goes back to the pool when
+//! the tensor is dropped, for the next batch; the pool caps the bytes handed out, so a
+//! pipeline that runs ahead of its consumer waits (backpressure) instead of filling the GPU.
+
+use std::sync::{Arc, Condvar, Mutex, Weak};
+
+use ndarray::{ArrayD, IxDyn};
+use zarrpipe_codec_gpu::cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr};
+
+use super::cuda_error;
+use crate::options::TensorDType;
+use crate::{Error, Result};
+
+/// Device buffers for batch tensors, reused from batch to batch.
+#[derive(Clone)]
+pub struct TensorPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    stream: Arc<CudaStream>,
+    /// Most bytes handed out at once.
+    cap: usize,
+    state: Mutex<PoolState>,
+    returned: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    free: Vec<CudaSlice<u8>>,
+    outstanding: usize,
+}
+
+impl std::fmt::Debug for TensorPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorPool")
+            .field("cap", &self.inner.cap)
+            .field("outstanding", &self.outstanding())
+            .finish()
+    }
+}
+
+impl TensorPool {
+    /// A pool allocating on `stream`, handing out at most `cap` bytes at once.
+    pub fn new(stream: Arc<CudaStream>, cap: usize) -> Self {
+        Self {
+            inner: Arc::new(PoolInner {
+                stream,
+                cap,
+                state: Mutex::new(PoolState::default()),
+                returned: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Bytes in tensors not yet dropped.
+    pub fn outstanding(&self) -> usize {
+        self.inner.lock().outstanding
+    }
+
+    /// Frees the buffers kept for reuse.
+    pub fn release_free(&self) {
+        self.inner.lock().free.clear();
+    }
+
+    /// A tensor of `shape` and `dtype`, uninitialised: waits while the cap is reached and
+    /// other tensors are out.
+    pub fn take(&self, shape: &[usize], dtype: TensorDType) -> Result<DeviceTensor> {
+        let len = shape.iter().product::<usize>() * dtype.size();
+        let inner = &self.inner;
+        let mut state = inner.lock();
+        while state.outstanding > 0 && state.outstanding + len > inner.cap {
+            state = inner
+                .returned
+                .wait(state)
+                .unwrap_or_else(|poison| poison.into_inner());
+        }
+        state.outstanding += len;
+        // The smallest free buffer that fits, if not more than twice too large.
+        let fitting = (0..state.free.len())
+            .filter(|&i| (len.max(1)..=2 * len.max(1)).contains(&state.free[i].len()))
+            .min_by_key(|&i| state.free[i].len());
+        let buffer = match fitting {
+            Some(index) => Ok(state.free.swap_remove(index)),
+            None => {
+                drop(state);
+                // SAFETY: every element is written by the collation before it is read.
+                unsafe { inner.stream.alloc::<u8>(len.max(1)) }
+                    .map_err(cuda_error(format!("allocating a {len}-byte tensor")))
+            }
+        };
+        let buffer = buffer.inspect_err(|_| inner.lock().outstanding -= len)?;
+        Ok(DeviceTensor {
+            buffer: Some(buffer),
+            len,
+            shape: shape.to_vec(),
+            dtype,
+            stream: inner.stream.clone(),
+            pool: Arc::downgrade(inner),
+        })
+    }
+}
+
+impl PoolInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// A tensor in device memory, C order. Dropping it returns its memory to the pool at once:
+/// finish reading it (synchronise the stream that reads it) first.
+pub struct DeviceTensor {
+    buffer: Option<CudaSlice<u8>>,
+    len: usize,
+    shape: Vec<usize>,
+    dtype: TensorDType,
+    stream: Arc<CudaStream>,
+    pool: Weak<PoolInner>,
+}
+
+impl std::fmt::Debug for DeviceTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceTensor")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype)
+            .field("device", &self.device_ordinal())
+            .finish()
+    }
+}
+
+impl DeviceTensor {
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> TensorDType {
+        self.dtype
+    }
+
+    /// Bytes of the tensor's elements.
+    pub fn byte_len(&self) -> usize {
+        self.len
+    }
+
+    /// The CUDA device the tensor lives on.
+    pub fn device_ordinal(&self) -> usize {
+        self.stream.context().ordinal()
+    }
+
+    /// The device address of the first element.
+    pub fn device_ptr(&self) -> u64 {
+        self.buffer().device_ptr(&self.stream).0
+    }
+
+    fn buffer(&self) -> &CudaSlice<u8> {
+        self.buffer.as_ref().expect("a live tensor has its buffer")
+    }
+
+    /// The stream the tensor was written on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Copies the tensor's bytes to the host (after the work on its stream).
+    pub fn to_host_bytes(&self) -> Result<Vec<u8>> {
+        let mut host = vec![0u8; self.len];
+        if self.len > 0 {
+            // SAFETY: `host` holds `len` bytes; the stream is synchronised before returning.
+            unsafe {
+                result::memcpy_dtoh_async(&mut host[..], self.device_ptr(), self.stream.cu_stream())
+            }
+            .map_err(cuda_error("copying a tensor to the host"))?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(cuda_error("copying a tensor to the host"))?;
+        Ok(host)
+    }
+
+    /// The values as float32 on the host (bf16 and f16 widened exactly).
+    pub fn to_host_f32(&self) -> Result<ArrayD<f32>> {
+        let bytes = self.to_host_bytes()?;
+        let halves = || {
+            bytes
+                .chunks_exact(2)
+                .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+        };
+        let values: Vec<f32> = match self.dtype {
+            TensorDType::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_ne_bytes(b.try_into().expect("4 bytes")))
+                .collect(),
+            TensorDType::BF16 => halves()
+                .map(|h| half::bf16::from_bits(h).to_f32())
+                .collect(),
+            TensorDType::F16 => halves().map(|h| half::f16::from_bits(h).to_f32()).collect(),
+            TensorDType::U8 => bytes.iter().map(|&b| f32::from(b)).collect(),
+        };
+        ArrayD::from_shape_vec(IxDyn(&self.shape), values).map_err(|error| Error::Cuda {
+            what: "shaping a tensor".into(),
+            source: Box::new(error),
+        })
+    }
+}
+
+impl Drop for DeviceTensor {
+    fn drop(&mut self) {
+        let Some(buffer) = self.buffer.take() else {
+            return;
+        };
+        if let Some(pool) = self.pool.upgrade() {
+            let mut state = pool.lock();
+            state.outstanding -= self.len;
+            state.free.push(buffer);
+            drop(state);
+            pool.returned.notify_all();
+        }
+    }
+}

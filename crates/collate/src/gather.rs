@@ -1,0 +1,276 @@
+//! The gather plan of a batch: for every (sample, step, variable) window, the boxes of its
+//! chunks to copy into the batch tensor, as flat element offsets and strides. The GPU
+//! collator launches one kernel over these pieces; [`GatherPlan::run_on_host`] runs them on
+//! the CPU, so the plan is tested against [`HostCollator`](crate::HostCollator) without a GPU.
+
+use std::collections::HashMap;
+
+use zarrpipe_batcher::{clip, Sample, SampleLayout};
+use zarrpipe_core::{convert_to_f32, DType};
+use zarrpipe_store::ChunkRequest;
+
+use crate::{Error, Result};
+
+/// Most axes of a piece after merging contiguous ones (the GPU kernel's limit).
+pub const MAX_AXES: usize = 8;
+
+/// One box of one chunk, copied into the tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Which of the batch's chunks (the position in the list given to the planner).
+    pub chunk: usize,
+    pub dtype: DType,
+    /// First element of the box in the chunk (C order, elements).
+    pub src_start: u64,
+    /// First element of the box in the tensor.
+    pub dst_start: u64,
+    /// Box size per axis; axes of size 1 dropped and contiguous axes merged.
+    pub extent: Vec<u64>,
+    pub src_strides: Vec<u64>,
+    pub dst_strides: Vec<u64>,
+}
+
+impl Piece {
+    pub fn len(&self) -> u64 {
+        self.extent.iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The pieces of a batch's input tensor and, with forecasting pairs, its target tensor.
+#[derive(Clone, Debug, Default)]
+pub struct GatherPlan {
+    pub inputs: Vec<Piece>,
+    pub input_shape: Vec<usize>,
+    pub targets: Option<(Vec<Piece>, Vec<usize>)>,
+}
+
+impl GatherPlan {
+    /// Plans the gather of `samples` from the chunks `chunks` (any order; each piece names
+    /// its chunk's position there).
+    pub fn new(
+        layout: &SampleLayout,
+        samples: &[Sample],
+        chunks: &[&ChunkRequest],
+    ) -> Result<Self> {
+        let index = chunk_index(layout, chunks)?;
+        let (inputs, input_shape) = plan_steps(layout, samples, layout.input_offsets(), &index)?;
+        let targets = match layout.target_offsets() {
+            [] => None,
+            leads => Some(plan_steps(layout, samples, leads, &index)?),
+        };
+        Ok(Self {
+            inputs,
+            input_shape,
+            targets,
+        })
+    }
+
+    /// Runs pieces on the CPU into a float32 tensor of `len` elements prefilled with
+    /// `background` (the CPU reference of the GPU kernel's copy).
+    pub fn run_on_host(
+        pieces: &[Piece],
+        chunks: &[&[u8]],
+        len: usize,
+        background: f32,
+    ) -> Vec<f32> {
+        let mut out = vec![background; len];
+        for piece in pieces {
+            let size = piece.dtype.size();
+            let bytes = chunks[piece.chunk];
+            for element in 0..piece.len() {
+                let (src, dst) = piece.offsets(element);
+                let value = &bytes[src as usize * size..(src as usize + 1) * size];
+                convert_to_f32(piece.dtype, value, &mut out[dst as usize..], 1);
+            }
+        }
+        out
+    }
+}
+
+impl Piece {
+    /// The chunk and tensor offsets of element `element` of the box (C order over `extent`).
+    pub fn offsets(&self, element: u64) -> (u64, u64) {
+        let (mut src, mut dst, mut rest) = (self.src_start, self.dst_start, element);
+        for axis in (0..self.extent.len()).rev() {
+            let coord = rest % self.extent[axis];
+            rest /= self.extent[axis];
+            src += coord * self.src_strides[axis];
+            dst += coord * self.dst_strides[axis];
+        }
+        (src, dst)
+    }
+}
+
+type ChunkIndex<'a> = HashMap<(usize, &'a [u64]), (usize, &'a ChunkRequest)>;
+
+fn chunk_index<'a>(layout: &SampleLayout, chunks: &[&'a ChunkRequest]) -> Result<ChunkIndex<'a>> {
+    let variables = layout.variables();
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(position, request)| {
+            let variable = variables
+                .iter()
+                .position(|v| v.name() == request.variable.name())
+                .ok_or_else(|| Error::UnknownVariable {
+                    variable: request.variable.name().into(),
+                    indices: request.indices.clone(),
+                })?;
+            Ok(((variable, request.indices.as_slice()), (position, *request)))
+        })
+        .collect()
+}
+
+/// Pieces of `[batch, steps x channels, window...]`, in the host collator's order.
+fn plan_steps(
+    layout: &SampleLayout,
+    samples: &[Sample],
+    offsets: &[i64],
+    index: &ChunkIndex<'_>,
+) -> Result<(Vec<Piece>, Vec<usize>)> {
+    let plane: usize = layout.sample_shape()[1..].iter().product();
+    let step_len = layout.channels().len() * plane;
+    let mut shape = vec![samples.len(), layout.channels().len() * offsets.len()];
+    shape.extend(&layout.sample_shape()[1..]);
+    let strides: Vec<Vec<usize>> = (0..layout.variables().len())
+        .map(|variable| destination_strides(layout, variable))
+        .collect();
+    let steps = samples
+        .iter()
+        .flat_map(|sample| offsets.iter().map(|&o| layout.shifted(sample, o)));
+    let mut pieces = Vec::new();
+    for (slab, step) in steps.enumerate() {
+        for (number, strides) in strides.iter().enumerate() {
+            let base = slab * step_len + layout.channel_range(number).start * plane;
+            plan_window(
+                layout,
+                &step,
+                number,
+                base as u64,
+                strides,
+                index,
+                &mut pieces,
+            )?;
+        }
+    }
+    Ok((pieces, shape))
+}
+
+/// The pieces of variable `number`'s channels of one sample, whose block starts at `base`.
+fn plan_window(
+    layout: &SampleLayout,
+    sample: &Sample,
+    number: usize,
+    base: u64,
+    dst_strides: &[usize],
+    chunks: &ChunkIndex<'_>,
+    pieces: &mut Vec<Piece>,
+) -> Result<()> {
+    let variable = &layout.variables()[number];
+    let region = layout.region(number, sample);
+    for indices in variable.chunks_in(&clip(&region, variable.shape())) {
+        let &(position, _) =
+            chunks
+                .get(&(number, indices.as_slice()))
+                .ok_or_else(|| Error::MissingChunk {
+                    sample: sample.index,
+                    variable: variable.name().into(),
+                    indices: indices.clone(),
+                })?;
+        let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
+        let rank = region.len();
+        let lo: Vec<u64> = (0..rank)
+            .map(|a| region[a].start.max(chunk_start[a]))
+            .collect();
+        let hi: Vec<u64> = (0..rank)
+            .map(|a| {
+                region[a]
+                    .end
+                    .min(chunk_start[a] + chunk_shape[a])
+                    .min(variable.shape()[a])
+            })
+            .collect();
+        if (0..rank).any(|a| lo[a] >= hi[a]) {
+            continue;
+        }
+        let mut src_strides = vec![1u64; rank];
+        for a in (0..rank.saturating_sub(1)).rev() {
+            src_strides[a] = src_strides[a + 1] * chunk_shape[a + 1];
+        }
+        let src_start = (0..rank)
+            .map(|a| (lo[a] - chunk_start[a]) * src_strides[a])
+            .sum();
+        let dst_start = base
+            + (0..rank)
+                .map(|a| (lo[a] - region[a].start) * dst_strides[a] as u64)
+                .sum::<u64>();
+        let axes = (0..rank).map(|a| (hi[a] - lo[a], src_strides[a], dst_strides[a] as u64));
+        let (extent, src_strides, dst_strides) = merge_axes(axes);
+        if extent.len() > MAX_AXES {
+            return Err(Error::TooManyAxes {
+                variable: variable.name().into(),
+                axes: extent.len(),
+            });
+        }
+        pieces.push(Piece {
+            chunk: position,
+            dtype: variable.dtype(),
+            src_start,
+            dst_start,
+            extent,
+            src_strides,
+            dst_strides,
+        });
+    }
+    Ok(())
+}
+
+/// Drops axes of size 1 and merges an axis into the next when both sides are contiguous
+/// across them, so a whole-chunk copy becomes one run.
+fn merge_axes(axes: impl Iterator<Item = (u64, u64, u64)>) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+    let mut merged: Vec<(u64, u64, u64)> = Vec::new();
+    for (extent, src, dst) in axes.filter(|&(extent, _, _)| extent != 1) {
+        if let Some(last) = merged.last_mut() {
+            if last.1 == extent * src && last.2 == extent * dst {
+                *last = (last.0 * extent, src, dst);
+                continue;
+            }
+        }
+        merged.push((extent, src, dst));
+    }
+    (
+        merged.iter().map(|m| m.0).collect(),
+        merged.iter().map(|m| m.1).collect(),
+        merged.iter().map(|m| m.2).collect(),
+    )
+}
+
+/// For each axis of variable number `variable`, the step in the sample tensor per element.
+pub(crate) fn destination_strides(layout: &SampleLayout, variable: usize) -> Vec<usize> {
+    let window_dims: Vec<&str> = layout
+        .sample_dims()
+        .iter()
+        .filter(|d| !d.iterated)
+        .map(|d| d.name.as_str())
+        .collect();
+    let sample_shape = layout.sample_shape();
+    let plane: usize = sample_shape[1..].iter().product();
+    let variable = &layout.variables()[variable];
+    let mut channel_stride = plane;
+    let mut strides = vec![0; variable.dims().len()];
+    // Stacked dims in reverse C order: the last one varies fastest between channels.
+    for (axis, name) in variable.dims().iter().enumerate().rev() {
+        if let Some(position) = window_dims.iter().position(|dim| dim == name) {
+            strides[axis] = sample_shape[position + 2..].iter().product();
+        } else if layout.sample_axis(name).is_none() {
+            strides[axis] = channel_stride;
+            channel_stride *= variable.shape()[axis] as usize;
+        }
+        // Iterated dims keep stride 0: the sample holds one step.
+    }
+    strides
+}

@@ -1,0 +1,203 @@
+//! What collation does to values after gathering them: per-channel normalisation, NaN
+//! replacement with a mask of the real values, and (on the GPU) the tensor's element type.
+//! The CPU and GPU apply the same float32 operations in the same order, so their tensors are
+//! bit-identical.
+
+use rayon::prelude::*;
+use zarrpipe_batcher::SampleLayout;
+
+use crate::{Error, Result};
+
+/// Element type of a batch tensor. The host collator delivers float32 only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TensorDType {
+    #[default]
+    F32,
+    BF16,
+    F16,
+    /// Masks only.
+    U8,
+}
+
+impl TensorDType {
+    pub fn size(self) -> usize {
+        match self {
+            TensorDType::F32 => 4,
+            TensorDType::BF16 | TensorDType::F16 => 2,
+            TensorDType::U8 => 1,
+        }
+    }
+}
+
+impl std::str::FromStr for TensorDType {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        match text {
+            "f32" | "float32" => Ok(TensorDType::F32),
+            "bf16" | "bfloat16" => Ok(TensorDType::BF16),
+            "f16" | "float16" => Ok(TensorDType::F16),
+            _ => Err(format!(
+                "unknown tensor type `{text}`: expected f32, bf16 or f16"
+            )),
+        }
+    }
+}
+
+/// Per-channel mean and standard deviation: a value becomes `(value - mean) / std`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Normalization {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+impl Normalization {
+    /// From the JSON that `zarrpipe stats --json` prints (a list of per-variable statistics
+    /// with `variable`, `mean` and `std`): every channel of a variable gets its statistics.
+    pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
+        let stats: Vec<serde_json::Value> =
+            serde_json::from_str(json).map_err(|error| Error::BadStatistics {
+                reason: format!("not a list of variable statistics: {error}"),
+            })?;
+        let mut normalization = Self {
+            mean: Vec::new(),
+            std: Vec::new(),
+        };
+        for (number, variable) in layout.variables().iter().enumerate() {
+            let entry = stats
+                .iter()
+                .find(|entry| entry["variable"] == variable.name())
+                .ok_or_else(|| Error::BadStatistics {
+                    reason: format!("no statistics for variable `{}`", variable.name()),
+                })?;
+            let field = |name: &str| {
+                entry[name].as_f64().ok_or_else(|| Error::BadStatistics {
+                    reason: format!("variable `{}` has no numeric `{name}`", variable.name()),
+                })
+            };
+            let (mean, std) = (field("mean")? as f32, field("std")? as f32);
+            let channels = layout.channel_range(number).len();
+            normalization
+                .mean
+                .extend(std::iter::repeat_n(mean, channels));
+            normalization.std.extend(std::iter::repeat_n(std, channels));
+        }
+        Ok(normalization)
+    }
+
+    fn check(&self, channels: usize) -> Result<()> {
+        if self.mean.len() != channels || self.std.len() != channels {
+            return Err(Error::BadStatistics {
+                reason: format!(
+                    "{} means and {} standard deviations for {channels} channels",
+                    self.mean.len(),
+                    self.std.len()
+                ),
+            });
+        }
+        match self
+            .std
+            .iter()
+            .position(|&std| !(std.is_finite() && std > 0.0))
+        {
+            Some(channel) => Err(Error::BadStatistics {
+                reason: format!(
+                    "channel {channel} has standard deviation {}",
+                    self.std[channel]
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What collation does beyond gathering.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CollateOptions {
+    /// The tensors' element type (GPU delivery; the CPU delivers float32).
+    pub dtype: TensorDType,
+    pub normalize: Option<Normalization>,
+    /// Replace NaN (after normalisation) by this value.
+    pub nan_fill: Option<f32>,
+    /// Also deliver a `u8` tensor of the inputs' shape: 1 where the value was a number, 0
+    /// where it was NaN.
+    pub nan_mask: bool,
+}
+
+impl CollateOptions {
+    /// Whether values need a pass after gathering.
+    pub fn transforms_values(&self) -> bool {
+        self.normalize.is_some() || self.nan_fill.is_some() || self.nan_mask
+    }
+
+    pub(crate) fn check(&self, layout: &SampleLayout) -> Result<()> {
+        if self.dtype == TensorDType::U8 {
+            return Err(Error::BadStatistics {
+                reason: "batch tensors are f32, bf16 or f16, not u8".into(),
+            });
+        }
+        match &self.normalize {
+            Some(normalization) => normalization.check(layout.channels().len()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The value pass on the host: `values` is `[batch, steps x channels, plane]` with
+/// `channels` channels per step; returns the NaN mask when asked for.
+pub(crate) fn finish_on_host(
+    values: &mut [f32],
+    plane: usize,
+    channels: usize,
+    options: &CollateOptions,
+) -> Option<Vec<u8>> {
+    if !options.transforms_values() {
+        return None;
+    }
+    let mut mask = vec![1u8; if options.nan_mask { values.len() } else { 0 }];
+    let planes = values.par_chunks_mut(plane.max(1)).enumerate();
+    let apply = |(index, values): (usize, &mut [f32]), mask: Option<&mut [u8]>| {
+        let channel = index % channels.max(1);
+        let (mean, std) = match &options.normalize {
+            Some(n) => (n.mean[channel], n.std[channel]),
+            None => (0.0, 1.0),
+        };
+        let normalize = options.normalize.is_some();
+        let mut mask = mask.map(|mask| mask.iter_mut());
+        for value in values.iter_mut() {
+            let (finished, valid) = finish_value(*value, normalize, mean, std, options.nan_fill);
+            *value = finished;
+            if let Some(flag) = mask.as_mut().and_then(|mask| mask.next()) {
+                *flag = valid as u8;
+            }
+        }
+    };
+    if options.nan_mask {
+        planes
+            .zip(mask.par_chunks_mut(plane.max(1)))
+            .for_each(|(plane, mask)| apply(plane, Some(mask)));
+        Some(mask)
+    } else {
+        planes.for_each(|plane| apply(plane, None));
+        None
+    }
+}
+
+/// One value, as the GPU's `finish` kernel computes it: normalised, then NaN replaced.
+pub(crate) fn finish_value(
+    value: f32,
+    normalize: bool,
+    mean: f32,
+    std: f32,
+    nan_fill: Option<f32>,
+) -> (f32, bool) {
+    let value = if normalize {
+        (value - mean) / std
+    } else {
+        value
+    };
+    match (value.is_nan(), nan_fill) {
+        (true, Some(fill)) => (fill, false),
+        (nan, _) => (value, !nan),
+    }
+}

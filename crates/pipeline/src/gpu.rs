@@ -1,0 +1,320 @@
+//! The GPU pipeline: chunks are read as Tokio tasks (`prefetch` batches ahead), then one
+//! worker thread per device submits each batch's still-compressed bytes to the
+//! [`GpuDecoder`] (staged through reused pinned buffers, uploaded on a copy stream) and
+//! enqueues its collation right behind the decoding on the same stream. The worker keeps two
+//! batches on the GPU: it plans and uploads batch k+1 while batch k decodes, and only then
+//! waits for k and checks its chunks.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::channel::oneshot;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+use zarrpipe_batcher::{Batcher, Sample};
+use zarrpipe_codec_gpu::cudarc::driver::sys::CUevent_flags;
+use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaStream};
+use zarrpipe_codec_gpu::{GpuDecoder, GpuOptions, PendingBatch};
+use zarrpipe_collate::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};
+use zarrpipe_store::{Dataset, EncodedChunk, FetchExt};
+
+use crate::stream::{BatchStream, Delivered, StageConfig};
+use crate::{Error, Metrics, Result};
+
+/// A batch in device memory. Its tensors are complete once [`GpuBatch::ready`] has: make
+/// the consumer's stream wait on it ([`GpuBatch::wait_on`]) or synchronise it. Dropping the
+/// batch returns its tensors' memory to the pipeline's pool.
+#[derive(Debug)]
+pub struct GpuBatch {
+    pub index: u64,
+    /// `[batch, channel, window...]` in the chosen type (f32, bf16 or f16).
+    pub inputs: DeviceTensor,
+    pub targets: Option<DeviceTensor>,
+    /// Padding mask `[batch, window...]`, u8.
+    pub mask: Option<DeviceTensor>,
+    /// NaN mask of the inputs' shape, u8.
+    pub nan_mask: Option<DeviceTensor>,
+    pub samples: Vec<Sample>,
+    /// Recorded on the pipeline's stream after the batch's last kernel.
+    pub ready: CudaEvent,
+}
+
+impl GpuBatch {
+    /// Makes `stream` wait (on the device, not the host) until the batch is complete.
+    pub fn wait_on(&self, stream: &CudaStream) -> Result<()> {
+        stream.wait(&self.ready).map_err(|error| Error::Gpu {
+            what: "waiting for a batch".into(),
+            source: Box::new(error),
+        })
+    }
+
+    /// Blocks the calling thread until the batch is complete.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ready.synchronize().map_err(|error| Error::Gpu {
+            what: "waiting for a batch".into(),
+            source: Box::new(error),
+        })
+    }
+}
+
+impl Delivered for GpuBatch {
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    fn num_samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    fn tensor_bytes(&self) -> usize {
+        self.inputs.byte_len() + self.targets.as_ref().map_or(0, DeviceTensor::byte_len)
+    }
+}
+
+/// How the GPU stages run.
+#[derive(Clone, Debug)]
+pub(crate) struct GpuConfig {
+    pub decoder: GpuOptions,
+    /// Most device bytes in batch tensors at once (delivered and not yet dropped, or being
+    /// collated).
+    pub tensor_memory: usize,
+}
+
+/// One batch's chunks, read and waiting for the GPU.
+struct Job {
+    index: u64,
+    samples: Vec<Sample>,
+    chunks: Vec<EncodedChunk>,
+    reply: oneshot::Sender<Result<GpuBatch>>,
+}
+
+/// A batch on the GPU: decoding and collation enqueued, not yet checked.
+struct Running {
+    job_index: u64,
+    samples: Vec<Sample>,
+    reply: oneshot::Sender<Result<GpuBatch>>,
+    pending: PendingBatch,
+    tensors: Result<Option<DeviceTensors>>,
+    started: CudaEvent,
+}
+
+/// Batches on the GPU at once: one decoding while the next is planned and uploaded.
+const ON_DEVICE: usize = 2;
+
+pub(crate) fn start(
+    runtime: Handle,
+    dataset: Arc<Dataset>,
+    batcher: Batcher,
+    stages: StageConfig,
+    gpu: GpuConfig,
+) -> Result<BatchStream<GpuBatch>> {
+    let decoder = GpuDecoder::new(gpu.decoder.clone())?;
+    let stream = decoder.stream().clone();
+    let pool = TensorPool::new(stream.clone(), gpu.tensor_memory);
+    let layout = batcher.layout().clone();
+    let collator = DeviceCollator::new(layout, stages.collate.clone(), stream, pool)?;
+    let metrics = Arc::new(Metrics::default());
+    let (jobs, queue) = mpsc::channel::<Job>(stages.prefetch);
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let worker = Worker {
+        decoder,
+        collator,
+        metrics: metrics.clone(),
+        waiting: waiting.clone(),
+    };
+    std::thread::Builder::new()
+        .name(format!("zarrpipe-gpu{}", gpu.decoder.device))
+        .spawn(move || worker.run(queue))
+        .map_err(|error| Error::Gpu {
+            what: "starting the GPU worker thread".into(),
+            source: Box::new(error),
+        })?;
+    let fetch_metrics = metrics.clone();
+    let layout = batcher.layout().clone();
+    let inner = stream::iter(batcher.batches())
+        .map(move |(index, samples)| {
+            let requests = layout.read_plan(&samples);
+            let (jobs, metrics, waiting) = (jobs.clone(), fetch_metrics.clone(), waiting.clone());
+            let concurrency = stages.fetch_concurrency;
+            let fetch = runtime.spawn(async move {
+                let chunks: Vec<EncodedChunk> = stream::iter(requests)
+                    .fetch(concurrency)
+                    .inspect_ok(|chunk| {
+                        let stored = chunk.bytes.as_ref().map_or(0, |bytes| bytes.len());
+                        metrics.add_fetch(chunk.fetch_time, stored, chunk.bytes.is_none())
+                    })
+                    .try_collect()
+                    .await?;
+                let (reply, answer) = oneshot::channel();
+                waiting.fetch_add(1, Ordering::Relaxed);
+                let job = Job {
+                    index,
+                    samples,
+                    chunks,
+                    reply,
+                };
+                if jobs.send(job).await.is_err() {
+                    return Err(Error::WorkerStopped);
+                }
+                answer.await.unwrap_or(Err(Error::WorkerStopped))
+            });
+            let fetch = AbortOnDrop(fetch);
+            async move {
+                let mut fetch = fetch;
+                (&mut fetch.0).await.map_err(|source| Error::TaskFailed {
+                    batch: index,
+                    source,
+                })?
+            }
+        })
+        .buffered(stages.prefetch)
+        .boxed();
+    let device = stages.device;
+    Ok(BatchStream::new(inner, dataset, batcher, device, metrics))
+}
+
+/// Aborts the batch's task when the stream drops it before it finished.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Worker {
+    decoder: GpuDecoder,
+    collator: DeviceCollator,
+    metrics: Arc<Metrics>,
+    /// Batches read and queued for this worker.
+    waiting: Arc<AtomicUsize>,
+}
+
+impl Worker {
+    /// Runs until the stream (every job sender) is gone, then frees the device memory.
+    fn run(self, mut queue: mpsc::Receiver<Job>) {
+        let mut running: VecDeque<Running> = VecDeque::new();
+        loop {
+            let job = if running.is_empty() {
+                queue.blocking_recv()
+            } else {
+                match queue.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        self.finish(running.pop_front().expect("a running batch"));
+                        continue;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            };
+            let Some(job) = job else { break };
+            let queued = self.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.add_queue_depth(queued, running.len());
+            if job.reply.is_canceled() {
+                continue; // the consumer dropped the stream
+            }
+            match self.submit(job) {
+                Ok(batch) => running.push_back(batch),
+                Err((reply, error)) => {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            if running.len() >= ON_DEVICE {
+                self.finish(running.pop_front().expect("a running batch"));
+            }
+        }
+        for batch in running {
+            self.finish(batch);
+        }
+    }
+
+    /// Enqueues a batch's decoding, then its collation behind it on the same stream.
+    #[allow(clippy::result_large_err)]
+    fn submit(
+        &self,
+        job: Job,
+    ) -> std::result::Result<Running, (oneshot::Sender<Result<GpuBatch>>, Error)> {
+        let stream = self.decoder.stream();
+        let started = match stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)) {
+            Ok(event) => event,
+            Err(error) => return Err((job.reply, gpu_error("recording an event", error))),
+        };
+        let planning = Instant::now();
+        let pending = match self.decoder.submit(job.chunks) {
+            Ok(pending) => pending,
+            Err(error) => return Err((job.reply, error.into())),
+        };
+        self.metrics.add_gpu_planning(planning.elapsed());
+        let base = pending.buffer_address();
+        // A chunk that failed while planning fails the batch: nothing to collate.
+        let placed: Option<Vec<_>> = pending
+            .planned()
+            .iter()
+            .map(|placed| {
+                let (request, offset) = placed.as_ref()?;
+                Some((request.clone(), base + *offset as u64))
+            })
+            .collect();
+        let tensors = match placed {
+            Some(chunks) => self
+                .collator
+                .collate(&job.samples, &chunks)
+                .map(Some)
+                .map_err(Error::from),
+            None => Ok(None),
+        };
+        Ok(Running {
+            job_index: job.index,
+            samples: job.samples,
+            reply: job.reply,
+            pending,
+            tensors,
+            started,
+        })
+    }
+
+    /// Waits for a batch, checks every chunk, and delivers it.
+    fn finish(&self, running: Running) {
+        let Running {
+            job_index,
+            samples,
+            reply,
+            pending,
+            tensors,
+            started,
+        } = running;
+        let decoded = self.decoder.complete(pending);
+        let result = (|| {
+            let decoded = decoded?;
+            let mut bytes = 0;
+            for chunk in decoded.chunks {
+                bytes += chunk?.len;
+            }
+            let tensors = tensors?.expect("collated when every chunk was planned");
+            if let Ok(ms) = started.elapsed_ms(&tensors.ready) {
+                self.metrics
+                    .add_gpu(std::time::Duration::from_secs_f32(ms / 1e3), bytes);
+            }
+            Ok(GpuBatch {
+                index: job_index,
+                inputs: tensors.inputs,
+                targets: tensors.targets,
+                mask: tensors.mask,
+                nan_mask: tensors.nan_mask,
+                samples,
+                ready: tensors.ready,
+            })
+        })();
+        let _ = reply.send(result);
+    }
+}
+
+fn gpu_error(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Gpu {
+        what: what.into(),
+        source: Box::new(error),
+    }
+}
