@@ -127,7 +127,21 @@ async fn gpu_passes(
     dataset: Arc<Dataset>,
     device: Device,
 ) -> anyhow::Result<Report> {
-    let build = || async { Ok(pipeline(args, dataset.clone(), device)?.build_gpu().await?) };
+    use zarrpipe::codec::GpuOptions;
+    use zarrpipe::pipeline::GpuDevice;
+    let Device::Cuda(ordinal) = device else {
+        unreachable!("GPU passes run on a CUDA device")
+    };
+    // One decoder and tensor pool for every pass, as a training loop keeps them across epochs.
+    let options = GpuOptions {
+        device: ordinal,
+        ..Default::default()
+    };
+    let gpu = GpuDevice::open(options, 16 << 30)?;
+    let build = || async {
+        let builder = pipeline(args, dataset.clone(), device)?.gpu(gpu.clone());
+        Ok(builder.build_gpu().await?)
+    };
     // A batch counts as delivered once its tensors are complete on the device.
     let ready = |batch: &zarrpipe::pipeline::GpuBatch| Ok(batch.synchronize()?);
     let sum = |batch: &zarrpipe::pipeline::GpuBatch| -> anyhow::Result<f64> {

@@ -40,6 +40,8 @@ pub struct PipelineBuilder {
     collate: CollateOptions,
     stats_json: Option<String>,
     gpu_tensor_memory: usize,
+    #[cfg(feature = "cuda")]
+    gpu: Option<Arc<crate::GpuDevice>>,
 }
 
 /// Entry point: `Pipeline::builder(url)...build().await?` gives a [`BatchStream`].
@@ -78,6 +80,8 @@ impl PipelineBuilder {
             collate: CollateOptions::default(),
             stats_json: None,
             gpu_tensor_memory: 16 << 30,
+            #[cfg(feature = "cuda")]
+            gpu: None,
         }
     }
 
@@ -249,10 +253,24 @@ impl PipelineBuilder {
         self
     }
 
+    /// The collate options set so far.
+    pub fn collate_options_ref(&self) -> &CollateOptions {
+        &self.collate
+    }
+
     /// Normalises each channel with its variable's `mean` and `std` from `zarrpipe stats
     /// --json` output (resolved against the layout when the pipeline is built).
     pub fn normalize_with_stats(mut self, stats_json: impl Into<String>) -> Self {
         self.stats_json = Some(stats_json.into());
+        self
+    }
+
+    /// GPU pipeline: run on this device's decoder and tensor pool (see
+    /// [`GpuDevice`](crate::GpuDevice)), kept across epochs, instead of opening the device
+    /// anew at `build_gpu`. Its ordinal overrides [`device`](Self::device).
+    #[cfg(feature = "cuda")]
+    pub fn gpu(mut self, device: Arc<crate::GpuDevice>) -> Self {
+        self.gpu = Some(device);
         self
     }
 
@@ -286,14 +304,17 @@ impl PipelineBuilder {
             Device::Cuda(ordinal) => ordinal,
             Device::Cpu => 0,
         };
-        self.device = Device::Cuda(ordinal);
-        let gpu = crate::gpu::GpuConfig {
-            decoder: zarrpipe_codec_gpu::GpuOptions {
-                device: ordinal,
-                ..Default::default()
-            },
-            tensor_memory: self.gpu_tensor_memory,
+        let gpu = match self.gpu.take() {
+            Some(gpu) => gpu,
+            None => {
+                let options = zarrpipe_codec_gpu::GpuOptions {
+                    device: ordinal,
+                    ..Default::default()
+                };
+                crate::GpuDevice::open(options, self.gpu_tensor_memory)?
+            }
         };
+        self.device = Device::Cuda(gpu.decoder().stream().context().ordinal());
         let (runtime, dataset, batcher, stages) = self.prepare().await?;
         crate::gpu::start(runtime, dataset, batcher, stages, gpu)
     }

@@ -74,13 +74,43 @@ impl Delivered for GpuBatch {
     }
 }
 
-/// How the GPU stages run.
-#[derive(Clone, Debug)]
-pub(crate) struct GpuConfig {
-    pub decoder: GpuOptions,
-    /// Most device bytes in batch tensors at once (delivered and not yet dropped, or being
-    /// collated).
-    pub tensor_memory: usize,
+/// One GPU's decoder (kernels, nvCOMP, pinned staging and device buffers) and tensor pool,
+/// shared by the pipelines that run on it. Opening one costs pinned allocations and kernel
+/// loads, so reuse it across epochs ([`PipelineBuilder::gpu`](crate::PipelineBuilder::gpu)).
+/// Its memory goes back to the driver when the last pipeline and handle are dropped.
+pub struct GpuDevice {
+    decoder: GpuDecoder,
+    pool: TensorPool,
+}
+
+impl std::fmt::Debug for GpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDevice")
+            .field("decoder", &self.decoder)
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl GpuDevice {
+    /// Opens CUDA device `options.device`. Batch tensors handed out at once (delivered and
+    /// not yet dropped, or being collated) stay under `tensor_memory` bytes.
+    pub fn open(options: GpuOptions, tensor_memory: usize) -> Result<Arc<Self>> {
+        let decoder = GpuDecoder::new(options)?;
+        let pool = TensorPool::new(decoder.stream().clone(), tensor_memory);
+        Ok(Arc::new(Self { decoder, pool }))
+    }
+
+    pub fn decoder(&self) -> &GpuDecoder {
+        &self.decoder
+    }
+}
+
+impl Drop for GpuDevice {
+    fn drop(&mut self) {
+        // Kept tensor buffers go back to the device's pool before the decoder trims it.
+        self.pool.release_free();
+    }
 }
 
 /// One batch's chunks, read and waiting for the GPU.
@@ -99,6 +129,7 @@ struct Running {
     pending: PendingBatch,
     tensors: Result<Option<DeviceTensors>>,
     started: CudaEvent,
+    ended: Option<CudaEvent>,
 }
 
 /// Batches on the GPU at once: one decoding while the next is planned and uploaded.
@@ -109,24 +140,23 @@ pub(crate) fn start(
     dataset: Arc<Dataset>,
     batcher: Batcher,
     stages: StageConfig,
-    gpu: GpuConfig,
+    gpu: Arc<GpuDevice>,
 ) -> Result<BatchStream<GpuBatch>> {
-    let decoder = GpuDecoder::new(gpu.decoder.clone())?;
-    let stream = decoder.stream().clone();
-    let pool = TensorPool::new(stream.clone(), gpu.tensor_memory);
+    let stream = gpu.decoder.stream().clone();
     let layout = batcher.layout().clone();
-    let collator = DeviceCollator::new(layout, stages.collate.clone(), stream, pool)?;
+    let collator = DeviceCollator::new(layout, stages.collate.clone(), stream, gpu.pool.clone())?;
+    let ordinal = gpu.decoder.stream().context().ordinal();
     let metrics = Arc::new(Metrics::default());
     let (jobs, queue) = mpsc::channel::<Job>(stages.prefetch);
     let waiting = Arc::new(AtomicUsize::new(0));
     let worker = Worker {
-        decoder,
+        gpu,
         collator,
         metrics: metrics.clone(),
         waiting: waiting.clone(),
     };
     std::thread::Builder::new()
-        .name(format!("zarrpipe-gpu{}", gpu.decoder.device))
+        .name(format!("zarrpipe-gpu{ordinal}"))
         .spawn(move || worker.run(queue))
         .map_err(|error| Error::Gpu {
             what: "starting the GPU worker thread".into(),
@@ -186,7 +216,7 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 struct Worker {
-    decoder: GpuDecoder,
+    gpu: Arc<GpuDevice>,
     collator: DeviceCollator,
     metrics: Arc<Metrics>,
     /// Batches read and queued for this worker.
@@ -229,6 +259,10 @@ impl Worker {
         for batch in running {
             self.finish(batch);
         }
+        // Tensor buffers go back to the device's memory pool before the decoder trims it.
+        let Worker { gpu, collator, .. } = self;
+        drop(collator);
+        drop(gpu);
     }
 
     /// Enqueues a batch's decoding, then its collation behind it on the same stream.
@@ -237,17 +271,24 @@ impl Worker {
         &self,
         job: Job,
     ) -> std::result::Result<Running, (oneshot::Sender<Result<GpuBatch>>, Error)> {
-        let stream = self.decoder.stream();
+        let stream = self.gpu.decoder.stream().clone();
         let started = match stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)) {
             Ok(event) => event,
             Err(error) => return Err((job.reply, gpu_error("recording an event", error))),
         };
         let planning = Instant::now();
-        let pending = match self.decoder.submit(job.chunks) {
+        let pending = match self.gpu.decoder.submit(job.chunks) {
             Ok(pending) => pending,
             Err(error) => return Err((job.reply, error.into())),
         };
         self.metrics.add_gpu_planning(planning.elapsed());
+        if trace() {
+            eprintln!(
+                "gpu: batch {} submitted in {:?}",
+                job.index,
+                planning.elapsed()
+            );
+        }
         let base = pending.buffer_address();
         // A chunk that failed while planning fails the batch: nothing to collate.
         let placed: Option<Vec<_>> = pending
@@ -266,6 +307,9 @@ impl Worker {
                 .map_err(Error::from),
             None => Ok(None),
         };
+        let ended = stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .ok();
         Ok(Running {
             job_index: job.index,
             samples: job.samples,
@@ -273,6 +317,7 @@ impl Worker {
             pending,
             tensors,
             started,
+            ended,
         })
     }
 
@@ -285,8 +330,16 @@ impl Worker {
             pending,
             tensors,
             started,
+            ended,
         } = running;
-        let decoded = self.decoder.complete(pending);
+        let waiting = Instant::now();
+        let decoded = self.gpu.decoder.complete(pending);
+        if trace() {
+            eprintln!(
+                "gpu: batch {job_index} completed after waiting {:?}",
+                waiting.elapsed()
+            );
+        }
         let result = (|| {
             let decoded = decoded?;
             let mut bytes = 0;
@@ -294,10 +347,11 @@ impl Worker {
                 bytes += chunk?.len;
             }
             let tensors = tensors?.expect("collated when every chunk was planned");
-            if let Ok(ms) = started.elapsed_ms(&tensors.ready) {
-                self.metrics
-                    .add_gpu(std::time::Duration::from_secs_f32(ms / 1e3), bytes);
-            }
+            let busy = ended.map_or(0.0, |ended| started.elapsed_ms(&ended).unwrap_or(0.0));
+            self.metrics.add_gpu(
+                std::time::Duration::from_secs_f32(busy.max(0.0) / 1e3),
+                bytes,
+            );
             Ok(GpuBatch {
                 index: job_index,
                 inputs: tensors.inputs,
@@ -317,4 +371,10 @@ fn gpu_error(what: &str, error: impl std::error::Error + Send + Sync + 'static) 
         what: what.into(),
         source: Box::new(error),
     }
+}
+
+/// `ZARRPIPE_TRACE_GPU=1` prints when each batch is submitted and completed.
+fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("ZARRPIPE_TRACE_GPU").is_some())
 }

@@ -35,7 +35,7 @@ mod stream;
 pub use builder::{Pipeline, PipelineBuilder};
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
-pub use gpu::GpuBatch;
+pub use gpu::{GpuBatch, GpuDevice};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use select::{index_range, resolve_selections, CoordValue, Selection};
 pub use stream::{Batch, BatchStream, Delivered};

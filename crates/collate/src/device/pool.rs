@@ -7,6 +7,8 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use ndarray::{ArrayD, IxDyn};
 use zarrpipe_codec_gpu::cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr};
 
+use zarrpipe_codec_gpu::trim_memory_pool;
+
 use super::cuda_error;
 use crate::options::TensorDType;
 use crate::{Error, Result};
@@ -210,12 +212,20 @@ impl Drop for DeviceTensor {
         let Some(buffer) = self.buffer.take() else {
             return;
         };
-        if let Some(pool) = self.pool.upgrade() {
-            let mut state = pool.lock();
-            state.outstanding -= self.len;
-            state.free.push(buffer);
-            drop(state);
-            pool.returned.notify_all();
+        match self.pool.upgrade() {
+            Some(pool) => {
+                let mut state = pool.lock();
+                state.outstanding -= self.len;
+                state.free.push(buffer);
+                drop(state);
+                pool.returned.notify_all();
+            }
+            None => {
+                // The pipeline is gone: give the memory back to the driver, not its pool.
+                drop(buffer);
+                let _ = self.stream.synchronize();
+                trim_memory_pool(self.stream.context());
+            }
         }
     }
 }

@@ -1,0 +1,312 @@
+//! The GPU pipeline against the CPU pipeline, bit for bit, for the same seed: zstd, blosc and
+//! sharded stores, shuffled patches with padded edges, forecasting pairs, normalisation with
+//! NaN handling, and bf16/f16 tensors against the CPU's values rounded by the `half` crate.
+//! Dropping the stream mid-epoch leaves no device memory behind; a corrupt chunk fails its
+//! batch and no other. Without a CUDA device (or without the `cuda` feature) each test prints
+//! why it was skipped. On a GPU host: `cargo test --release --features cuda --test gpu_pipeline`.
+
+#![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
+
+use std::path::Path;
+
+use zarrpipe::batcher::{Edge, Shuffle, WindowSpec};
+use zarrpipe::codec::{GpuDecoder, GpuOptions};
+use zarrpipe::collate::{CollateOptions, Normalization, TensorDType};
+use zarrpipe::generate::{generate, Compression, GenerateOptions};
+use zarrpipe::pipeline::PipelineBuilder;
+use zarrpipe::prelude::*;
+
+/// Whether a GPU pipeline can run here; prints why not.
+fn gpu_present() -> bool {
+    match GpuDecoder::new(GpuOptions::default()) {
+        Ok(_) => true,
+        Err(error) => {
+            eprintln!("skipped: no CUDA device ({error})");
+            false
+        }
+    }
+}
+
+fn store(dir: &Path, compression: Compression, shard: Option<u64>) -> String {
+    let options = GenerateOptions {
+        time: 6,
+        levels: 3,
+        lat: 40,
+        lon: 72,
+        compression,
+        shard,
+        seed: 11,
+    };
+    let path = dir.join("w1.zarr");
+    generate(&path, &options, |_, _| {}).expect("generate");
+    path.to_string_lossy().into_owned()
+}
+
+fn patches(url: &str) -> PipelineBuilder {
+    Pipeline::builder(url)
+        .variables(["t2m", "z", "u"])
+        .window_spec(
+            WindowSpec::new()
+                .window("latitude", 16, 12)
+                .window("longitude", 24, 20)
+                .edge(Edge::Pad)
+                .pad_value(-3.0),
+        )
+        .shuffle(Shuffle::Full)
+        .seed(5)
+        .batch_size(5)
+}
+
+#[cfg(feature = "cuda")]
+mod on_gpu {
+    use super::*;
+    use zarrpipe::codec::cudarc::driver::CudaContext;
+
+    /// Every batch of the GPU pipeline, as host float32 (inputs, targets, padding and NaN
+    /// masks as 0/1), with its sample indices.
+    type HostView = (
+        Vec<u64>,
+        Vec<f32>,
+        Option<Vec<f32>>,
+        Option<Vec<f32>>,
+        Option<Vec<f32>>,
+    );
+
+    async fn gpu_batches(builder: PipelineBuilder) -> Vec<HostView> {
+        let batches = builder.build_gpu().await.unwrap();
+        let batches: Vec<_> = batches.try_collect().await.unwrap();
+        batches
+            .iter()
+            .map(|batch| {
+                batch.synchronize().unwrap();
+                let host = |t: &zarrpipe::collate::DeviceTensor| {
+                    t.to_host_f32()
+                        .unwrap()
+                        .iter()
+                        .copied()
+                        .collect::<Vec<f32>>()
+                };
+                (
+                    batch.samples.iter().map(|s| s.index).collect(),
+                    host(&batch.inputs),
+                    batch.targets.as_ref().map(host),
+                    batch.mask.as_ref().map(host),
+                    batch.nan_mask.as_ref().map(host),
+                )
+            })
+            .collect()
+    }
+
+    async fn cpu_batches(builder: PipelineBuilder, round: fn(f32) -> f32) -> Vec<HostView> {
+        let batches: Vec<_> = builder.build().await.unwrap().try_collect().await.unwrap();
+        let floats = |a: &ndarray::ArrayD<f32>| a.iter().map(|&v| round(v)).collect::<Vec<_>>();
+        let flags = |a: &ndarray::ArrayD<u8>| a.iter().map(|&v| f32::from(v)).collect::<Vec<_>>();
+        batches
+            .iter()
+            .map(|batch| {
+                (
+                    batch.samples.iter().map(|s| s.index).collect(),
+                    floats(&batch.inputs),
+                    batch.targets.as_ref().map(floats),
+                    batch.mask.as_ref().map(flags),
+                    batch.nan_mask.as_ref().map(flags),
+                )
+            })
+            .collect()
+    }
+
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    async fn check_equal(builder: impl Fn() -> PipelineBuilder, round: fn(f32) -> f32) {
+        let gpu = gpu_batches(builder()).await;
+        let cpu = cpu_batches(builder().collate_options(host_options(&builder())), round).await;
+        assert_eq!(gpu.len(), cpu.len(), "batch count");
+        for (number, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+            assert_eq!(g.0, c.0, "samples of batch {number}");
+            assert!(same_bits(&g.1, &c.1), "inputs of batch {number} differ");
+            match (&g.2, &c.2) {
+                (Some(g), Some(c)) => assert!(same_bits(g, c), "targets of batch {number}"),
+                (None, None) => {}
+                _ => panic!("targets on one device only"),
+            }
+            assert_eq!(g.3, c.3, "padding mask of batch {number}");
+            assert_eq!(g.4, c.4, "NaN mask of batch {number}");
+        }
+    }
+
+    /// The builder's collate options with the tensor type the host delivers (float32).
+    fn host_options(builder: &PipelineBuilder) -> CollateOptions {
+        CollateOptions {
+            dtype: TensorDType::F32,
+            ..builder.collate_options_ref().clone()
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn batches_equal_the_cpu_pipeline_bit_for_bit() {
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            for (name, compression, shard) in [
+                ("zstd", Compression::Zstd, None),
+                ("blosc-lz4", Compression::BloscLz4, None),
+                ("sharded zstd", Compression::Zstd, Some(2)),
+            ] {
+                eprintln!("{name}");
+                let url = store(&dir.path().join(name), compression, shard);
+                check_equal(|| patches(&url), |v| v).await;
+                let whole_fields = || Pipeline::builder(&url).forecast(2, [1, 2]).batch_size(2);
+                check_equal(whole_fields, |v| v).await;
+            }
+        });
+    }
+
+    #[test]
+    fn normalised_masked_and_half_precision_tensors_match_the_cpu() {
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = store(dir.path(), Compression::Zstd, None);
+        let normalization = Normalization {
+            mean: vec![280.0, 900.0, 1000.0, 1100.0, 5.0, 6.0, 7.0],
+            std: vec![12.0, 300.0, 310.0, 320.0, 8.0, 9.0, 10.0],
+        };
+        let options = |dtype| CollateOptions {
+            dtype,
+            normalize: Some(normalization.clone()),
+            nan_fill: Some(0.0),
+            nan_mask: true,
+        };
+        runtime().block_on(async {
+            let url = &url;
+            let with = |dtype| move || patches(url).collate_options(options(dtype));
+            check_equal(with(TensorDType::F32), |v| v).await;
+            check_equal(with(TensorDType::BF16), |v| {
+                half::bf16::from_f32(v).to_f32()
+            })
+            .await;
+            check_equal(with(TensorDType::F16), |v| half::f16::from_f32(v).to_f32()).await;
+        });
+    }
+
+    #[test]
+    fn a_corrupt_chunk_fails_its_batch_only() {
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = store(dir.path(), Compression::Zstd, None);
+        std::fs::write(Path::new(&url).join("z/c/2/1/0/0"), b"not zstd at all").unwrap();
+        // A truncated frame, caught on the device side of the checks.
+        let frame = std::fs::read(Path::new(&url).join("u/c/4/0/0/0")).unwrap();
+        std::fs::write(
+            Path::new(&url).join("u/c/4/0/0/0"),
+            &frame[..frame.len() / 2],
+        )
+        .unwrap();
+        runtime().block_on(async {
+            let batches = Pipeline::builder(&url)
+                .variables(["t2m", "z", "u"])
+                .batch_size(1)
+                .build_gpu()
+                .await
+                .unwrap();
+            let outcomes: Vec<_> = batches.collect().await;
+            assert_eq!(outcomes.len(), 6);
+            for (time, outcome) in outcomes.iter().enumerate() {
+                match (time, outcome) {
+                    (2, Err(error)) => {
+                        let error = error.to_string();
+                        assert!(
+                            error.contains("z/c/2/1/0/0") && error.contains("`z`"),
+                            "{error}"
+                        );
+                    }
+                    (4, Err(error)) => {
+                        let error = error.to_string();
+                        assert!(error.contains("u/c/4/0/0/0"), "{error}");
+                    }
+                    (2 | 4, Ok(_)) => panic!("batch {time} should fail"),
+                    (_, Err(error)) => panic!("batch {time} failed: {error}"),
+                    (_, Ok(batch)) => batch.synchronize().unwrap(),
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn dropping_the_stream_mid_epoch_frees_the_device_memory() {
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let options = GenerateOptions {
+            time: 24,
+            levels: 4,
+            lat: 256,
+            lon: 512,
+            compression: Compression::Zstd,
+            shard: None,
+            seed: 2,
+        };
+        let path = dir.path().join("big.zarr");
+        generate(&path, &options, |_, _| {}).unwrap();
+        let url = path.to_string_lossy().into_owned();
+        let context = CudaContext::new(0).unwrap();
+        let free = || context.mem_get_info().unwrap().0 as i64;
+        runtime().block_on(async {
+            let before = free();
+            let mut batches = Pipeline::builder(&url)
+                .batch_size(2)
+                .prefetch(4)
+                .build_gpu()
+                .await
+                .unwrap();
+            let first = batches.try_next().await.unwrap().expect("a first batch");
+            first.synchronize().unwrap();
+            let during = free();
+            drop(first);
+            drop(batches);
+            let mut after = free();
+            for _ in 0..50 {
+                if before - after < 64 << 20 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                after = free();
+            }
+            eprintln!(
+                "device memory in use: {} MiB during the epoch, {} MiB after the drop",
+                (before - during) >> 20,
+                (before - after) >> 20
+            );
+            assert!(
+                before - during > 16 << 20,
+                "the pipeline used no device memory?"
+            );
+            assert!(
+                before - after < 64 << 20,
+                "{} MiB left behind",
+                (before - after) >> 20
+            );
+        });
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn gpu_pipeline_tests_need_the_cuda_feature() {
+    eprintln!("skipped: built without the `cuda` feature (cargo test --features cuda --test gpu_pipeline)");
+}
