@@ -93,6 +93,14 @@ async fn main() -> anyhow::Result<()> {
         batch.timings.device.as_secs_f64() * 1e3,
     );
 
+    // The ceiling: nvCOMP's decompression alone, on the same streams already on the device.
+    let (bare, bare_bytes) = decoder.time_bare_nvcomp(chunks.clone(), 3)?;
+    println!(
+        "bare nvCOMP calls: {:.2} GB/s of their output ({:.1} ms)",
+        gigabytes_per_second(bare_bytes, bare.as_secs_f64()),
+        bare.as_secs_f64() * 1e3
+    );
+
     // --- 4. Compare, bit for bit ---
     let on_gpu = batch.into_host()?;
     for (cpu, gpu) in on_cpu.iter().zip(on_gpu) {

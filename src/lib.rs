@@ -46,9 +46,13 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 pub mod prelude {
     pub use futures::{StreamExt, TryStreamExt};
     pub use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+    pub use zarrpipe_codec_gpu::GpuOptions;
     pub use zarrpipe_codec_gpu::{CpuDecoder, DecodeExt};
     pub use zarrpipe_collate::{CollateExt, HostCollator};
+    pub use zarrpipe_collate::{CollateOptions, TensorDType};
     pub use zarrpipe_core::{DType, Device};
     pub use zarrpipe_pipeline::{Batch, BatchStream, Pipeline};
+    #[cfg(feature = "cuda")]
+    pub use zarrpipe_pipeline::{GpuBatch, GpuDevice};
     pub use zarrpipe_store::{ChunkRequest, Dataset, FetchExt};
 }

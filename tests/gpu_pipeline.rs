@@ -247,6 +247,43 @@ mod on_gpu {
     }
 
     #[test]
+    fn batches_leave_through_dlpack_without_a_copy() {
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = store(dir.path(), Compression::Zstd, None);
+        runtime().block_on(async {
+            let mut batches = Pipeline::builder(&url)
+                .batch_size(2)
+                .build_gpu()
+                .await
+                .unwrap();
+            let batch = batches.try_next().await.unwrap().unwrap();
+            batch.synchronize().unwrap();
+            let expected = batch.inputs.to_host_f32().unwrap();
+            let (address, shape) = (batch.inputs.device_ptr(), batch.inputs.shape().to_vec());
+            let managed = batch.inputs.into_dlpack();
+            // SAFETY: a live tensor from `into_dlpack`, read, then deleted once.
+            unsafe {
+                let dl = &(*managed).dl_tensor;
+                assert_eq!(dl.data as u64, address, "no copy");
+                assert_eq!((dl.device.device_type, dl.device.device_id), (2, 0));
+                let dims = std::slice::from_raw_parts(dl.shape, dl.ndim as usize);
+                assert_eq!(dims, shape.iter().map(|&n| n as i64).collect::<Vec<_>>());
+                let mut host = vec![0f32; expected.len()];
+                let bytes =
+                    std::slice::from_raw_parts_mut(host.as_mut_ptr().cast::<u8>(), host.len() * 4);
+                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, dl.data as u64)
+                    .unwrap();
+                assert_eq!(host, expected.iter().copied().collect::<Vec<_>>());
+                ((*managed).deleter.unwrap())(managed);
+            }
+            while batches.try_next().await.unwrap().is_some() {}
+        });
+    }
+
+    #[test]
     fn dropping_the_stream_mid_epoch_frees_the_device_memory() {
         if !gpu_present() {
             return;

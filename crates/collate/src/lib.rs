@@ -35,6 +35,7 @@
 mod collate;
 #[cfg(feature = "cuda")]
 mod device;
+pub mod dlpack;
 mod error;
 mod gather;
 mod host;

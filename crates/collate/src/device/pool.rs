@@ -10,6 +10,7 @@ use zarrpipe_codec_gpu::cudarc::driver::{result, CudaSlice, CudaStream, DevicePt
 use zarrpipe_codec_gpu::trim_memory_pool;
 
 use super::cuda_error;
+use crate::dlpack::{export, DLDevice, DLManagedTensor, DL_CUDA};
 use crate::options::TensorDType;
 use crate::{Error, Result};
 
@@ -204,6 +205,21 @@ impl DeviceTensor {
             what: "shaping a tensor".into(),
             source: Box::new(error),
         })
+    }
+}
+
+impl DeviceTensor {
+    /// Hands the tensor to a DLPack consumer (PyTorch, JAX, CuPy) without a copy. Its memory
+    /// goes back to the pool when the consumer calls the deleter. Read it only after the
+    /// batch's `ready` event.
+    pub fn into_dlpack(self) -> *mut DLManagedTensor {
+        let data = self.device_ptr() as *mut std::ffi::c_void;
+        let device = DLDevice {
+            device_type: DL_CUDA,
+            device_id: self.device_ordinal() as i32,
+        };
+        let (shape, dtype) = (self.shape.clone(), self.dtype.into());
+        export(Box::new(self), data, device, &shape, dtype)
     }
 }
 
