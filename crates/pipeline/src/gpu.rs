@@ -97,7 +97,7 @@ impl GpuDevice {
     /// not yet dropped, or being collated) stay under `tensor_memory` bytes.
     pub fn open(options: GpuOptions, tensor_memory: usize) -> Result<Arc<Self>> {
         let decoder = GpuDecoder::new(options)?;
-        let pool = TensorPool::new(decoder.stream().clone(), tensor_memory);
+        let pool = TensorPool::new(tensor_memory);
         Ok(Arc::new(Self { decoder, pool }))
     }
 
@@ -271,8 +271,12 @@ impl Worker {
         &self,
         job: Job,
     ) -> std::result::Result<Running, (oneshot::Sender<Result<GpuBatch>>, Error)> {
-        let stream = self.gpu.decoder.stream().clone();
-        let started = match stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)) {
+        let started = match self
+            .gpu
+            .decoder
+            .next_stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        {
             Ok(event) => event,
             Err(error) => return Err((job.reply, gpu_error("recording an event", error))),
         };
@@ -299,10 +303,11 @@ impl Worker {
                 Some((request.clone(), base + *offset as u64))
             })
             .collect();
+        let stream = pending.stream().clone();
         let tensors = match placed {
             Some(chunks) => self
                 .collator
-                .collate(&job.samples, &chunks)
+                .collate(&job.samples, &chunks, &stream)
                 .map(Some)
                 .map_err(Error::from),
             None => Ok(None),

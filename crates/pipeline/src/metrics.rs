@@ -43,8 +43,9 @@ pub struct MetricsSnapshot {
     pub batches: u64,
     /// GPU pipeline: host time planning and staging batches for the GPU.
     pub gpu_planning_busy: Duration,
-    /// GPU pipeline: device time from a batch's start on the decode stream to its collated
-    /// tensors (upload wait, decompression, kernels, collation).
+    /// GPU pipeline: device time from a batch's start on its decode stream to its collated
+    /// tensors (upload wait, decompression, kernels, collation), summed over batches; two
+    /// batches decode at once, so this can exceed the wall-clock time.
     pub gpu_busy: Duration,
     /// GPU pipeline: mean number of batches read and waiting for the GPU worker, and mean
     /// number on the GPU, seen each time the worker took a batch.

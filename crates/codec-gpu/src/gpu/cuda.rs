@@ -3,6 +3,7 @@
 //! the decoder's stream; per-op statuses come back at the end.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,7 +33,10 @@ fn cuda_error(what: impl Into<String>) -> impl FnOnce(cudarc::driver::DriverErro
 /// Decodes batches of chunks on one GPU with nvCOMP and zarrpipe's kernels.
 pub struct GpuDecoder {
     context: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    /// Batches decode on these in turn, so consecutive batches overlap on the device (each
+    /// nvCOMP call has one chunk per thread block, too few to fill the GPU alone).
+    lanes: Vec<Lane>,
+    next_lane: AtomicUsize,
     /// Uploads run here, beside the decoding on `stream`.
     copy_stream: Arc<CudaStream>,
     kernels: Kernels,
@@ -40,9 +44,6 @@ pub struct GpuDecoder {
     options: GpuOptions,
     /// Staging and device buffers of groups not in flight, reused from batch to batch.
     slots: SlotPool,
-    /// nvCOMP's temporary memory: every decompression runs on `stream`, so one buffer serves
-    /// every group in stream order.
-    temp: Mutex<Option<CudaSlice<u8>>>,
     /// Set when the device faulted: CUDA errors of that kind stick to the context, so every
     /// later batch is refused with this reason.
     fault: Mutex<Option<String>>,
@@ -59,6 +60,16 @@ impl std::fmt::Debug for GpuDecoder {
 
 /// Groups of one batch staged, uploading or decoding at once.
 const SLOTS: usize = 3;
+
+/// Decode streams, so this many batches can decode at once.
+const LANES: usize = 2;
+
+/// A decode stream and nvCOMP's temporary memory for it: the decompressions of a stream run
+/// in its order, so one buffer serves them all.
+struct Lane {
+    stream: Arc<CudaStream>,
+    temp: Mutex<Option<CudaSlice<u8>>>,
+}
 
 /// The buffers of one group in flight; they only grow, and go back to the pool when the
 /// group has finished.
@@ -134,6 +145,8 @@ impl std::fmt::Debug for DeviceBatch {
 /// before [`GpuDecoder::complete`] waits for it. Dropping it waits for its groups.
 pub struct PendingBatch {
     sources: Vec<EncodedChunk>,
+    /// The decode stream the batch runs on.
+    stream: Arc<CudaStream>,
     /// Where each chunk will be, as planned (errors found while planning included).
     planned: Vec<Option<(ChunkRequest, usize)>>,
     running: VecDeque<InFlight>,
@@ -157,6 +170,11 @@ impl PendingBatch {
     /// The buffer the chunks are being decoded into.
     pub fn buffer(&self) -> &CudaSlice<u8> {
         &self.output
+    }
+
+    /// The stream the batch decodes on: work on its bytes goes there (or waits on it).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// The device address of [`Self::buffer`].
@@ -222,22 +240,29 @@ impl GpuDecoder {
         // SAFETY: buffers are only shared between streams through those events.
         unsafe { context.disable_event_tracking() };
         keep_freed_memory_pooled(&context)?;
-        let stream = context
-            .new_stream()
-            .map_err(cuda_error("creating a stream"))?;
+        let lanes = (0..LANES)
+            .map(|_| {
+                Ok(Lane {
+                    stream: context
+                        .new_stream()
+                        .map_err(cuda_error("creating a stream"))?,
+                    temp: Mutex::new(None),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let copy_stream = context
             .new_stream()
             .map_err(cuda_error("creating a stream"))?;
         let kernels = Kernels::load(&context)?;
         Ok(Self {
             context,
-            stream,
+            lanes,
+            next_lane: AtomicUsize::new(0),
             copy_stream,
             kernels,
             nvcomp,
             options,
             slots: SlotPool::default(),
-            temp: Mutex::new(None),
             fault: Mutex::new(None),
         })
     }
@@ -259,10 +284,15 @@ impl GpuDecoder {
         &self.context
     }
 
-    /// The stream the decoder works on; a consumer waits on it (or synchronises) before
-    /// reading a batch from another stream.
+    /// The decoder's first stream (batches decode on its streams in turn; see
+    /// [`PendingBatch::stream`]).
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        &self.lanes[0].stream
+    }
+
+    /// The stream the next [`Self::submit`] decodes on, when no other thread submits between.
+    pub fn next_stream(&self) -> &Arc<CudaStream> {
+        &self.lanes[self.next_lane.load(Ordering::Relaxed) % LANES].stream
     }
 
     /// Pinned host bytes the decoder keeps for staging (in free slots).
@@ -340,13 +370,16 @@ impl GpuDecoder {
     /// `SLOTS` groups of a batch are in flight; older ones are finished first.
     fn submit_groups(&self, chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
         let started = Instant::now();
+        let lane = &self.lanes[self.next_lane.fetch_add(1, Ordering::Relaxed) % LANES];
+        let stream = &lane.stream;
         let output_len: usize = chunks.iter().map(output_bytes).sum();
         // SAFETY: every byte of the output a chunk owns is written by its ops before use.
-        let output = unsafe { self.stream.alloc::<u8>(output_len.max(1)) }
+        let output = unsafe { stream.alloc::<u8>(output_len.max(1)) }
             .map_err(cuda_error("allocating the batch output"))?;
-        let output_base = output.device_ptr(&self.stream).0;
+        let output_base = output.device_ptr(stream).0;
         let mut pending = PendingBatch {
             sources: chunks.clone(),
+            stream: stream.clone(),
             planned: Vec::with_capacity(chunks.len()),
             running: VecDeque::new(),
             finished: Vec::with_capacity(chunks.len()),
@@ -357,7 +390,9 @@ impl GpuDecoder {
         };
         let mut groups = groups(chunks, self.options.group_bytes).into_iter();
         let mut next = match groups.next() {
-            Some(group) => Some(self.stage_group(group, 0, self.slots.take(), output_base)?),
+            Some(group) => {
+                Some(self.stage_group(group, 0, self.slots.take(), output_base, stream)?)
+            }
             None => None,
         };
         while let Some(staged) = next.take() {
@@ -373,7 +408,7 @@ impl GpuDecoder {
                 let (region, _) = chunk.outcome.as_ref().ok()?;
                 Some((chunk.request.clone(), region.offset))
             }));
-            self.send(&upload, &mut slot)?;
+            self.send(&upload, &mut slot, stream)?;
             while pending.running.len() >= SLOTS - 1 {
                 let oldest = pending.running.pop_front().expect("a running group");
                 let chunks = self.finish(oldest)?;
@@ -381,17 +416,16 @@ impl GpuDecoder {
             }
             let output_start = prepared.plan.output_len;
             let following = groups.next();
-            let temp = &self.temp;
             let (following, done) = std::thread::scope(|scope| {
                 let staging = following.map(|group| {
                     scope.spawn(|| {
-                        self.stage_group(group, output_start, self.slots.take(), output_base)
+                        let slot = self.slots.take();
+                        self.stage_group(group, output_start, slot, output_base, stream)
                     })
                 });
-                let mut temp = temp.lock().unwrap_or_else(|p| p.into_inner());
                 let done = self
-                    .execute(&upload, &mut temp)
-                    .and_then(|()| self.read_results(&upload, &mut slot));
+                    .execute(&upload, lane)
+                    .and_then(|()| self.read_results(&upload, &mut slot, stream));
                 let following = staging.map(|thread| thread.join().expect("staging thread"));
                 (following, done)
             });
@@ -418,12 +452,12 @@ impl GpuDecoder {
             .elapsed()
             .saturating_sub(timings.plan + timings.stage);
         // SAFETY: a zero-length placeholder, never read; the real buffer moves out.
-        let empty = unsafe { self.stream.alloc::<u8>(0) }.map_err(cuda_error("allocating"))?;
+        let empty = unsafe { pending.stream.alloc::<u8>(0) }.map_err(cuda_error("allocating"))?;
         Ok(DeviceBatch {
             chunks: std::mem::take(&mut pending.finished),
             timings,
             buffer: std::mem::replace(&mut pending.output, empty),
-            stream: self.stream.clone(),
+            stream: pending.stream.clone(),
         })
     }
 
@@ -462,11 +496,12 @@ impl GpuDecoder {
         output_start: usize,
         mut slot: Slot,
         output_base: u64,
+        stream: &Arc<CudaStream>,
     ) -> Result<Staged> {
         let planning = Instant::now();
         let prepared = prepare(chunks, self.options.strict, output_start);
         let staging = Instant::now();
-        let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
+        let upload = self.stage(&prepared.plan, &mut slot, output_base, stream)?;
         Ok(Staged {
             plan_time: staging - planning,
             stage_time: staging.elapsed(),
@@ -477,8 +512,13 @@ impl GpuDecoder {
     }
 
     /// Stages a plan's bytes and tables in the slot's pinned memory, growing its buffers.
-    fn stage(&self, plan: &BatchPlan, slot: &mut Slot, output_base: u64) -> Result<Upload> {
-        let stream = &self.stream;
+    fn stage(
+        &self,
+        plan: &BatchPlan,
+        slot: &mut Slot,
+        output_base: u64,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Upload> {
         let tables = Tables::build(plan);
         let table_start = plan.input_len.next_multiple_of(256);
         let staging_len = table_start + tables.len;
@@ -507,8 +547,8 @@ impl GpuDecoder {
         })
     }
 
-    /// Uploads a staged group on the copy stream; the decoder's stream waits for it.
-    fn send(&self, upload: &Upload, slot: &mut Slot) -> Result<()> {
+    /// Uploads a staged group on the copy stream; the decode stream waits for it.
+    fn send(&self, upload: &Upload, slot: &mut Slot, stream: &Arc<CudaStream>) -> Result<()> {
         let staging = slot
             .staging
             .as_mut()
@@ -530,19 +570,20 @@ impl GpuDecoder {
             .copy_stream
             .record_event(None)
             .map_err(cuda_error("recording an upload event"))?;
-        self.stream
+        stream
             .wait(&uploaded)
             .map_err(cuda_error("waiting for an upload"))
     }
 
-    /// Enqueues every round's ops on the decoder's stream.
-    fn execute(&self, upload: &Upload, temp: &mut Option<CudaSlice<u8>>) -> Result<()> {
+    /// Enqueues every round's ops on the lane's stream.
+    fn execute(&self, upload: &Upload, lane: &Lane) -> Result<()> {
+        let mut temp = lane.temp.lock().unwrap_or_else(|p| p.into_inner());
         for round in &upload.tables.rounds {
             for (codec, group) in &round.decompress {
-                self.decompress(*codec, group, upload, temp)?;
+                self.decompress(*codec, group, upload, &mut temp, &lane.stream)?;
             }
             for launch in &round.launches {
-                self.launch(launch, upload.table_base)?;
+                self.launch(launch, upload.table_base, &lane.stream)?;
             }
         }
         Ok(())
@@ -550,7 +591,12 @@ impl GpuDecoder {
 
     /// Enqueues the copy of the decompressions' sizes and statuses to the slot's pinned
     /// memory; the returned event marks the end of the group's work.
-    fn read_results(&self, upload: &Upload, slot: &mut Slot) -> Result<CudaEvent> {
+    fn read_results(
+        &self,
+        upload: &Upload,
+        slot: &mut Slot,
+        stream: &Arc<CudaStream>,
+    ) -> Result<CudaEvent> {
         let results_len = upload.tables.results_len();
         let results_host = grow_pinned(&self.context, &mut slot.results_host, results_len)?;
         if results_len > 0 {
@@ -560,12 +606,12 @@ impl GpuDecoder {
                 result::memcpy_dtoh_async(
                     &mut results_host[..results_len],
                     upload.results,
-                    self.stream.cu_stream(),
+                    stream.cu_stream(),
                 )
             }
             .map_err(cuda_error("reading decompression statuses"))?;
         }
-        self.stream
+        stream
             .record_event(None)
             .map_err(cuda_error("recording a batch event"))
     }
@@ -580,25 +626,25 @@ impl GpuDecoder {
     ) -> Result<(std::time::Duration, usize)> {
         let prepared = prepare(chunks, self.options.strict, 0);
         let mut slot = self.slots.take();
-        let mut temp = self.temp.lock().unwrap_or_else(|p| p.into_inner());
+        let lane = &self.lanes[0];
+        let stream = &lane.stream;
+        let mut temp = lane.temp.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: written by the decompressions below before anything reads it.
-        let output = unsafe { self.stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
+        let output = unsafe { stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
             .map_err(cuda_error("allocating the batch output"))?;
-        let output_base = output.device_ptr(&self.stream).0;
-        let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
-        self.send(&upload, &mut slot)?;
-        self.stream.synchronize().map_err(cuda_error("uploading"))?;
+        let output_base = output.device_ptr(stream).0;
+        let upload = self.stage(&prepared.plan, &mut slot, output_base, stream)?;
+        self.send(&upload, &mut slot, stream)?;
+        stream.synchronize().map_err(cuda_error("uploading"))?;
         let mut best = std::time::Duration::MAX;
         for _ in 0..repeats.max(1) {
             let started = Instant::now();
             for round in &upload.tables.rounds {
                 for (codec, group) in &round.decompress {
-                    self.decompress(*codec, group, &upload, &mut temp)?;
+                    self.decompress(*codec, group, &upload, &mut temp, stream)?;
                 }
             }
-            self.stream
-                .synchronize()
-                .map_err(cuda_error("running nvCOMP"))?;
+            stream.synchronize().map_err(cuda_error("running nvCOMP"))?;
             best = best.min(started.elapsed());
         }
         let bytes = upload
@@ -617,9 +663,10 @@ impl GpuDecoder {
         group: &DecompressGroup,
         upload: &Upload,
         temp: &mut Option<CudaSlice<u8>>,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let (table_base, results, tables) = (upload.table_base, upload.results, &upload.tables);
-        let cu_stream: CUstream = self.stream.cu_stream();
+        let cu_stream: CUstream = stream.cu_stream();
         // Split the group until each call's temporary memory fits the budget.
         let mut calls = vec![(0usize, group.count)];
         let mut sized = Vec::new();
@@ -642,7 +689,7 @@ impl GpuDecoder {
             }
         }
         let temp_len = sized.iter().map(|&(_, _, temp)| temp).max().unwrap_or(0);
-        let temp = grow(temp, &self.stream, temp_len, &mut false)?;
+        let temp = grow(temp, stream, temp_len, &mut false)?;
         for (first, count, temp_bytes) in sized {
             let at = |table: usize, size: usize| table_base + (table + first * size) as u64;
             let result = |offset: usize, size: usize| {
@@ -670,7 +717,7 @@ impl GpuDecoder {
         Ok(())
     }
 
-    fn launch(&self, launch: &Launch, table_base: u64) -> Result<()> {
+    fn launch(&self, launch: &Launch, table_base: u64, stream: &Arc<CudaStream>) -> Result<()> {
         let function = match launch.kind {
             KernelKind::Copy => &self.kernels.copy,
             KernelKind::Fill => &self.kernels.fill,
@@ -680,7 +727,7 @@ impl GpuDecoder {
             KernelKind::Transpose => &self.kernels.transpose,
             KernelKind::Place => &self.kernels.place,
         };
-        launch_table(&self.stream, function, launch, table_base)
+        launch_table(stream, function, launch, table_base)
     }
 }
 
@@ -782,17 +829,21 @@ impl Drop for GpuDecoder {
     /// Frees the decoder's buffers and returns the device memory its pool kept to the driver,
     /// so a dropped pipeline leaves no device memory behind.
     fn drop(&mut self) {
-        let _ = self.stream.synchronize();
+        for lane in &self.lanes {
+            let _ = lane.stream.synchronize();
+        }
         self.slots
             .0
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .clear();
-        *self
-            .temp
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner()) = None;
-        let _ = self.stream.synchronize();
+        for lane in &self.lanes {
+            *lane
+                .temp
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()) = None;
+            let _ = lane.stream.synchronize();
+        }
         trim_memory_pool(&self.context);
     }
 }

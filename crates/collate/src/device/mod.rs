@@ -48,12 +48,11 @@ pub struct DeviceTensors {
     pub ready: CudaEvent,
 }
 
-/// Gathers batches from chunks decoded on the GPU, on the decoder's stream.
+/// Gathers batches from chunks decoded on the GPU, on the stream that decoded them.
 pub struct DeviceCollator {
     /// For the padding mask, computed on the host.
     host: HostCollator,
     options: CollateOptions,
-    stream: Arc<CudaStream>,
     gather: CudaFunction,
     finish: CudaFunction,
     fill: CudaFunction,
@@ -72,8 +71,7 @@ impl std::fmt::Debug for DeviceCollator {
 }
 
 impl DeviceCollator {
-    /// Collates on `stream` (the decoder's, so decoding and collation stay ordered), into
-    /// tensors from `pool`.
+    /// Collates into tensors from `pool`; `stream` uploads the normalisation statistics.
     pub fn new(
         layout: Arc<SampleLayout>,
         options: CollateOptions,
@@ -85,22 +83,24 @@ impl DeviceCollator {
         let statistics = match &options.normalize {
             Some(n) => {
                 let values: Vec<f32> = n.mean.iter().chain(&n.std).copied().collect();
-                Some(
-                    stream
-                        .clone_htod(&values)
-                        .map_err(cuda_error("uploading statistics"))?,
-                )
+                let statistics = stream
+                    .clone_htod(&values)
+                    .map_err(cuda_error("uploading statistics"))?;
+                // Batches read them from other streams.
+                stream
+                    .synchronize()
+                    .map_err(cuda_error("uploading statistics"))?;
+                Some(statistics)
             }
             None => None,
         };
         Ok(Self {
             host: HostCollator::new(layout),
             options,
-            stream: stream.clone(),
             gather: kernel(&module, "gather")?,
             finish: kernel(&module, "finish")?,
             fill: kernel(&module, "fill_f32")?,
-            staging: Staging::new(stream.clone()),
+            staging: Staging::new(stream.context().clone()),
             statistics,
             pool,
         })
@@ -119,21 +119,22 @@ impl DeviceCollator {
         &self,
         samples: &[Sample],
         chunks: &[(ChunkRequest, u64)],
+        stream: &Arc<CudaStream>,
     ) -> Result<DeviceTensors> {
         let requests: Vec<&ChunkRequest> = chunks.iter().map(|(request, _)| request).collect();
         let addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
         let plan = GatherPlan::new(self.layout(), samples, &requests)?;
-        let (inputs, nan_mask) = self.tensor(&plan.inputs, &plan.input_shape, &addresses, true)?;
+        let (inputs, nan_mask) =
+            self.tensor(&plan.inputs, &plan.input_shape, &addresses, true, stream)?;
         let targets = match &plan.targets {
-            Some((pieces, shape)) => Some(self.tensor(pieces, shape, &addresses, false)?.0),
+            Some((pieces, shape)) => Some(self.tensor(pieces, shape, &addresses, false, stream)?.0),
             None => None,
         };
         let mask = match self.layout().padded() {
-            true => Some(self.upload_mask(samples)?),
+            true => Some(self.upload_mask(samples, stream)?),
             false => None,
         };
-        let ready = self
-            .stream
+        let ready = stream
             .record_event(None)
             .map_err(cuda_error("recording the batch's event"))?;
         Ok(DeviceTensors {
@@ -152,38 +153,45 @@ impl DeviceCollator {
         shape: &[usize],
         addresses: &[u64],
         with_nan_mask: bool,
+        stream: &Arc<CudaStream>,
     ) -> Result<(DeviceTensor, Option<DeviceTensor>)> {
         let options = self.options();
         let len: usize = shape.iter().product();
-        let out = self.pool.take(shape, options.dtype)?;
+        let out = self.pool.take(shape, options.dtype, stream)?;
         let needs_finish = options.transforms_values() || options.dtype != TensorDType::F32;
         let work = match options.dtype {
             TensorDType::F32 => None,
-            _ => Some(self.pool.take(shape, TensorDType::F32)?),
+            _ => Some(self.pool.take(shape, TensorDType::F32, stream)?),
         };
         let values = work.as_ref().unwrap_or(&out).device_ptr();
         if self.layout().padded() {
-            self.launch_fill(values, len)?;
+            self.launch_fill(values, len, stream)?;
         }
-        self.launch_gather(pieces, addresses, values)?;
+        self.launch_gather(pieces, addresses, values, stream)?;
         let nan_mask = match with_nan_mask && options.nan_mask {
-            true => Some(self.pool.take(shape, TensorDType::U8)?),
+            true => Some(self.pool.take(shape, TensorDType::U8, stream)?),
             false => None,
         };
         if needs_finish {
-            self.launch_finish(values, len, &out, nan_mask.as_ref())?;
+            self.launch_finish(values, len, &out, nan_mask.as_ref(), stream)?;
         }
         Ok((out, nan_mask))
     }
 
-    fn launch_gather(&self, pieces: &[Piece], addresses: &[u64], out: u64) -> Result<()> {
+    fn launch_gather(
+        &self,
+        pieces: &[Piece],
+        addresses: &[u64],
+        out: u64,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
         if pieces.is_empty() {
             return Ok(());
         }
         let words = descriptors(pieces, addresses);
         let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
-        let table = self.staging.upload(&bytes)?;
-        let table = table.device_ptr(&self.stream).0;
+        let table = self.staging.upload(&bytes, stream)?;
+        let table = table.device_ptr(stream).0;
         let max_len = pieces.iter().map(Piece::len).max().unwrap_or(1);
         let config = LaunchConfig {
             grid_dim: (
@@ -195,7 +203,7 @@ impl DeviceCollator {
             shared_mem_bytes: 0,
         };
         let count = pieces.len() as u64;
-        let mut launch = self.stream.launch_builder(&self.gather);
+        let mut launch = stream.launch_builder(&self.gather);
         launch.arg(&table).arg(&count).arg(&out);
         // SAFETY: every piece's box lies inside its decoded chunk (the plan clips it to the
         // chunk's shape) and inside the tensor of `out`, which holds the plan's shape.
@@ -203,10 +211,10 @@ impl DeviceCollator {
         Ok(())
     }
 
-    fn launch_fill(&self, out: u64, len: usize) -> Result<()> {
+    fn launch_fill(&self, out: u64, len: usize, stream: &Arc<CudaStream>) -> Result<()> {
         let value = self.layout().pad_value();
         let len = len as u64;
-        let mut launch = self.stream.launch_builder(&self.fill);
+        let mut launch = stream.launch_builder(&self.fill);
         launch.arg(&out).arg(&len).arg(&value);
         // SAFETY: `out` holds `len` float32 values.
         unsafe { launch.launch(elementwise(len)) }.map_err(cuda_error("launching fill"))?;
@@ -219,6 +227,7 @@ impl DeviceCollator {
         len: usize,
         out: &DeviceTensor,
         nan_mask: Option<&DeviceTensor>,
+        stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let options = self.options();
         let plane = (self.layout().sample_shape()[1..].iter().product::<usize>() as u64).max(1);
@@ -233,7 +242,7 @@ impl DeviceCollator {
         };
         let (mean, std) = match &self.statistics {
             Some(statistics) => {
-                let base = statistics.device_ptr(&self.stream).0;
+                let base = statistics.device_ptr(stream).0;
                 (base, base + 4 * channels)
             }
             None => (0, 0),
@@ -244,7 +253,7 @@ impl DeviceCollator {
             options.nan_fill.unwrap_or(0.0),
             out.device_ptr(),
         );
-        let mut launch = self.stream.launch_builder(&self.finish);
+        let mut launch = stream.launch_builder(&self.finish);
         launch
             .arg(&values)
             .arg(&len)
@@ -263,11 +272,11 @@ impl DeviceCollator {
         Ok(())
     }
 
-    fn upload_mask(&self, samples: &[Sample]) -> Result<DeviceTensor> {
+    fn upload_mask(&self, samples: &[Sample], stream: &Arc<CudaStream>) -> Result<DeviceTensor> {
         let mask = self.host.mask(samples);
-        let tensor = self.pool.take(mask.shape(), TensorDType::U8)?;
+        let tensor = self.pool.take(mask.shape(), TensorDType::U8, stream)?;
         let bytes = mask.as_slice().expect("a new mask is contiguous");
-        self.staging.upload_to(tensor.device_ptr(), bytes)?;
+        self.staging.upload_to(tensor.device_ptr(), bytes, stream)?;
         Ok(tensor)
     }
 }

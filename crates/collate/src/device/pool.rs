@@ -21,7 +21,6 @@ pub struct TensorPool {
 }
 
 struct PoolInner {
-    stream: Arc<CudaStream>,
     /// Most bytes handed out at once.
     cap: usize,
     state: Mutex<PoolState>,
@@ -44,11 +43,10 @@ impl std::fmt::Debug for TensorPool {
 }
 
 impl TensorPool {
-    /// A pool allocating on `stream`, handing out at most `cap` bytes at once.
-    pub fn new(stream: Arc<CudaStream>, cap: usize) -> Self {
+    /// A pool handing out at most `cap` bytes at once.
+    pub fn new(cap: usize) -> Self {
         Self {
             inner: Arc::new(PoolInner {
-                stream,
                 cap,
                 state: Mutex::new(PoolState::default()),
                 returned: Condvar::new(),
@@ -68,7 +66,13 @@ impl TensorPool {
 
     /// A tensor of `shape` and `dtype`, uninitialised: waits while the cap is reached and
     /// other tensors are out.
-    pub fn take(&self, shape: &[usize], dtype: TensorDType) -> Result<DeviceTensor> {
+    /// The tensor is allocated (or reused) for work on `stream`.
+    pub fn take(
+        &self,
+        shape: &[usize],
+        dtype: TensorDType,
+        stream: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor> {
         let len = shape.iter().product::<usize>() * dtype.size();
         let inner = &self.inner;
         let mut state = inner.lock();
@@ -88,7 +92,7 @@ impl TensorPool {
             None => {
                 drop(state);
                 // SAFETY: every element is written by the collation before it is read.
-                unsafe { inner.stream.alloc::<u8>(len.max(1)) }
+                unsafe { stream.alloc::<u8>(len.max(1)) }
                     .map_err(cuda_error(format!("allocating a {len}-byte tensor")))
             }
         };
@@ -98,7 +102,7 @@ impl TensorPool {
             len,
             shape: shape.to_vec(),
             dtype,
-            stream: inner.stream.clone(),
+            stream: stream.clone(),
             pool: Arc::downgrade(inner),
         })
     }

@@ -5,37 +5,37 @@
 use std::sync::{Arc, Mutex};
 
 use zarrpipe_codec_gpu::cudarc::driver::{
-    result, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
+    result, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
 
 use super::cuda_error;
 use crate::Result;
 
 pub(super) struct Staging {
-    stream: Arc<CudaStream>,
+    context: Arc<CudaContext>,
     /// Pinned buffers, each with the event after its last upload.
     buffers: Mutex<Vec<(PinnedHostSlice<u8>, CudaEvent)>>,
 }
 
 impl Staging {
-    pub fn new(stream: Arc<CudaStream>) -> Self {
+    pub fn new(context: Arc<CudaContext>) -> Self {
         Self {
-            stream,
+            context,
             buffers: Mutex::new(Vec::new()),
         }
     }
 
     /// Uploads `bytes` into a new device buffer, in stream order.
-    pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>> {
+    pub fn upload(&self, bytes: &[u8], stream: &Arc<CudaStream>) -> Result<CudaSlice<u8>> {
         // SAFETY: written by the upload below before the stream reads it.
-        let buffer = unsafe { self.stream.alloc::<u8>(bytes.len().max(1)) }
+        let buffer = unsafe { stream.alloc::<u8>(bytes.len().max(1)) }
             .map_err(cuda_error("allocating an upload buffer"))?;
-        self.upload_to(buffer.device_ptr(&self.stream).0, bytes)?;
+        self.upload_to(buffer.device_ptr(stream).0, bytes, stream)?;
         Ok(buffer)
     }
 
     /// Uploads `bytes` to device address `dst`, in stream order.
-    pub fn upload_to(&self, dst: u64, bytes: &[u8]) -> Result<()> {
+    pub fn upload_to(&self, dst: u64, bytes: &[u8], stream: &Arc<CudaStream>) -> Result<()> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -46,12 +46,8 @@ impl Staging {
         let mut pinned = match reusable {
             Some(index) => buffers.swap_remove(index).0,
             // SAFETY: host memory; every byte uploaded is written first.
-            None => unsafe {
-                self.stream
-                    .context()
-                    .alloc_pinned::<u8>(bytes.len().max(1 << 16))
-            }
-            .map_err(cuda_error("allocating pinned memory"))?,
+            None => unsafe { self.context.alloc_pinned::<u8>(bytes.len().max(1 << 16)) }
+                .map_err(cuda_error("allocating pinned memory"))?,
         };
         let host = pinned
             .as_mut_slice()
@@ -59,10 +55,9 @@ impl Staging {
         host[..bytes.len()].copy_from_slice(bytes);
         // SAFETY: `host` is pinned and not written again before `done` completes; `dst`
         // holds `bytes.len()` bytes (the caller's buffer).
-        unsafe { result::memcpy_htod_async(dst, &host[..bytes.len()], self.stream.cu_stream()) }
+        unsafe { result::memcpy_htod_async(dst, &host[..bytes.len()], stream.cu_stream()) }
             .map_err(cuda_error("uploading to the device"))?;
-        let done = self
-            .stream
+        let done = stream
             .record_event(None)
             .map_err(cuda_error("recording an upload event"))?;
         buffers.push((pinned, done));

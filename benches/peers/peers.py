@@ -1,0 +1,807 @@
+"""The peers of zarrpipe on a W1 store: every tool delivers the same samples to the same device.
+
+A sample is every field of W1 at one time step, stacked as channels in the order
+t2m, u10, v10, msl, z[13 levels], t[13 levels], u[13 levels]: `[43, lat, lon]` float32. Batches hold
+4 consecutive samples (the last one may be shorter), in time order, as `zarrpipe run` delivers
+them. A GPU device means the batch is a torch CUDA tensor when the peer hands it over; `cpu`
+means host memory. Each peer runs one warm-up pass, during which the checksum is taken (the sum
+of every delivered value in float64, NaN skipped, as `zarrpipe run --checksum`), then `--passes`
+timed passes; the best is reported. Decoded GB/s = decoded bytes delivered / seconds.
+
+    python3 benches/peers/peers.py STORE [--device cuda:0|cpu] [--peers LIST] [--passes 2]
+
+Peers (ids for --peers; default: all):
+  zarr                 zarr-python 3, CPU decode, assembled on the host, then copied to the device
+  zarr-gpu             zarr-python 3 with zarr.config.enable_gpu() (cupy buffers), assembled on the GPU
+  zarrs                zarr-python with zarrs-python's codec pipeline (zarrs.ZarrsCodecPipeline)
+  tensorstore-sample   tensorstore zarr3, one sample at a time (the sample's 7 reads issued together)
+  tensorstore-whole    tensorstore zarr3, every array read whole at once, then cut into batches
+  xbatcher             xarray (dask) + xbatcher + torch DataLoader, worker processes, pinned memory
+  nvcomp               chunk files read here, zstd decoded by nvCOMP's Python bindings on the GPU,
+                       one sample (43 chunks, one batched call) at a time
+  chunks-cpu           the nvcomp peer's chunk reader with numcodecs' zstd on the CPU: a check of
+                       that reader where there is no GPU (not in the default list)
+
+Every peer runs in its own process (a crash or a hang becomes a `skipped` line, not the end of
+the run). Output: one JSON object per peer on stdout (keys: tool, peer, dataset, device,
+seconds, samples, decoded_bytes, gb_per_s, samples_per_s, checksum, versions, ...), or with a
+`skipped` reason. Progress goes to stderr. Runs on Python 3.11 and 3.12; packages that are
+missing make their peers skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ctypes
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SURFACE = ["t2m", "u10", "v10", "msl"]
+LEVEL = ["z", "t", "u"]
+DEFAULT_PEERS = ["zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp"]
+ALL_PEERS = DEFAULT_PEERS + ["chunks-cpu"]
+NO_CHUNK = 2**64 - 1  # sharding_indexed's marker of an absent inner chunk
+
+
+class Skip(Exception):
+    """A peer cannot run here (a package, the GPU or a codec is missing): said, not raised further."""
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def version(dist):
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def need(module, dist=None):
+    """Import a module or skip the peer, naming the package to install."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as err:
+        raise Skip(f"{dist or module} is not installed ({err})") from None
+
+
+# --- The store: W1's layout read from its zarr.json files -------------------------------------
+
+
+class Store:
+    """A W1 store: variables in W1's channel order, their metadata, and the epoch's batches."""
+
+    def __init__(self, path, batch_size):
+        self.path = os.path.abspath(path)
+        root = os.path.join(self.path, "zarr.json")
+        if not os.path.exists(root):
+            raise SystemExit(f"{path}: no zarr.json (a Zarr v3 store written by `zarrpipe generate` is expected)")
+        self.variables = []  # (name, metadata, channels)
+        for name in SURFACE + LEVEL:
+            meta_path = os.path.join(self.path, name, "zarr.json")
+            if not os.path.exists(meta_path):
+                continue
+            with open(meta_path) as f:
+                meta = json.load(f)
+            channels = 1 if len(meta["shape"]) == 3 else meta["shape"][1]
+            self.variables.append((name, meta, channels))
+        if not self.variables:
+            raise SystemExit(f"{path}: none of the W1 variables {SURFACE + LEVEL}")
+        shapes = {tuple(m["shape"][:1] + m["shape"][-2:]) for _, m, _ in self.variables}
+        if len(shapes) != 1:
+            raise SystemExit(f"{path}: variables disagree on (time, lat, lon): {shapes}")
+        self.time, self.lat, self.lon = shapes.pop()
+        self.channels = sum(c for _, _, c in self.variables)
+        self.names = [n for n, _, _ in self.variables]
+        self.batches = [(t0, min(t0 + batch_size, self.time)) for t0 in range(0, self.time, batch_size)]
+        self.sample_bytes = self.channels * self.lat * self.lon * 4
+        self.codec = describe_codecs(self.variables[0][1]["codecs"])
+
+    def offsets(self):
+        """(name, first channel, channels) of each variable."""
+        c = 0
+        for name, _, n in self.variables:
+            yield name, c, n
+            c += n
+
+
+def describe_codecs(codecs):
+    parts = []
+    for codec in codecs:
+        name, conf = codec["name"], codec.get("configuration", {})
+        if name == "sharding_indexed":
+            inner = describe_codecs(conf["codecs"])
+            return f"sharded ({inner}, inner chunk {conf['chunk_shape']})"
+        if name == "bytes":
+            continue
+        if name == "blosc":
+            parts.append(f"blosc-{conf.get('cname')} ({conf.get('shuffle')})")
+        elif name == "zstd":
+            parts.append(f"zstd {conf.get('level', '')}".strip())
+        else:
+            parts.append(name)
+    return " + ".join(parts) or "uncompressed"
+
+
+# --- The device: where batches are delivered, and the checksum --------------------------------
+
+
+class Device:
+    def __init__(self, spec):
+        self.spec = spec
+        self.is_cuda = spec.startswith("cuda")
+        self.torch = None
+        try:
+            import torch
+
+            self.torch = torch
+        except ImportError:
+            if self.is_cuda:
+                raise Skip("torch is not installed: no way to deliver to a GPU") from None
+        if self.is_cuda:
+            if not self.torch.cuda.is_available():
+                raise Skip(f"no CUDA device visible to torch {self.torch.__version__}")
+            self.device = self.torch.device(spec)
+            self.torch.cuda.set_device(self.device)
+            self.name = self.torch.cuda.get_device_name(self.device)
+        else:
+            self.device = None
+            self.name = platform.processor() or platform.machine()
+
+    def from_host(self, array):
+        """A collated host batch to the device: a pageable copy for a GPU, as is for the CPU."""
+        if not self.is_cuda:
+            return array
+        return self.torch.from_numpy(array).to(self.device)
+
+    def empty(self, shape):
+        return self.torch.empty(shape, dtype=self.torch.float32, device=self.device)
+
+    def sync(self):
+        if self.is_cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def checksum(self, batch):
+        if isinstance(batch, np.ndarray):
+            return float(np.nansum(batch, dtype=np.float64))
+        return float(self.torch.nansum(batch, dtype=self.torch.float64).item())
+
+
+# --- The peers ---------------------------------------------------------------------------------
+
+
+class Peer:
+    id = ""
+    gpu_only = False
+    packages = []  # distributions whose versions the result names
+
+    def __init__(self, store, device, args):
+        self.store, self.device, self.args = store, device, args
+        self.notes = []
+
+    @property
+    def label(self):
+        return self.id
+
+    def open(self):
+        pass
+
+    def batches(self):
+        """One epoch: yields delivered batches ([n, C, lat, lon] on the device)."""
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+    def assemble(self, parts, n):
+        """Host arrays of each variable for n time steps -> one collated [n, C, lat, lon] batch."""
+        s = self.store
+        out = np.empty((n, s.channels, s.lat, s.lon), dtype=np.float32)
+        for (_name, c, k), part in zip(s.offsets(), parts):
+            out[:, c : c + k] = np.asarray(part).reshape(n, k, s.lat, s.lon)
+        return out
+
+
+class ZarrPeer(Peer):
+    id = "zarr"
+    packages = ["zarr", "numcodecs"]
+    pipeline = None  # codec_pipeline.path, or zarr's default
+
+    @property
+    def label(self):
+        return f"zarr-python {version('zarr')} (CPU decode, then copy)"
+
+    def open(self):
+        self.zarr = need("zarr")
+        if not self.zarr.__version__.startswith("3"):
+            raise Skip(f"zarr {self.zarr.__version__} is not zarr-python 3")
+        if self.pipeline:
+            self._config = self.zarr.config.set({"codec_pipeline.path": self.pipeline})
+        group = self.zarr.open_group(self.store.path, mode="r")
+        self.arrays = [group[name] for name in self.store.names]
+
+    def batches(self):
+        for t0, t1 in self.store.batches:
+            parts = [a[t0:t1] for a in self.arrays]
+            yield self.device.from_host(self.assemble(parts, t1 - t0))
+
+
+class ZarrsPeer(ZarrPeer):
+    id = "zarrs"
+    packages = ["zarrs", "zarr", "numcodecs"]
+    pipeline = "zarrs.ZarrsCodecPipeline"
+
+    @property
+    def label(self):
+        return f"zarrs-python {version('zarrs')} codec pipeline (zarr {version('zarr')}), then copy"
+
+    def open(self):
+        need("zarrs")
+        super().open()
+        self.notes.append(f"codec_pipeline.path = {self.zarr.config.get('codec_pipeline.path')}")
+
+
+class ZarrGpuPeer(ZarrPeer):
+    id = "zarr-gpu"
+    gpu_only = True
+    packages = ["zarr", "numcodecs", "cupy-cuda13x", "cupy-cuda12x", "cupy"]
+
+    gpu_codec = None  # known once opened
+
+    @property
+    def label(self):
+        if self.gpu_codec is None:
+            return f"zarr-python {version('zarr')} enable_gpu()"
+        where = "nvCOMP zstd" if self.gpu_codec else "CPU zstd"
+        return f"zarr-python {version('zarr')} enable_gpu() (cupy buffers, {where})"
+
+    def open(self):
+        need("cupy", "cupy-cuda13x")
+        zarr = need("zarr")
+        self._gpu = zarr.config.enable_gpu()  # stays set for this process (one peer per process)
+        zstd_impl = zarr.config.get("codecs.zstd")
+        self.gpu_codec = "gpu" in zstd_impl.lower() or "nvcomp" in zstd_impl.lower()
+        self.notes.append(f"codecs.zstd = {zstd_impl}; buffer = {zarr.config.get('buffer')}")
+        if not self.gpu_codec:
+            self.notes.append(
+                f"zarr {zarr.__version__} has no GPU zstd codec: chunks are decoded on the CPU and "
+                "copied into GPU buffers"
+            )
+        super().open()
+
+    def batches(self):
+        torch, s = self.device.torch, self.store
+        for t0, t1 in s.batches:
+            n = t1 - t0
+            out = self.device.empty((n, s.channels, s.lat, s.lon))
+            for (_name, c, k), a in zip(s.offsets(), self.arrays):
+                part = a[t0:t1]  # a cupy array
+                out[:, c : c + k] = torch.as_tensor(part, device=self.device.device).reshape(n, k, s.lat, s.lon)
+            yield out
+
+    def close(self):
+        self._gpu.__exit__(None, None, None)
+
+
+class TensorstorePeer(Peer):
+    packages = ["tensorstore"]
+    whole = False
+
+    @property
+    def id(self):
+        return "tensorstore-whole" if self.whole else "tensorstore-sample"
+
+    @property
+    def label(self):
+        how = "whole arrays" if self.whole else "one sample at a time"
+        return f"tensorstore {version('tensorstore')} zarr3, {how}"
+
+    def open(self):
+        need("tensorstore")
+        sys.path.insert(0, HERE)
+        from tensorstore_w1 import open_all  # the CPU comparison's opening: no cache pool
+
+        import tensorstore_w1
+
+        tensorstore_w1.VARIABLES = self.store.names
+        self.arrays = open_all(self.store.path)
+
+    def batches(self):
+        s = self.store
+        if self.whole:
+            futures = [a.read() for a in self.arrays]
+            values = [f.result() for f in futures]
+            for t0, t1 in s.batches:
+                yield self.device.from_host(self.assemble([v[t0:t1] for v in values], t1 - t0))
+            return
+        for t0, t1 in s.batches:
+            out = np.empty((t1 - t0, s.channels, s.lat, s.lon), dtype=np.float32)
+            for t in range(t0, t1):
+                futures = [a[t].read() for a in self.arrays]
+                for (_name, c, k), f in zip(s.offsets(), futures):
+                    out[t - t0, c : c + k] = f.result().reshape(k, s.lat, s.lon)
+            yield self.device.from_host(out)
+
+
+class TensorstoreWholePeer(TensorstorePeer):
+    whole = True
+
+
+def _sample_tensor(batch):
+    """xbatcher's item [time=1, C, lat, lon] -> the sample tensor [C, lat, lon] (no copy)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(batch.data[0]))
+
+
+class XbatcherPeer(Peer):
+    id = "xbatcher"
+    packages = ["xarray", "xbatcher", "dask", "zarr"]
+
+    @property
+    def label(self):
+        pin = ", pinned memory" if self.device.is_cuda else ""
+        return (
+            f"xarray {version('xarray')} + xbatcher {version('xbatcher')} + torch DataLoader, "
+            f"{self.args.workers} workers{pin}"
+        )
+
+    def open(self):
+        xr = need("xarray")
+        xbatcher = need("xbatcher")
+        need("dask")
+        torch = need("torch")
+        from xbatcher.loaders.torch import MapDataset
+
+        s = self.store
+        ds = xr.open_zarr(s.path, consolidated=False, chunks={})  # dask arrays, one chunk per field
+        parts = []
+        for name in s.names:
+            var = ds[name]
+            if "level" in var.dims:
+                var = var.drop_vars("level").rename({"level": "channel"})
+            else:
+                var = var.expand_dims("channel", axis=1)
+            parts.append(var)
+        stacked = xr.concat(parts, dim="channel", coords="minimal", compat="override", join="override")
+        stacked = stacked.transpose("time", "channel", "latitude", "longitude")
+        generator = xbatcher.BatchGenerator(
+            stacked, input_dims={"time": 1, "channel": s.channels, "latitude": s.lat, "longitude": s.lon}
+        )
+        if len(generator) != s.time:
+            raise Skip(f"xbatcher made {len(generator)} samples of {s.time} time steps")
+        workers = self.args.workers
+        self.loader = torch.utils.data.DataLoader(
+            MapDataset(generator, transform=_sample_tensor),
+            batch_size=self.args.batch_size,
+            shuffle=False,
+            num_workers=workers,
+            pin_memory=self.device.is_cuda,
+            persistent_workers=workers > 0,
+            prefetch_factor=2 if workers > 0 else None,
+        )
+        self.notes.append(
+            f"{workers} worker processes ({torch.multiprocessing.get_start_method()}), dask default scheduler in each"
+        )
+
+    def batches(self):
+        for batch in self.loader:
+            if self.device.is_cuda:
+                batch = batch.to(self.device.device, non_blocking=True)
+            yield batch
+
+
+class ChunkReader:
+    """Where each channel of a sample lies: plain chunk files, or inner chunks of shards (the
+    shard index is read once per shard per pass). Only W1's layout: one chunk = one field, zstd."""
+
+    def __init__(self, store, threads):
+        self.store = store
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads)
+        self.layouts = []
+        field = [store.lat, store.lon]
+        for name, meta, _k in store.variables:
+            codecs = meta["codecs"]
+            sharded = codecs[0]["name"] == "sharding_indexed"
+            conf = codecs[0]["configuration"] if sharded else None
+            chunk = conf["chunk_shape"] if sharded else meta["chunk_grid"]["configuration"]["chunk_shape"]
+            inner = conf["codecs"] if sharded else codecs
+            if chunk[-2:] != field or any(n != 1 for n in chunk[:-2]):
+                raise Skip(f"{name}: chunks {chunk} are not one whole field each")
+            names = [c["name"] for c in inner]
+            if names != ["bytes", "zstd"] or inner[0].get("configuration", {}).get("endian", "little") != "little":
+                raise Skip(f"{name}: codecs {names}: this reader handles bytes + zstd chunks only")
+            enc = meta.get("chunk_key_encoding", {"name": "default"})
+            sep = enc.get("configuration", {}).get("separator", "/")
+            prefix = ["c"] if enc["name"] == "default" else []
+            layout = {"name": name, "sep": sep, "prefix": prefix, "sharded": sharded, "ndim": len(meta["shape"])}
+            if sharded:
+                shard = meta["chunk_grid"]["configuration"]["chunk_shape"]
+                layout["shard"] = shard
+                layout["inner_grid"] = [a // b for a, b in zip(shard, chunk)]
+                layout["index_at_end"] = conf.get("index_location", "end") == "end"
+                index_codecs = [c["name"] for c in conf.get("index_codecs", [])]
+                layout["index_bytes"] = math.prod(layout["inner_grid"]) * 16 + (4 if "crc32c" in index_codecs else 0)
+            self.layouts.append(layout)
+        self.indexes = {}
+
+    def start_pass(self):
+        self.indexes = {}
+
+    def _key(self, layout, coords):
+        parts = layout["prefix"] + [str(c) for c in coords]
+        return os.path.join(self.store.path, layout["name"], layout["sep"].join(parts))
+
+    def _index(self, path, layout):
+        index = self.indexes.get(path)
+        if index is None:
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                index = np.full((math.prod(layout["inner_grid"]), 2), NO_CHUNK, dtype=np.uint64)
+            else:
+                with open(path, "rb") as f:
+                    f.seek(size - layout["index_bytes"] if layout["index_at_end"] else 0)
+                    raw = f.read(layout["index_bytes"])
+                index = np.frombuffer(raw[: math.prod(layout["inner_grid"]) * 16], dtype="<u8").reshape(-1, 2)
+            self.indexes[path] = index
+        return index
+
+    def locations(self, t):
+        """(path, offset, nbytes) of each channel of sample t, None where the chunk is absent."""
+        out = []
+        for layout, (_, _, k) in zip(self.layouts, self.store.variables):
+            for level in range(k):
+                coords = [t, level, 0, 0] if layout["ndim"] == 4 else [t, 0, 0]
+                if not layout["sharded"]:
+                    path = self._key(layout, coords)
+                    try:
+                        out.append((path, 0, os.path.getsize(path)))
+                    except FileNotFoundError:
+                        out.append(None)
+                    continue
+                shard = layout["shard"]
+                path = self._key(layout, [c // s for c, s in zip(coords, shard)])
+                inner = np.ravel_multi_index([c % s for c, s in zip(coords, shard)], layout["inner_grid"])
+                offset, nbytes = (int(x) for x in self._index(path, layout)[inner])
+                out.append(None if offset == NO_CHUNK else (path, offset, nbytes))
+        return out
+
+    def read_into(self, buffer, places):
+        """Read every (path, offset, nbytes) into buffer (a writable uint8 numpy array) at its
+        destination offset, in parallel threads."""
+
+        def read(job):
+            (path, offset, nbytes), dest = job
+            with open(path, "rb", buffering=0) as f:
+                f.seek(offset)
+                view = memoryview(buffer)[dest : dest + nbytes]
+                done = 0
+                while done < nbytes:
+                    got = f.readinto(view[done:])
+                    if not got:
+                        raise OSError(f"{path}: {nbytes - done} bytes short at offset {offset + done}")
+                    done += got
+
+        list(self.pool.map(read, places))
+
+
+def _layout(locations, align):
+    """Aligned offsets of the present chunks in one staging buffer, and its total size."""
+    offsets, total = [], 0
+    for loc in locations:
+        offsets.append(total)
+        if loc is not None:
+            total += (loc[2] + align - 1) // align * align
+    return offsets, total
+
+
+class ChunksCpuPeer(Peer):
+    id = "chunks-cpu"
+    packages = ["numcodecs"]
+
+    @property
+    def label(self):
+        return f"chunk files + numcodecs {version('numcodecs')} zstd (CPU twin of the nvCOMP peer)"
+
+    def open(self):
+        zstd = need("numcodecs.zstd", "numcodecs")
+        self.codec = zstd.Zstd()
+        self.reader = ChunkReader(self.store, self.args.threads)
+
+    def batches(self):
+        s = self.store
+        self.reader.start_pass()
+        for t0, t1 in s.batches:
+            out = np.empty((t1 - t0, s.channels, s.lat, s.lon), dtype=np.float32)
+            for t in range(t0, t1):
+                locs = self.reader.locations(t)
+                offsets, total = _layout(locs, 16)
+                staging = np.empty(total, dtype=np.uint8)
+                self.reader.read_into(staging, [(loc, o) for loc, o in zip(locs, offsets) if loc is not None])
+                for c, (loc, o) in enumerate(zip(locs, offsets)):
+                    if loc is None:
+                        out[t - t0, c] = np.nan
+                    else:
+                        self.codec.decode(staging[o : o + loc[2]], out=out[t - t0, c])
+            yield self.device.from_host(out)
+
+
+def load_libnvcomp():
+    """Make libnvcomp.so.6 loadable for nvCOMP's bindings: the nvidia-libnvcomp-cu13 wheel if
+    installed, else $NVCOMP_LIB or the repository's .device/[bin/]libnvcomp.so.6 (the copy
+    zarrpipe's GPU path uses), loaded by soname as the wheel's own loader does."""
+    try:
+        import nvidia.libnvcomp  # noqa: F401
+
+        return "nvidia-libnvcomp-cu13 wheel"
+    except ImportError:
+        pass
+    candidates = [os.environ.get("NVCOMP_LIB")] + [
+        os.path.join(REPO, ".device", *sub, "libnvcomp.so.6") for sub in ([], ["bin"])
+    ]
+    for path in candidates:
+        if path and os.path.exists(path):
+            ctypes.CDLL(os.path.abspath(path), mode=ctypes.RTLD_LOCAL)
+            return path
+    raise Skip("libnvcomp.so.6 not found: install nvidia-libnvcomp-cu13 or set NVCOMP_LIB")
+
+
+class NvcompPeer(Peer):
+    id = "nvcomp"
+    gpu_only = True
+    packages = ["nvidia-nvcomp-cu13", "nvidia-libnvcomp-cu13"]
+
+    @property
+    def label(self):
+        return f"nvCOMP {version('nvidia-nvcomp-cu13')} Python bindings, GPU zstd, one sample at a time"
+
+    def open(self):
+        torch = self.device.torch
+        self.reader = ChunkReader(self.store, self.args.threads)  # skips stores it cannot read
+        where = load_libnvcomp()
+        try:
+            from nvidia import nvcomp
+        except ImportError as err:
+            raise Skip(f"nvidia-nvcomp-cu13 is not importable ({err})") from None
+        self.nvcomp = nvcomp
+        self.notes.append(f"libnvcomp from {where}")
+        self.stream = torch.cuda.Stream(self.device.device)
+        self.codec = nvcomp.Codec(
+            algorithm="Zstd",
+            bitstream_kind=nvcomp.BitstreamKind.RAW,
+            device_id=self.device.device.index or 0,
+            cuda_stream=self.stream.cuda_stream,
+        )
+        self.align = max(16, int(self.codec.get_required_decompression_alignment()))
+        capacity = self.store.sample_bytes + self.store.channels * (self.align + 65536)
+        self.pinned = torch.empty(capacity, dtype=torch.uint8, pin_memory=True)
+        self.pinned_np = self.pinned.numpy()
+        self.staging = torch.empty(capacity, dtype=torch.uint8, device=self.device.device)
+        self.direct = True  # decode straight into the batch; False: nvCOMP allocates, then a copy
+
+    def _decode(self, comp, dst, present, field_bytes):
+        nvcomp, torch = self.nvcomp, self.device.torch
+        if self.direct:
+            try:
+                flat = dst.view(torch.uint8).reshape(-1)
+                out = nvcomp.as_arrays(
+                    flat, [c * field_bytes for c in present], [field_bytes] * len(present), self.stream.cuda_stream
+                )
+                self.codec.decode(comp, out=out)
+                return
+            except (TypeError, ValueError, RuntimeError) as err:
+                self.direct = False
+                self.notes.append(f"decoding into the batch failed ({err}); nvCOMP's own output, then a copy")
+                log(f"  nvcomp: {self.notes[-1]}")
+        decoded = self.codec.decode(comp, data_type="<f4")
+        for i, c in enumerate(present):
+            dst[c].copy_(
+                torch.as_tensor(decoded[i], device=self.device.device).view(torch.float32).reshape(dst[c].shape)
+            )
+
+    def batches(self):
+        torch, s = self.device.torch, self.store
+        field_bytes = s.lat * s.lon * 4
+        self.reader.start_pass()
+        for t0, t1 in s.batches:
+            out = self.device.empty((t1 - t0, s.channels, s.lat, s.lon))
+            self.stream.wait_stream(torch.cuda.current_stream(self.device.device))  # out's allocation
+            with torch.cuda.stream(self.stream):
+                out.record_stream(self.stream)
+                for t in range(t0, t1):
+                    locs = self.reader.locations(t)
+                    offsets, total = _layout(locs, self.align)
+                    self.reader.read_into(
+                        self.pinned_np, [(loc, o) for loc, o in zip(locs, offsets) if loc is not None]
+                    )
+                    self.staging[:total].copy_(self.pinned[:total], non_blocking=True)
+                    present = [c for c, loc in enumerate(locs) if loc is not None]
+                    dst = out[t - t0]
+                    if present:
+                        comp = self.nvcomp.as_arrays(
+                            self.staging,
+                            [offsets[c] for c in present],
+                            [locs[c][2] for c in present],
+                            self.stream.cuda_stream,
+                        )
+                        self._decode(comp, dst, present, field_bytes)
+                    for c, loc in enumerate(locs):
+                        if loc is None:
+                            dst[c].fill_(float("nan"))
+                    self.stream.synchronize()  # the pinned buffer is reused by the next sample
+            yield out
+
+
+PEERS = {
+    "zarr": ZarrPeer,
+    "zarr-gpu": ZarrGpuPeer,
+    "zarrs": ZarrsPeer,
+    "tensorstore-sample": TensorstorePeer,
+    "tensorstore-whole": TensorstoreWholePeer,
+    "xbatcher": XbatcherPeer,
+    "nvcomp": NvcompPeer,
+    "chunks-cpu": ChunksCpuPeer,
+}
+
+
+# --- Measuring ---------------------------------------------------------------------------------
+
+
+def versions(peer_class, device):
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    if device is not None and device.torch is not None:
+        out["torch"] = device.torch.__version__
+    for dist in peer_class.packages:
+        v = version(dist)
+        if v:
+            out[dist] = v
+    return out
+
+
+def measure(peer, device, store, passes):
+    started = time.perf_counter()
+    checksum, samples = 0.0, 0
+    for batch in peer.batches():  # warm-up: page cache, start-up, and the checksum
+        checksum += device.checksum(batch)
+        samples += batch.shape[0]
+        del batch
+    device.sync()
+    warmup = time.perf_counter() - started
+    if samples != store.time:
+        raise RuntimeError(f"the warm-up pass delivered {samples} samples, the store has {store.time}")
+    timed = []
+    for _ in range(passes):
+        device.sync()
+        started = time.perf_counter()
+        n = 0
+        for batch in peer.batches():
+            n += batch.shape[0]
+            del batch
+        device.sync()
+        timed.append(time.perf_counter() - started)
+        if n != samples:
+            raise RuntimeError(f"a timed pass delivered {n} samples, the warm-up {samples}")
+    return checksum, samples, warmup, timed
+
+
+def run_peer(peer_id, store, args, dataset):
+    result = {"peer": peer_id, "tool": peer_id, "dataset": dataset, "device": args.device}
+    device = peer = None
+    try:
+        cls = PEERS[peer_id]
+        if cls.gpu_only and not args.device.startswith("cuda"):
+            raise Skip("delivers to a GPU only")
+        device = Device(args.device)
+        peer = cls(store, device, args)
+        result["tool"] = peer.label
+        peer.open()
+        result["tool"] = peer.label
+        log(f"{dataset}: {peer.label} -> {args.device}")
+        checksum, samples, warmup, timed = measure(peer, device, store, args.passes)
+        seconds = min(timed)
+        decoded = samples * store.sample_bytes
+        result.update(
+            seconds=seconds,
+            samples=samples,
+            batches=len(store.batches),
+            decoded_bytes=decoded,
+            gb_per_s=decoded / 1e9 / seconds,
+            samples_per_s=samples / seconds,
+            checksum=checksum,
+            pass_seconds=timed,
+            warmup_seconds=warmup,
+        )
+        log(f"  {result['gb_per_s']:.3f} GB/s, {result['samples_per_s']:.2f} samples/s, checksum {checksum!r}")
+    except Skip as why:
+        result["skipped"] = str(why)
+        log(f"{dataset}: {result['tool']} skipped: {why}")
+    except Exception as err:  # noqa: BLE001 - one peer's failure must not end the run
+        result["skipped"] = f"failed: {type(err).__name__}: {err}"
+        log(f"{dataset}: {result['tool']} failed:\n{traceback.format_exc()}")
+    finally:
+        if peer is not None:
+            try:
+                peer.close()
+            except Exception:  # noqa: BLE001
+                pass
+    result["versions"] = versions(PEERS[peer_id], device)
+    if peer is not None and peer.notes:
+        result["notes"] = peer.notes
+    result.update(
+        codec=store.codec,
+        sample_shape=[store.channels, store.lat, store.lon],
+        batch_size=args.batch_size,
+        passes=args.passes,
+        cores=os.cpu_count(),
+        device_name=getattr(device, "name", None),
+    )
+    return result
+
+
+def run_isolated(peer_id, args, dataset):
+    """The peer in a child process of this script: crashes, hangs and GPU memory stay there."""
+    command = [
+        sys.executable, os.path.abspath(__file__), args.store, "--in-process", "--peers", peer_id,
+        "--device", args.device, "--passes", str(args.passes), "--batch-size", str(args.batch_size),
+        "--workers", str(args.workers), "--threads", str(args.threads), "--dataset", dataset,
+    ]  # fmt: skip
+    base = {"peer": peer_id, "tool": peer_id, "dataset": dataset, "device": args.device}
+    timeout = args.peer_timeout
+    if args.deadline:
+        timeout = min(timeout, args.deadline - time.time())
+        if timeout < 5:
+            log(f"{dataset}: {peer_id} not run: the run's time budget is spent")
+            return [dict(base, skipped="not run: the run's time budget (--deadline) was spent")]
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log(f"{dataset}: {peer_id} timed out after {timeout:.0f} s")
+        return [dict(base, skipped=f"timed out after {timeout:.0f} s")]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return lines or [dict(base, skipped=f"crashed: exit status {done.returncode} (its stderr is above)")]
+    return lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("store", help="a W1 store written by `zarrpipe generate`")
+    parser.add_argument("--device", default="cuda:0", help="cuda:N or cpu (default cuda:0)")
+    parser.add_argument("--peers", default=",".join(DEFAULT_PEERS), help=f"comma-separated, of {ALL_PEERS}")
+    parser.add_argument("--passes", type=int, default=2, help="timed passes after the warm-up (best reported)")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=8, help="DataLoader worker processes (xbatcher peer)")
+    parser.add_argument("--threads", type=int, default=min(32, 2 * (os.cpu_count() or 1)), help="chunk reader threads")
+    parser.add_argument("--dataset", help="name of the dataset in the output (default: the store's directory name)")
+    parser.add_argument("--peer-timeout", type=float, default=600, help="seconds one peer may take")
+    parser.add_argument("--deadline", type=float, help="Unix time after which no peer starts and running ones stop")
+    parser.add_argument("--in-process", action="store_true", help="run the peers in this process")
+    args = parser.parse_args()
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        parser.error(f"unknown peers {unknown}; known: {ALL_PEERS}")
+    store = Store(args.store, args.batch_size)
+    dataset = args.dataset or os.path.basename(store.path.rstrip("/"))
+    for peer_id in peers:
+        results = [run_peer(peer_id, store, args, dataset)] if args.in_process else run_isolated(peer_id, args, dataset)
+        for result in results:
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
