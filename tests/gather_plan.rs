@@ -172,3 +172,44 @@ async fn normalisation_and_nan_fill_follow_the_formula() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn latitude_weights_follow_the_cosine_of_each_window_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = store(dir.path(), None);
+    let dataset = Arc::new(zarrpipe::store::Dataset::open(&url).await.unwrap());
+    let latitude = dataset.variable("latitude").unwrap();
+    let bytes = zarrpipe::codec::read_array(latitude, Arc::new(CpuDecoder::new()), 4)
+        .await
+        .unwrap();
+    let degrees = zarrpipe::core::values_f64(latitude.dtype(), &bytes);
+    let mean = degrees.iter().map(|d| d.to_radians().cos()).sum::<f64>() / degrees.len() as f64;
+    let batches: Vec<_> = Pipeline::from_dataset(dataset)
+        .variables(["t2m"])
+        .window("latitude", 4, 3)
+        .latitude_weights("latitude")
+        .batch_size(3)
+        .build()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    for batch in &batches {
+        let weights = batch.latitude_weights.as_ref().expect("weights");
+        assert_eq!(weights.shape(), [batch.samples.len(), 4]);
+        for (position, sample) in batch.samples.iter().enumerate() {
+            for row in 0..4 {
+                let lat = degrees[sample.origin[1] as usize + row];
+                let expected = (lat.to_radians().cos() / mean) as f32;
+                assert_eq!(weights[[position, row]], expected);
+            }
+        }
+    }
+    let error = Pipeline::builder(&url)
+        .latitude_weights("level")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("level"), "{error}");
+}

@@ -63,10 +63,11 @@ mod on_gpu {
     use zarrpipe::codec::cudarc::driver::CudaContext;
 
     /// Every batch of the GPU pipeline, as host float32 (inputs, targets, padding and NaN
-    /// masks as 0/1), with its sample indices.
+    /// masks as 0/1, latitude weights), with its sample indices.
     type HostView = (
         Vec<u64>,
         Vec<f32>,
+        Option<Vec<f32>>,
         Option<Vec<f32>>,
         Option<Vec<f32>>,
         Option<Vec<f32>>,
@@ -92,6 +93,7 @@ mod on_gpu {
                     batch.targets.as_ref().map(host),
                     batch.mask.as_ref().map(host),
                     batch.nan_mask.as_ref().map(host),
+                    batch.latitude_weights.as_ref().map(host),
                 )
             })
             .collect()
@@ -110,6 +112,10 @@ mod on_gpu {
                     batch.targets.as_ref().map(floats),
                     batch.mask.as_ref().map(flags),
                     batch.nan_mask.as_ref().map(flags),
+                    batch
+                        .latitude_weights
+                        .as_ref()
+                        .map(|w| w.iter().copied().collect()),
                 )
             })
             .collect()
@@ -133,6 +139,7 @@ mod on_gpu {
             }
             assert_eq!(g.3, c.3, "padding mask of batch {number}");
             assert_eq!(g.4, c.4, "NaN mask of batch {number}");
+            assert_eq!(g.5, c.5, "latitude weights of batch {number}");
         }
     }
 
@@ -188,10 +195,17 @@ mod on_gpu {
             normalize: Some(normalization.clone()),
             nan_fill: Some(0.0),
             nan_mask: true,
+            ..Default::default()
         };
         runtime().block_on(async {
             let url = &url;
-            let with = |dtype| move || patches(url).collate_options(options(dtype));
+            let with = |dtype| {
+                move || {
+                    patches(url)
+                        .collate_options(options(dtype))
+                        .latitude_weights("latitude")
+                }
+            };
             check_equal(with(TensorDType::F32), |v| v).await;
             check_equal(with(TensorDType::BF16), |v| {
                 half::bf16::from_f32(v).to_f32()

@@ -61,6 +61,9 @@ pub struct CollateArgs {
     /// Also deliver a u8 mask of the inputs, 0 where a value was NaN.
     #[arg(long)]
     nan_mask: bool,
+    /// Also deliver latitude weights (cos(latitude) over its mean) along this dimension.
+    #[arg(long, value_name = "DIM")]
+    lat_weights: Option<String>,
 }
 
 impl CollateArgs {
@@ -70,7 +73,12 @@ impl CollateArgs {
             normalize: None,
             nan_fill: self.nan_fill,
             nan_mask: self.nan_mask,
+            latitude_weights: None,
         });
+        let builder = match &self.lat_weights {
+            Some(dim) => builder.latitude_weights(dim.clone()),
+            None => builder,
+        };
         Ok(match &self.normalize {
             Some(path) => {
                 builder.normalize_with_stats(std::fs::read_to_string(path).map_err(|error| {

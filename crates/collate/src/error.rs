@@ -29,8 +29,8 @@ pub enum Error {
     #[error("variable `{variable}` needs {axes} axes in a gather, more than the GPU kernel's 8")]
     TooManyAxes { variable: String, axes: usize },
 
-    #[error("normalisation statistics: {reason}")]
-    BadStatistics { reason: String },
+    #[error("collate options: {reason}")]
+    BadOptions { reason: String },
 
     #[error("the host collator delivers float32 tensors, not {0:?}: collate on the GPU for that")]
     HostTensorType(crate::TensorDType),

@@ -25,6 +25,8 @@ pub struct HostBatch {
     /// With [`CollateOptions::nan_mask`]: the inputs' shape, 1 where the value was a number
     /// and 0 where it was NaN.
     pub nan_mask: Option<ArrayD<u8>>,
+    /// With [`CollateOptions::latitude_weights`]: `[batch, latitude window]`.
+    pub latitude_weights: Option<ArrayD<f32>>,
 }
 
 /// The decoded chunks a batch needs, with its samples: the input of collation.
@@ -87,12 +89,17 @@ impl HostCollator {
             ArrayD::from_shape_vec(tensor.raw_dim(), mask).expect("mask matches the tensor")
         });
         let mask = self.layout.padded().then(|| self.mask(&batch.samples));
+        let latitude_weights = match &self.options.latitude_weights {
+            Some(weights) => Some(weights.batch(&self.layout, &batch.samples)?),
+            None => None,
+        };
         Ok(HostBatch {
             tensor,
             targets,
             samples: batch.samples,
             mask,
             nan_mask,
+            latitude_weights,
         })
     }
 

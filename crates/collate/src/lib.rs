@@ -51,7 +51,7 @@ pub use device::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};
 pub use error::{Error, Result};
 pub use gather::{GatherPlan, Piece, MAX_AXES};
 pub use host::{DecodedBatch, HostBatch, HostCollator};
-pub use options::{CollateOptions, Normalization, TensorDType};
+pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType};
 
 /// Stream adapters of the collate stage.
 pub trait CollateExt: Stream<Item = Result<DecodedBatch>> + Sized {

@@ -56,7 +56,7 @@ impl Normalization {
     /// with `variable`, `mean` and `std`): every channel of a variable gets its statistics.
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
         let stats: Vec<serde_json::Value> =
-            serde_json::from_str(json).map_err(|error| Error::BadStatistics {
+            serde_json::from_str(json).map_err(|error| Error::BadOptions {
                 reason: format!("not a list of variable statistics: {error}"),
             })?;
         let mut normalization = Self {
@@ -67,11 +67,11 @@ impl Normalization {
             let entry = stats
                 .iter()
                 .find(|entry| entry["variable"] == variable.name())
-                .ok_or_else(|| Error::BadStatistics {
+                .ok_or_else(|| Error::BadOptions {
                     reason: format!("no statistics for variable `{}`", variable.name()),
                 })?;
             let field = |name: &str| {
-                entry[name].as_f64().ok_or_else(|| Error::BadStatistics {
+                entry[name].as_f64().ok_or_else(|| Error::BadOptions {
                     reason: format!("variable `{}` has no numeric `{name}`", variable.name()),
                 })
             };
@@ -87,7 +87,7 @@ impl Normalization {
 
     fn check(&self, channels: usize) -> Result<()> {
         if self.mean.len() != channels || self.std.len() != channels {
-            return Err(Error::BadStatistics {
+            return Err(Error::BadOptions {
                 reason: format!(
                     "{} means and {} standard deviations for {channels} channels",
                     self.mean.len(),
@@ -100,7 +100,7 @@ impl Normalization {
             .iter()
             .position(|&std| !(std.is_finite() && std > 0.0))
         {
-            Some(channel) => Err(Error::BadStatistics {
+            Some(channel) => Err(Error::BadOptions {
                 reason: format!(
                     "channel {channel} has standard deviation {}",
                     self.std[channel]
@@ -122,6 +122,8 @@ pub struct CollateOptions {
     /// Also deliver a `u8` tensor of the inputs' shape: 1 where the value was a number, 0
     /// where it was NaN.
     pub nan_mask: bool,
+    /// Also deliver latitude weights `[batch, window]`.
+    pub latitude_weights: Option<LatitudeWeights>,
 }
 
 impl CollateOptions {
@@ -132,9 +134,12 @@ impl CollateOptions {
 
     pub(crate) fn check(&self, layout: &SampleLayout) -> Result<()> {
         if self.dtype == TensorDType::U8 {
-            return Err(Error::BadStatistics {
+            return Err(Error::BadOptions {
                 reason: "batch tensors are f32, bf16 or f16, not u8".into(),
             });
+        }
+        if let Some(weights) = &self.latitude_weights {
+            weights.check(layout)?;
         }
         match &self.normalize {
             Some(normalization) => normalization.check(layout.channels().len()),
@@ -199,5 +204,68 @@ pub(crate) fn finish_value(
     match (value.is_nan(), nan_fill) {
         (true, Some(fill)) => (fill, false),
         (nan, _) => (value, !nan),
+    }
+}
+
+/// Area weights along latitude (cos(latitude), divided by their mean over the whole
+/// coordinate, as WeatherBench weights losses), delivered per batch as `[batch, window]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatitudeWeights {
+    /// The latitude dimension (windowed or iterated in the samples).
+    pub dim: String,
+    /// One weight per latitude of the whole coordinate.
+    pub weights: Vec<f32>,
+}
+
+impl LatitudeWeights {
+    /// From the latitude coordinate's values, in degrees.
+    pub fn from_degrees(dim: impl Into<String>, latitudes: &[f64]) -> Self {
+        let cosines: Vec<f64> = latitudes.iter().map(|lat| lat.to_radians().cos()).collect();
+        let mean = cosines.iter().sum::<f64>() / cosines.len().max(1) as f64;
+        Self {
+            dim: dim.into(),
+            weights: cosines.iter().map(|c| (c / mean) as f32).collect(),
+        }
+    }
+
+    fn check(&self, layout: &SampleLayout) -> Result<()> {
+        let bad = |reason: String| Err(Error::BadOptions { reason });
+        match layout.sample_axis(&self.dim) {
+            None => bad(format!(
+                "latitude weights: `{}` is not windowed or iterated in the samples",
+                self.dim
+            )),
+            Some(axis) if layout.sample_dims()[axis].length != self.weights.len() as u64 => {
+                bad(format!(
+                    "latitude weights: {} values for `{}`",
+                    self.weights.len(),
+                    self.dim
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// `[batch, window]`: each sample's weights along its latitude window (0 past the edge, in
+    /// padded windows).
+    pub fn batch(
+        &self,
+        layout: &SampleLayout,
+        samples: &[zarrpipe_batcher::Sample],
+    ) -> Result<ndarray::ArrayD<f32>> {
+        let axis = layout
+            .sample_axis(&self.dim)
+            .ok_or_else(|| Error::BadOptions {
+                reason: format!("latitude weights: `{}` is not a sample dimension", self.dim),
+            })?;
+        let dim = &layout.sample_dims()[axis];
+        let window = if dim.iterated { 1 } else { dim.size as usize };
+        Ok(ndarray::ArrayD::from_shape_fn(
+            ndarray::IxDyn(&[samples.len(), window]),
+            |index| {
+                let latitude = samples[index[0]].origin[axis] as usize + index[1];
+                self.weights.get(latitude).copied().unwrap_or(0.0)
+            },
+        ))
     }
 }

@@ -7,10 +7,10 @@ use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
 use zarrpipe_core::Device;
 use zarrpipe_store::{Dataset, StoreOptions};
 
-use crate::select::{resolve_selections, CoordValue, Selection};
+use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
 use crate::stream::{BatchStream, StageConfig};
 use crate::{Error, Result};
-use zarrpipe_collate::{CollateOptions, Normalization};
+use zarrpipe_collate::{CollateOptions, LatitudeWeights, Normalization};
 
 /// Where a pipeline reads from: a URL to open, or a dataset already open.
 #[derive(Debug)]
@@ -39,6 +39,7 @@ pub struct PipelineBuilder {
     store_options: StoreOptions,
     collate: CollateOptions,
     stats_json: Option<String>,
+    latitude_dim: Option<String>,
     gpu_tensor_memory: usize,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
@@ -79,6 +80,7 @@ impl PipelineBuilder {
             store_options: StoreOptions::default(),
             collate: CollateOptions::default(),
             stats_json: None,
+            latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
             #[cfg(feature = "cuda")]
             gpu: None,
@@ -253,6 +255,13 @@ impl PipelineBuilder {
         self
     }
 
+    /// Also deliver latitude weights (cos(latitude) over its mean, from the 1-D coordinate of
+    /// `dim`, in degrees) per batch as `[batch, latitude window]`.
+    pub fn latitude_weights(mut self, dim: impl Into<String>) -> Self {
+        self.latitude_dim = Some(dim.into());
+        self
+    }
+
     /// The collate options set so far.
     pub fn collate_options_ref(&self) -> &CollateOptions {
         &self.collate
@@ -339,6 +348,10 @@ impl PipelineBuilder {
         let mut collate = self.collate;
         if let Some(json) = &self.stats_json {
             collate.normalize = Some(Normalization::from_stats_json(batcher.layout(), json)?);
+        }
+        if let Some(dim) = &self.latitude_dim {
+            let latitudes = coordinate_values(&dataset, dim).await?;
+            collate.latitude_weights = Some(LatitudeWeights::from_degrees(dim, &latitudes));
         }
         let stages = StageConfig {
             decoder: self.decoder.unwrap_or_else(|| Arc::new(CpuDecoder::new())),

@@ -37,6 +37,8 @@ pub struct GpuBatch {
     pub mask: Option<DeviceTensor>,
     /// NaN mask of the inputs' shape, u8.
     pub nan_mask: Option<DeviceTensor>,
+    /// Latitude weights `[batch, latitude window]`, f32.
+    pub latitude_weights: Option<DeviceTensor>,
     pub samples: Vec<Sample>,
     /// Recorded on the pipeline's stream after the batch's last kernel.
     pub ready: CudaEvent,
@@ -363,6 +365,7 @@ impl Worker {
                 targets: tensors.targets,
                 mask: tensors.mask,
                 nan_mask: tensors.nan_mask,
+                latitude_weights: tensors.latitude_weights,
                 samples,
                 ready: tensors.ready,
             })

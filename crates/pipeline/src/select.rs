@@ -50,13 +50,8 @@ pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Ran
         dim: dim.clone(),
         reason,
     };
-    let coordinate = dataset
-        .variable(dim)
-        .ok()
-        .filter(|variable| variable.dims() == [dim.clone()])
-        .ok_or_else(|| fail("no 1-D coordinate variable of that name".into()))?;
-    let bytes = read_array(coordinate, Arc::new(CpuDecoder::new()), 8).await?;
-    let values = values_f64(coordinate.dtype(), &bytes);
+    let values = coordinate_values(dataset, dim).await?;
+    let coordinate = dataset.variable(dim)?;
     let units = coordinate
         .attributes()
         .get("units")
@@ -86,6 +81,20 @@ pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Ran
         ));
     }
     Ok(first as u64..last as u64 + 1)
+}
+
+/// The values of the 1-D coordinate variable of `dim`.
+pub(crate) async fn coordinate_values(dataset: &Dataset, dim: &str) -> Result<Vec<f64>> {
+    let coordinate = dataset
+        .variable(dim)
+        .ok()
+        .filter(|variable| variable.dims() == [dim.to_string()])
+        .ok_or_else(|| Error::Select {
+            dim: dim.to_string(),
+            reason: "no 1-D coordinate variable of that name".into(),
+        })?;
+    let bytes = read_array(coordinate, Arc::new(CpuDecoder::new()), 8).await?;
+    Ok(values_f64(coordinate.dtype(), &bytes))
 }
 
 /// `spec` with each selection resolved to an index range of `dataset` (reads coordinates).

@@ -29,6 +29,8 @@ pub struct Batch {
     pub mask: Option<ArrayD<u8>>,
     /// With [`CollateOptions::nan_mask`]: the inputs' shape, 0 where the value was NaN.
     pub nan_mask: Option<ArrayD<u8>>,
+    /// With [`CollateOptions::latitude_weights`]: `[batch, latitude window]`.
+    pub latitude_weights: Option<ArrayD<f32>>,
     pub samples: Vec<Sample>,
 }
 
@@ -266,6 +268,7 @@ async fn load_batch(
         targets: collated.targets,
         mask: collated.mask,
         nan_mask: collated.nan_mask,
+        latitude_weights: collated.latitude_weights,
         samples: collated.samples,
     })
 }

@@ -45,6 +45,8 @@ pub struct DeviceTensors {
     pub mask: Option<DeviceTensor>,
     /// With [`CollateOptions::nan_mask`]: the inputs' shape, u8, 0 where the value was NaN.
     pub nan_mask: Option<DeviceTensor>,
+    /// With [`CollateOptions::latitude_weights`]: `[batch, latitude window]`, f32.
+    pub latitude_weights: Option<DeviceTensor>,
     pub ready: CudaEvent,
 }
 
@@ -134,6 +136,14 @@ impl DeviceCollator {
             true => Some(self.upload_mask(samples, stream)?),
             false => None,
         };
+        let latitude_weights = match &self.options.latitude_weights {
+            Some(weights) => {
+                let weights = weights.batch(self.layout(), samples)?;
+                let bytes: Vec<u8> = weights.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                Some(self.upload(weights.shape(), TensorDType::F32, &bytes, stream)?)
+            }
+            None => None,
+        };
         let ready = stream
             .record_event(None)
             .map_err(cuda_error("recording the batch's event"))?;
@@ -142,6 +152,7 @@ impl DeviceCollator {
             targets,
             mask,
             nan_mask,
+            latitude_weights,
             ready,
         })
     }
@@ -274,8 +285,19 @@ impl DeviceCollator {
 
     fn upload_mask(&self, samples: &[Sample], stream: &Arc<CudaStream>) -> Result<DeviceTensor> {
         let mask = self.host.mask(samples);
-        let tensor = self.pool.take(mask.shape(), TensorDType::U8, stream)?;
         let bytes = mask.as_slice().expect("a new mask is contiguous");
+        self.upload(mask.shape(), TensorDType::U8, bytes, stream)
+    }
+
+    /// A tensor made on the host, uploaded in stream order.
+    fn upload(
+        &self,
+        shape: &[usize],
+        dtype: TensorDType,
+        bytes: &[u8],
+        stream: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor> {
+        let tensor = self.pool.take(shape, dtype, stream)?;
         self.staging.upload_to(tensor.device_ptr(), bytes, stream)?;
         Ok(tensor)
     }
