@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use zarrpipe_batcher::{clip, Sample, SampleLayout};
 use zarrpipe_core::{convert_to_f32, DType};
-use zarrpipe_store::ChunkRequest;
+use zarrpipe_store::{ChunkRequest, Variable};
 
 use crate::{Error, Result};
 
@@ -172,43 +172,23 @@ fn plan_window(
 ) -> Result<()> {
     let variable = &layout.variables()[number];
     let region = layout.region(number, sample);
-    for indices in variable.chunks_in(&clip(&region, variable.shape())) {
-        let &(position, _) =
-            chunks
-                .get(&(number, indices.as_slice()))
-                .ok_or_else(|| Error::MissingChunk {
-                    sample: sample.index,
-                    variable: variable.name().into(),
-                    indices: indices.clone(),
-                })?;
-        let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
+    for chunk in window_boxes(layout, number, &region)? {
+        let &(position, _) = chunks
+            .get(&(number, chunk.indices.as_slice()))
+            .ok_or_else(|| missing_chunk(sample, variable, &chunk.indices))?;
+        let src_strides = chunk.strides();
         let rank = region.len();
-        let lo: Vec<u64> = (0..rank)
-            .map(|a| region[a].start.max(chunk_start[a]))
-            .collect();
-        let hi: Vec<u64> = (0..rank)
-            .map(|a| {
-                region[a]
-                    .end
-                    .min(chunk_start[a] + chunk_shape[a])
-                    .min(variable.shape()[a])
-            })
-            .collect();
-        if (0..rank).any(|a| lo[a] >= hi[a]) {
-            continue;
-        }
-        let mut src_strides = vec![1u64; rank];
-        for a in (0..rank.saturating_sub(1)).rev() {
-            src_strides[a] = src_strides[a + 1] * chunk_shape[a + 1];
-        }
         let src_start = (0..rank)
-            .map(|a| (lo[a] - chunk_start[a]) * src_strides[a])
+            .map(|a| (chunk.lo[a] - chunk.start[a]) * src_strides[a])
             .sum();
         let dst_start = base
             + (0..rank)
-                .map(|a| (lo[a] - region[a].start) * dst_strides[a] as u64)
+                .map(|a| (chunk.lo[a] - region[a].start) * dst_strides[a] as u64)
                 .sum::<u64>();
-        let axes = (0..rank).map(|a| (hi[a] - lo[a], src_strides[a], dst_strides[a] as u64));
+        let axes = (0..rank).map(|a| {
+            let extent = chunk.hi[a] - chunk.lo[a];
+            (extent, src_strides[a], dst_strides[a] as u64)
+        });
         let (extent, src_strides, dst_strides) = merge_axes(axes);
         if extent.len() > MAX_AXES {
             return Err(Error::TooManyAxes {
@@ -227,6 +207,68 @@ fn plan_window(
         });
     }
     Ok(())
+}
+
+/// A chunk that a window touches, and the part of it inside the window (array coordinates,
+/// `lo..hi` per axis, clipped to the array: edge chunks and padded windows reach past it).
+pub(crate) struct WindowBox {
+    pub indices: Vec<u64>,
+    pub start: Vec<u64>,
+    pub shape: Vec<u64>,
+    pub lo: Vec<u64>,
+    pub hi: Vec<u64>,
+}
+
+impl WindowBox {
+    /// The chunk's C-order strides, in elements.
+    pub fn strides(&self) -> Vec<u64> {
+        let rank = self.shape.len();
+        let mut strides = vec![1u64; rank];
+        for a in (0..rank.saturating_sub(1)).rev() {
+            strides[a] = strides[a + 1] * self.shape[a + 1];
+        }
+        strides
+    }
+}
+
+/// The chunks of variable `number` with a non-empty part inside `region`.
+pub(crate) fn window_boxes(
+    layout: &SampleLayout,
+    number: usize,
+    region: &[std::ops::Range<u64>],
+) -> Result<Vec<WindowBox>> {
+    let variable = &layout.variables()[number];
+    let rank = region.len();
+    let mut boxes = Vec::new();
+    for indices in variable.chunks_in(&clip(region, variable.shape())) {
+        let (start, shape) = variable.chunk_region(&indices)?;
+        let lo: Vec<u64> = (0..rank).map(|a| region[a].start.max(start[a])).collect();
+        let hi: Vec<u64> = (0..rank)
+            .map(|a| {
+                let chunk_end = start[a] + shape[a];
+                region[a].end.min(chunk_end).min(variable.shape()[a])
+            })
+            .collect();
+        if (0..rank).all(|a| lo[a] < hi[a]) {
+            boxes.push(WindowBox {
+                indices,
+                start,
+                shape,
+                lo,
+                hi,
+            });
+        }
+    }
+    Ok(boxes)
+}
+
+/// A window's chunk that is not among the batch's decoded chunks.
+pub(crate) fn missing_chunk(sample: &Sample, variable: &Variable, indices: &[u64]) -> Error {
+    Error::MissingChunk {
+        sample: sample.index,
+        variable: variable.name().into(),
+        indices: indices.to_vec(),
+    }
 }
 
 /// Drops axes of size 1 and merges an axis into the next when both sides are contiguous

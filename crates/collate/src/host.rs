@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
-use zarrpipe_batcher::{clip, Sample, SampleDim, SampleLayout};
+use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
 use zarrpipe_codec_gpu::DecodedChunk;
 use zarrpipe_core::convert_to_f32;
 
-use crate::gather::destination_strides;
+use crate::gather::{destination_strides, missing_chunk, window_boxes, WindowBox};
 use crate::options::{finish_on_host, CollateOptions, TensorDType};
 use crate::{Error, Result};
 
@@ -200,21 +200,13 @@ impl HostCollator {
         let variable = &self.layout.variables()[number];
         let region = self.layout.region(number, sample);
         let strides = destination_strides(&self.layout, number);
-        for indices in variable.chunks_in(&clip(&region, variable.shape())) {
-            let chunk =
-                chunks
-                    .get(&(number, indices.as_slice()))
-                    .ok_or_else(|| Error::MissingChunk {
-                        sample: sample.index,
-                        variable: variable.name().into(),
-                        indices: indices.clone(),
-                    })?;
-            let (chunk_start, chunk_shape) = variable.chunk_region(&indices)?;
+        for window_box in window_boxes(&self.layout, number, &region)? {
+            let chunk = chunks
+                .get(&(number, window_box.indices.as_slice()))
+                .ok_or_else(|| missing_chunk(sample, variable, &window_box.indices))?;
             let copy = BoxCopy {
                 region: &region,
-                chunk_start: &chunk_start,
-                chunk_shape: &chunk_shape,
-                array_shape: variable.shape(),
+                chunk: &window_box,
             };
             copy.run(chunk, &strides, out);
         }
@@ -230,10 +222,7 @@ impl HostCollator {
 /// Copies the part of one chunk that falls inside a sample's region.
 struct BoxCopy<'a> {
     region: &'a [Range<u64>],
-    chunk_start: &'a [u64],
-    chunk_shape: &'a [u64],
-    /// Edge chunks and padded windows reach past the array: nothing there is copied.
-    array_shape: &'a [u64],
+    chunk: &'a WindowBox,
 }
 
 impl BoxCopy<'_> {
@@ -243,24 +232,8 @@ impl BoxCopy<'_> {
             convert_to_f32(chunk.dtype(), &chunk.bytes, out, 1);
             return;
         }
-        let lo: Vec<u64> = (0..rank)
-            .map(|a| self.region[a].start.max(self.chunk_start[a]))
-            .collect();
-        let hi: Vec<u64> = (0..rank)
-            .map(|a| {
-                self.region[a]
-                    .end
-                    .min(self.chunk_start[a] + self.chunk_shape[a])
-                    .min(self.array_shape[a])
-            })
-            .collect();
-        if (0..rank).any(|a| lo[a] >= hi[a]) {
-            return;
-        }
-        let mut src_strides = vec![1usize; rank];
-        for a in (0..rank.saturating_sub(1)).rev() {
-            src_strides[a] = src_strides[a + 1] * self.chunk_shape[a + 1] as usize;
-        }
+        let (lo, hi) = (&self.chunk.lo, &self.chunk.hi);
+        let src_strides: Vec<usize> = self.chunk.strides().iter().map(|&s| s as usize).collect();
         let dtype = chunk.dtype();
         let size = dtype.size();
         let last = rank - 1;
@@ -268,7 +241,7 @@ impl BoxCopy<'_> {
         let mut coord = lo.clone();
         loop {
             let src: usize = (0..rank)
-                .map(|a| (coord[a] - self.chunk_start[a]) as usize * src_strides[a])
+                .map(|a| (coord[a] - self.chunk.start[a]) as usize * src_strides[a])
                 .sum();
             let dst: usize = (0..rank)
                 .map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a])
