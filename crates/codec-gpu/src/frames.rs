@@ -3,6 +3,9 @@
 //! here against the chunk's expected decoded size and the bytes actually present.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::zstd_tables::{self, BlockLayout, FrameTables, MAX_BLOCK};
 
 /// A frame that cannot go to the GPU: corrupt (an error for the chunk) or valid but using a
 /// format the GPU path lacks (the chunk decodes on the CPU).
@@ -99,8 +102,36 @@ fn check_crc32c(what: &'static str, body: &[u8], stored: u32) -> Result<()> {
     Ok(())
 }
 
-/// Checks a zstd frame header; a declared content size must equal `expected`.
+/// Whether zstd frames' entropy tables are checked (see [`enable_zstd_table_checks`]).
+static ZSTD_TABLE_CHECKS: AtomicBool = AtomicBool::new(cfg!(test));
+
+/// Turns on the checks of compressed zstd blocks' entropy tables for this process. They run
+/// at about 4 GB/s of compressed bytes per core, inside the sequential planning of a batch,
+/// so they are off by default until planning checks frames in parallel.
+pub fn enable_zstd_table_checks() {
+    ZSTD_TABLE_CHECKS.store(true, Ordering::Relaxed);
+}
+
+fn zstd_table_checks() -> bool {
+    ZSTD_TABLE_CHECKS.load(Ordering::Relaxed)
+}
+
+/// Checks a zstd frame: its header (a declared content size must equal `expected`), its
+/// blocks, and (when enabled) the entropy tables of its compressed blocks.
 pub(crate) fn check_zstd(bytes: &[u8], expected: usize) -> Result<()> {
+    walk_zstd(bytes, expected, |_| {})
+}
+
+/// Where the parts of each compressed block of a valid zstd frame lie.
+#[cfg(test)]
+pub(crate) fn zstd_layout(bytes: &[u8], expected: usize) -> Result<Vec<BlockLayout>> {
+    let mut layouts = Vec::new();
+    walk_zstd(bytes, expected, |layout| layouts.push(layout))?;
+    Ok(layouts)
+}
+
+/// Checks a zstd frame, handing `on_block` the layout of each compressed block.
+fn walk_zstd(bytes: &[u8], expected: usize, on_block: impl FnMut(BlockLayout)) -> Result<()> {
     const WHAT: &str = "zstd frame";
     need(WHAT, bytes, 6)?;
     if u32_le(bytes, 0) != 0xFD2F_B528 {
@@ -144,16 +175,25 @@ pub(crate) fn check_zstd(bytes: &[u8], expected: usize) -> Result<()> {
         at + content_size_bytes,
         descriptor & 0x04 != 0,
         expected,
+        on_block,
     )
 }
 
 /// Walks a zstd frame's blocks: each must lie inside the frame, declare at most 128 KiB,
-/// and the raw and RLE blocks may not decode past `expected`; the frame must end after its
-/// last block (and checksum). This catches truncated and spliced frames before nvCOMP.
-fn check_zstd_blocks(bytes: &[u8], mut at: usize, checksum: bool, expected: usize) -> Result<()> {
+/// and the blocks may not decode past `expected` (raw and RLE blocks their size, compressed
+/// ones at least their literals and a minimal match per sequence); the frame must end after
+/// its last block (and checksum). This catches truncated and spliced frames before nvCOMP.
+/// Compressed blocks' entropy tables are checked by [`zstd_tables`].
+fn check_zstd_blocks(
+    bytes: &[u8],
+    mut at: usize,
+    checksum: bool,
+    expected: usize,
+    mut on_block: impl FnMut(BlockLayout),
+) -> Result<()> {
     const WHAT: &str = "zstd block";
-    const MAX_BLOCK: usize = 128 << 10;
     let mut decoded = 0usize;
+    let mut tables = FrameTables::default();
     loop {
         if at + 3 > bytes.len() {
             return Err(FrameError::Truncated {
@@ -166,10 +206,10 @@ fn check_zstd_blocks(bytes: &[u8], mut at: usize, checksum: bool, expected: usiz
             u32::from(bytes[at]) | u32::from(bytes[at + 1]) << 8 | u32::from(bytes[at + 2]) << 16;
         at += 3;
         let (last, kind, size) = (header & 1 == 1, (header >> 1) & 3, (header >> 3) as usize);
-        let (stored, produces) = match kind {
-            0 => (size, size), // raw
-            1 => (1, size),    // RLE: one byte repeated
-            2 => (size, 0),    // compressed: at most 128 KiB, size unknown here
+        let stored = match kind {
+            0 => size, // raw
+            1 => 1,    // RLE: one byte repeated
+            2 => size, // compressed
             _ => {
                 return Err(FrameError::BadHeader {
                     what: WHAT,
@@ -190,7 +230,16 @@ fn check_zstd_blocks(bytes: &[u8], mut at: usize, checksum: bool, expected: usiz
                 needed: at + stored,
             });
         }
-        decoded += produces;
+        decoded += if kind == 2 && !zstd_table_checks() {
+            0 // size unknown without reading the block
+        } else if kind == 2 {
+            let layout = zstd_tables::check_compressed_block(bytes, at..at + size, &mut tables)?;
+            let min_decoded = layout.min_decoded();
+            on_block(layout);
+            min_decoded
+        } else {
+            size
+        };
         if decoded > expected {
             return Err(FrameError::DeclaredSize {
                 what: WHAT,

@@ -44,6 +44,8 @@ mod read;
 pub mod testing;
 #[cfg(test)]
 mod tests;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod zstd_tables;
 
 use std::sync::Arc;
 
@@ -56,7 +58,7 @@ pub use cpu::{decode_on_cpu, CpuDecoder};
 pub use decode::Decode;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
-pub use frames::FrameError;
+pub use frames::{enable_zstd_table_checks, FrameError};
 #[cfg(feature = "cuda")]
 pub use gpu::{cudarc, kernel, load_module, trim_memory_pool, PendingBatch};
 pub use gpu::{BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions};

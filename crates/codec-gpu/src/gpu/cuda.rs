@@ -234,6 +234,9 @@ impl GpuDecoder {
             });
         }
         let nvcomp = Nvcomp::load()?;
+        if options.check_zstd_tables {
+            crate::frames::enable_zstd_table_checks();
+        }
         let context = CudaContext::new(options.device).map_err(cuda_error("opening the device"))?;
         // Work is ordered by streams and events this decoder records itself, so cudarc's
         // per-buffer events are not needed.
