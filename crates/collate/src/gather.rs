@@ -108,21 +108,26 @@ impl Piece {
 type ChunkIndex<'a> = HashMap<(usize, &'a [u64]), (usize, &'a ChunkRequest)>;
 
 fn chunk_index<'a>(layout: &SampleLayout, chunks: &[&'a ChunkRequest]) -> Result<ChunkIndex<'a>> {
-    let variables = layout.variables();
     chunks
         .iter()
         .enumerate()
         .map(|(position, request)| {
-            let variable = variables
-                .iter()
-                .position(|v| v.name() == request.variable.name())
-                .ok_or_else(|| Error::UnknownVariable {
-                    variable: request.variable.name().into(),
-                    indices: request.indices.clone(),
-                })?;
+            let variable = variable_number(layout, request)?;
             Ok(((variable, request.indices.as_slice()), (position, *request)))
         })
         .collect()
+}
+
+/// The number of a chunk's variable among the layout's variables.
+pub(crate) fn variable_number(layout: &SampleLayout, request: &ChunkRequest) -> Result<usize> {
+    layout
+        .variables()
+        .iter()
+        .position(|v| v.name() == request.variable.name())
+        .ok_or_else(|| Error::UnknownVariable {
+            variable: request.variable.name().into(),
+            indices: request.indices.clone(),
+        })
 }
 
 /// Pieces of `[batch, steps x channels, window...]`, in the host collator's order.

@@ -8,7 +8,7 @@ use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
 use zarrpipe_codec_gpu::DecodedChunk;
 use zarrpipe_core::convert_to_f32;
 
-use crate::gather::{destination_strides, missing_chunk, window_boxes, WindowBox};
+use crate::gather::{destination_strides, missing_chunk, variable_number, window_boxes, WindowBox};
 use crate::options::{finish_on_host, CollateOptions, TensorDType};
 use crate::{Error, Result};
 
@@ -172,19 +172,11 @@ impl HostCollator {
     }
 
     fn index_chunks<'a>(&self, chunks: &'a [DecodedChunk]) -> Result<ChunkIndex<'a>> {
-        let variables = self.layout.variables();
         chunks
             .iter()
             .map(|chunk| {
-                let request = &chunk.request;
-                let variable = variables
-                    .iter()
-                    .position(|v| v.name() == request.variable.name())
-                    .ok_or_else(|| Error::UnknownVariable {
-                        variable: request.variable.name().into(),
-                        indices: request.indices.clone(),
-                    })?;
-                Ok(((variable, request.indices.as_slice()), chunk))
+                let variable = variable_number(&self.layout, &chunk.request)?;
+                Ok(((variable, chunk.request.indices.as_slice()), chunk))
             })
             .collect()
     }

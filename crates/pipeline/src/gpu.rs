@@ -21,7 +21,7 @@ use zarrpipe_codec_gpu::{GpuDecoder, GpuOptions, PendingBatch};
 use zarrpipe_collate::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};
 use zarrpipe_store::{Dataset, EncodedChunk, FetchExt};
 
-use crate::stream::{BatchStream, Delivered, StageConfig};
+use crate::stream::{spawn_batch, BatchStream, Delivered, StageConfig};
 use crate::{Error, Metrics, Result};
 
 /// A batch in device memory. Its tensors are complete once [`GpuBatch::ready`] has: make
@@ -171,7 +171,7 @@ pub(crate) fn start(
             let requests = layout.read_plan(&samples);
             let (jobs, metrics, waiting) = (jobs.clone(), fetch_metrics.clone(), waiting.clone());
             let concurrency = stages.fetch_concurrency;
-            let fetch = runtime.spawn(async move {
+            let load = async move {
                 let chunks: Vec<EncodedChunk> = stream::iter(requests)
                     .fetch(concurrency)
                     .inspect_ok(|chunk| {
@@ -192,29 +192,13 @@ pub(crate) fn start(
                     return Err(Error::WorkerStopped);
                 }
                 answer.await.unwrap_or(Err(Error::WorkerStopped))
-            });
-            let fetch = AbortOnDrop(fetch);
-            async move {
-                let mut fetch = fetch;
-                (&mut fetch.0).await.map_err(|source| Error::TaskFailed {
-                    batch: index,
-                    source,
-                })?
-            }
+            };
+            spawn_batch(&runtime, index, load)
         })
         .buffered(stages.prefetch)
         .boxed();
     let device = stages.device;
     Ok(BatchStream::new(inner, dataset, batcher, device, metrics))
-}
-
-/// Aborts the batch's task when the stream drops it before it finished.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 struct Worker {

@@ -106,6 +106,22 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
+/// Runs batch `index`'s loading as a Tokio task; the returned future gives its result, and
+/// dropping that future (the stream dropped the batch) aborts the task.
+pub(crate) fn spawn_batch<T: Send + 'static>(
+    runtime: &Handle,
+    index: u64,
+    load: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> impl std::future::Future<Output = Result<T>> {
+    let mut task = AbortOnDrop(runtime.spawn(load));
+    async move {
+        (&mut task.0).await.map_err(|source| Error::TaskFailed {
+            batch: index,
+            source,
+        })?
+    }
+}
+
 impl BatchStream<Batch> {
     pub(crate) fn start(
         runtime: Handle,
@@ -132,14 +148,7 @@ impl BatchStream<Batch> {
                     collator.clone(),
                     task_metrics.clone(),
                 );
-                let task = AbortOnDrop(runtime.spawn(load));
-                async move {
-                    let mut task = task;
-                    (&mut task.0).await.map_err(|source| Error::TaskFailed {
-                        batch: index,
-                        source,
-                    })?
-                }
+                spawn_batch(&runtime, index, load)
             })
             .buffered(prefetch)
             .boxed();

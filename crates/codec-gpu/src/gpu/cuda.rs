@@ -101,18 +101,6 @@ impl SlotPool {
             .unwrap_or_else(|poison| poison.into_inner())
             .push(slot);
     }
-
-    /// Pinned bytes held by free slots.
-    fn pinned_bytes(&self) -> usize {
-        let slots = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
-        slots
-            .iter()
-            .map(|slot| {
-                slot.staging.as_ref().map_or(0, |s| s.len())
-                    + slot.results_host.as_ref().map_or(0, |s| s.len())
-            })
-            .sum()
-    }
 }
 
 /// A group whose work is enqueued; `done` completes when its statuses are on the host.
@@ -296,11 +284,6 @@ impl GpuDecoder {
     /// The stream the next [`Self::submit`] decodes on, when no other thread submits between.
     pub fn next_stream(&self) -> &Arc<CudaStream> {
         &self.lanes[self.next_lane.load(Ordering::Relaxed) % LANES].stream
-    }
-
-    /// Pinned host bytes the decoder keeps for staging (in free slots).
-    pub fn pinned_bytes(&self) -> usize {
-        self.slots.pinned_bytes()
     }
 
     /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
