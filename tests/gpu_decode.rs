@@ -152,17 +152,16 @@ fn truncated_chunks_fail_alone_on_the_gpu() {
 }
 
 /// Garbage inside compressed streams: caught by checksums where the chain has them, else an
-/// error or wrong values for that chunk alone. nvCOMP's zstd decoder can fault on such
-/// streams (see `GpuDecoder::decode_batch`), so zstd without a checksum is left out here.
+/// error or wrong values for that chunk alone, and the decoder goes on. nvCOMP's zstd decoder
+/// writes out of bounds on corrupt entropy tables, so this holds for zstd without a checksum
+/// only because the decoder checks those tables first (`check_zstd_tables`, on by default).
 #[test]
 fn scrambled_chunks_fail_alone_on_the_gpu() {
     let Some(decoder) = decoder(GpuOptions::default()) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let chunks = large_float_cases(dir.path(), |name| {
-        name.contains("crc32c") || !(name.contains("zstd") || name.contains("shard"))
-    });
+    let chunks = large_float_cases(dir.path(), |_| true);
     let clean = decode(&decoder, &chunks);
     let mut problems = Vec::new();
     for (index, chunk) in chunks.iter().enumerate() {

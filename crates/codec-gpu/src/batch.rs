@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rayon::prelude::*;
-use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
+use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
 use crate::chain::GpuChain;
-use crate::frames::FrameError;
+use crate::frames::{self, FrameError};
 use crate::plan::{BatchPlan, ChunkInput, Region, ALIGN};
 use crate::{decode_on_cpu, Error, Result};
 
@@ -45,23 +45,45 @@ pub(crate) struct Prepared {
 /// Plans `chunks` for the GPU, their outputs from byte `output_start` of the batch output on.
 /// With `strict`, a chunk the GPU cannot decode is an error instead of a CPU fallback.
 pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool, output_start: usize) -> Prepared {
-    let mut chains: HashMap<*const Variable, std::result::Result<GpuChain, String>> =
-        HashMap::new();
+    // By the variable's address (a plain number, so the map is shared across threads).
+    let address = |chunk: &EncodedChunk| Arc::as_ptr(&chunk.request.variable) as usize;
+    let mut chains: HashMap<usize, std::result::Result<GpuChain, String>> = HashMap::new();
     for chunk in &chunks {
         let variable = &chunk.request.variable;
         chains
-            .entry(Arc::as_ptr(variable))
+            .entry(address(chunk))
             .or_insert_with(|| GpuChain::of(variable).map_err(|unsupported| unsupported.0));
     }
+    let chain_of = |chunk: &EncodedChunk| &chains[&address(chunk)];
+    // zstd entropy tables are the costly check: every chunk is planned once on every core
+    // with them (into a plan thrown away), then for real, in order, without them.
+    let mut table_errors: Vec<Option<FrameError>> = if frames::zstd_table_checks() {
+        chunks
+            .par_iter()
+            .enumerate()
+            .map(|(index, chunk)| {
+                let Ok(chain) = chain_of(chunk) else {
+                    return None;
+                };
+                frames::with_table_checks(true, || {
+                    plan_chunk(&mut BatchPlan::default(), index, chunk, chain).err()
+                })
+            })
+            .collect()
+    } else {
+        chunks.iter().map(|_| None).collect()
+    };
     let mut prepared = Prepared::default();
     prepared.plan.output_len = output_start;
     let mut fallbacks = Vec::new();
     let mut outcomes = Vec::with_capacity(chunks.len());
     for (index, chunk) in chunks.iter().enumerate() {
-        let chain = &chains[&Arc::as_ptr(&chunk.request.variable)];
-        let planned = match chain {
-            Ok(chain) => plan_chunk(&mut prepared.plan, index, chunk, chain),
-            Err(reason) => Err(FrameError::NeedsCpu(format!("codec chain: {reason}"))),
+        let planned = match (chain_of(chunk), table_errors[index].take()) {
+            (_, Some(error)) => Err(error),
+            (Ok(chain), None) => frames::with_table_checks(false, || {
+                plan_chunk(&mut prepared.plan, index, chunk, chain)
+            }),
+            (Err(reason), None) => Err(FrameError::NeedsCpu(format!("codec chain: {reason}"))),
         };
         outcomes.push(match planned {
             Ok(planned) => Some(Ok(planned)),

@@ -3,6 +3,7 @@
 //! other codec is `Unsupported` and decodes on the CPU.
 
 use serde_json::Value;
+use zarrpipe_core::DType;
 use zarrpipe_store::Variable;
 
 /// One decode step, in decode order (the reverse of the encode order).
@@ -20,6 +21,88 @@ pub(crate) enum Step {
     Sharding(Box<ShardSpec>),
     /// `transpose`; `encoded_order[i]` is the decoded axis stored as axis `i`.
     Transpose { encoded_order: Vec<usize> },
+    /// numcodecs `fixedscaleoffset`: stored `astype` integers back to the array's values.
+    ScaleOffset(ScaleOffset),
+}
+
+/// The element types numcodecs `fixedscaleoffset` works on, numbered as in `kernels.cu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Element {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+}
+
+impl Element {
+    /// From a numpy type string with or without its byte order (`<f8`, `|u1`, `i2`).
+    fn parse(name: &str) -> Option<Self> {
+        let name = name.trim_start_matches(['<', '>', '|', '=']);
+        Some(match name {
+            "i1" => Self::I8,
+            "u1" => Self::U8,
+            "i2" => Self::I16,
+            "u2" => Self::U16,
+            "i4" => Self::I32,
+            "u4" => Self::U32,
+            "i8" => Self::I64,
+            "u8" => Self::U64,
+            "f4" => Self::F32,
+            "f8" => Self::F64,
+            _ => return None,
+        })
+    }
+
+    /// The element type of an array of `dtype`, if `fixedscaleoffset` takes it.
+    pub fn of(dtype: DType) -> Option<Self> {
+        Some(match dtype {
+            DType::Int8 => Self::I8,
+            DType::UInt8 => Self::U8,
+            DType::Int16 => Self::I16,
+            DType::UInt16 => Self::U16,
+            DType::Int32 => Self::I32,
+            DType::UInt32 => Self::U32,
+            DType::Int64 => Self::I64,
+            DType::UInt64 => Self::U64,
+            DType::Float32 => Self::F32,
+            DType::Float64 => Self::F64,
+            _ => return None,
+        })
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            Self::I8 | Self::U8 => 1,
+            Self::I16 | Self::U16 => 2,
+            Self::I32 | Self::U32 | Self::F32 => 4,
+            Self::I64 | Self::U64 | Self::F64 => 8,
+        }
+    }
+}
+
+/// `fixedscaleoffset` decoding as zarrs does it: each stored `astype` element is cast to
+/// `dtype` through f32 (when `astype` is given), then `value / scale + offset` is computed in
+/// f32 (types of up to 2 bytes, and f32) or f64 (the others) and cast back to `dtype`. zarrs
+/// keeps `scale` and `offset` as f32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ScaleOffset {
+    pub offset: f32,
+    pub scale: f32,
+    pub dtype: Element,
+    pub astype: Option<Element>,
+}
+
+impl ScaleOffset {
+    /// Bytes of one stored element.
+    pub fn stored_size(&self) -> usize {
+        self.astype.unwrap_or(self.dtype).size()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,10 +142,44 @@ impl GpuChain {
         let metadata = serde_json::to_value(variable.array().metadata())
             .map_err(|error| Unsupported(format!("unreadable metadata: {error}")))?;
         let element_size = variable.dtype().size();
-        match metadata.get("zarr_format").and_then(Value::as_u64) {
+        let chain = match metadata.get("zarr_format").and_then(Value::as_u64) {
             Some(2) => Self::from_v2(&metadata, element_size),
             _ => Self::from_v3(metadata.get("codecs").unwrap_or(&Value::Null), element_size),
+        }?;
+        chain.check_scale_offset(variable.dtype())?;
+        Ok(chain)
+    }
+
+    /// zarrs refuses a `fixedscaleoffset` whose `dtype` is not the array's; so does the GPU
+    /// (the chunk then fails on the CPU with zarrs' error). The size-changing step is only
+    /// planned where the chain has no shard outside it.
+    fn check_scale_offset(&self, dtype: DType) -> Result<(), Unsupported> {
+        let mut scale_offsets = self.steps.iter().filter_map(|step| match step {
+            Step::ScaleOffset(spec) => Some(spec),
+            _ => None,
+        });
+        let Some(spec) = scale_offsets.next() else {
+            for step in &self.steps {
+                if let Step::Sharding(shard) = step {
+                    shard.inner.check_scale_offset(dtype)?;
+                }
+            }
+            return Ok(());
+        };
+        if Element::of(dtype) != Some(spec.dtype) || scale_offsets.next().is_some() {
+            return Err(Unsupported(format!(
+                "fixedscaleoffset for {:?} on an array of {dtype}",
+                spec.dtype
+            )));
         }
+        if self
+            .steps
+            .iter()
+            .any(|step| matches!(step, Step::Sharding(_)))
+        {
+            return Err(Unsupported("fixedscaleoffset outside sharding".into()));
+        }
+        Ok(())
     }
 
     fn from_v3(codecs: &Value, element_size: usize) -> Result<Self, Unsupported> {
@@ -97,6 +214,7 @@ impl GpuChain {
                 "sharding_indexed" => {
                     Some(Step::Sharding(Box::new(shard_spec(config, element_size)?)))
                 }
+                "numcodecs.fixedscaleoffset" => Some(Step::ScaleOffset(scale_offset(config)?)),
                 other => return Err(Unsupported(format!("codec `{other}`"))),
             };
             steps.extend(step);
@@ -123,6 +241,7 @@ impl GpuChain {
             steps.push(
                 match filter.get("id").and_then(Value::as_str).unwrap_or("") {
                     "shuffle" => shuffle_step(filter, element_size)?,
+                    "fixedscaleoffset" => Step::ScaleOffset(scale_offset(filter)?),
                     other => return Err(Unsupported(format!("filter `{other}`"))),
                 },
             );
@@ -133,6 +252,15 @@ impl GpuChain {
             '<'
         };
         if element_size > 1 && dtype.starts_with(foreign_order) {
+            // zarrs swaps before array filters decode, numcodecs after: leave these to zarrs.
+            if steps
+                .iter()
+                .any(|step| matches!(step, Step::ScaleOffset(_)))
+            {
+                return Err(Unsupported(
+                    "fixedscaleoffset on a foreign byte order".into(),
+                ));
+            }
             steps.push(Step::SwapBytes);
         }
         if metadata.get("order").and_then(Value::as_str) == Some("F") {
@@ -162,6 +290,29 @@ fn shuffle_step(config: &Value, element_size: usize) -> Result<Step, Unsupported
         .and_then(Value::as_u64)
         .map_or(element_size, |n| n as usize);
     Ok(Step::Shuffle { element_size: size })
+}
+
+fn scale_offset(config: &Value) -> Result<ScaleOffset, Unsupported> {
+    let number = |key: &str| config.get(key).and_then(Value::as_f64);
+    let element = |key: &str| config.get(key).and_then(Value::as_str).map(Element::parse);
+    let (Some(offset), Some(scale), Some(Some(dtype))) =
+        (number("offset"), number("scale"), element("dtype"))
+    else {
+        return Err(Unsupported(format!(
+            "fixedscaleoffset configuration {config}"
+        )));
+    };
+    let astype = match element("astype") {
+        None => None,
+        Some(Some(astype)) => Some(astype),
+        Some(None) => return Err(Unsupported(format!("fixedscaleoffset astype in {config}"))),
+    };
+    Ok(ScaleOffset {
+        offset: offset as f32,
+        scale: scale as f32,
+        dtype,
+        astype,
+    })
 }
 
 fn axis_order(order: Option<&Value>) -> Result<Vec<usize>, Unsupported> {
@@ -271,6 +422,80 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn scale_offsets_read_from_v3_and_v2() {
+        let codecs = json!([
+            {"name": "numcodecs.fixedscaleoffset", "configuration":
+                {"offset": 273.15, "scale": 100, "dtype": "<f8", "astype": "|u1"}},
+            {"name": "bytes", "configuration": {"endian": "little"}}
+        ]);
+        let spec = ScaleOffset {
+            offset: 273.15,
+            scale: 100.0,
+            dtype: Element::F64,
+            astype: Some(Element::U8),
+        };
+        assert_eq!(
+            GpuChain::from_v3(&codecs, 8).unwrap().steps,
+            [Step::ScaleOffset(spec)]
+        );
+        assert_eq!(spec.stored_size(), 1);
+        let v2 = |dtype: &str| {
+            json!({"zarr_format": 2, "dtype": dtype, "shape": [4], "compressor": {"id": "zstd"},
+                "filters": [{"id": "fixedscaleoffset", "offset": 273.15, "scale": 100,
+                    "dtype": dtype, "astype": "<i2"}]})
+        };
+        assert_eq!(
+            GpuChain::from_v2(&v2("<f8"), 8).unwrap().steps,
+            [
+                Step::Decompress(Compressor::Zstd),
+                Step::ScaleOffset(ScaleOffset {
+                    astype: Some(Element::I16),
+                    ..spec
+                })
+            ]
+        );
+        // zarrs and numcodecs swap big-endian bytes at different points: left to zarrs.
+        assert!(GpuChain::from_v2(&v2(">f8"), 8).is_err());
+        let unknown = json!([{"name": "numcodecs.fixedscaleoffset",
+            "configuration": {"offset": 0, "scale": 1, "dtype": "<f8", "astype": "<c16"}}]);
+        assert!(GpuChain::from_v3(&unknown, 8).is_err());
+    }
+
+    #[test]
+    fn a_scale_offset_must_match_the_array_and_stay_inside_shards() {
+        let chain = |steps| GpuChain { steps };
+        let spec = ScaleOffset {
+            offset: 0.0,
+            scale: 1.0,
+            dtype: Element::F32,
+            astype: None,
+        };
+        assert!(chain(vec![Step::ScaleOffset(spec)])
+            .check_scale_offset(DType::Float32)
+            .is_ok());
+        assert!(chain(vec![Step::ScaleOffset(spec)])
+            .check_scale_offset(DType::Float64)
+            .is_err());
+        let shard = ShardSpec {
+            inner_shape: vec![2],
+            inner: GpuChain::default(),
+            index_crc32c: false,
+            index_at_end: true,
+        };
+        let outside = chain(vec![
+            Step::Sharding(Box::new(shard.clone())),
+            Step::ScaleOffset(spec),
+        ]);
+        assert!(outside.check_scale_offset(DType::Float32).is_err());
+        let inside = chain(vec![Step::Sharding(Box::new(ShardSpec {
+            inner: chain(vec![Step::ScaleOffset(spec)]),
+            ..shard
+        }))]);
+        assert!(inside.check_scale_offset(DType::Float32).is_ok());
+        assert!(inside.check_scale_offset(DType::Int16).is_err());
     }
 
     #[test]

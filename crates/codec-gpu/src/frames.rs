@@ -2,6 +2,7 @@
 //! undefined behaviour on corrupt input, so every header, declared size and offset is checked
 //! here against the chunk's expected decoded size and the bytes actually present.
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -105,15 +106,31 @@ fn check_crc32c(what: &'static str, body: &[u8], stored: u32) -> Result<()> {
 /// Whether zstd frames' entropy tables are checked (see [`enable_zstd_table_checks`]).
 static ZSTD_TABLE_CHECKS: AtomicBool = AtomicBool::new(cfg!(test));
 
-/// Turns on the checks of compressed zstd blocks' entropy tables for this process. They run
-/// at about 4 GB/s of compressed bytes per core, inside the sequential planning of a batch,
-/// so they are off by default until planning checks frames in parallel.
+thread_local! {
+    /// Overrides the process setting on this thread: batch planning checks tables in a
+    /// parallel pass first, then plans the frames that passed without checking them again.
+    static TABLE_CHECKS_HERE: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Turns on the checks of compressed zstd blocks' entropy tables for this process (a
+/// [`crate::GpuDecoder`] does, unless `GpuOptions::check_zstd_tables` is off). They run at
+/// about 4 GB/s of compressed bytes per core, on every core while a batch is planned.
 pub fn enable_zstd_table_checks() {
     ZSTD_TABLE_CHECKS.store(true, Ordering::Relaxed);
 }
 
-fn zstd_table_checks() -> bool {
-    ZSTD_TABLE_CHECKS.load(Ordering::Relaxed)
+pub(crate) fn zstd_table_checks() -> bool {
+    TABLE_CHECKS_HERE
+        .get()
+        .unwrap_or_else(|| ZSTD_TABLE_CHECKS.load(Ordering::Relaxed))
+}
+
+/// Runs `f` with the entropy-table checks on or off on this thread.
+pub(crate) fn with_table_checks<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    let before = TABLE_CHECKS_HERE.replace(Some(on));
+    let result = f();
+    TABLE_CHECKS_HERE.set(before);
+    result
 }
 
 /// Checks a zstd frame: its header (a declared content size must equal `expected`), its

@@ -4,6 +4,7 @@
 
 use std::io::Read;
 
+use crate::chain::{Element, ScaleOffset};
 use crate::plan::{ravel, unravel, BatchPlan, Codec, Op, Region, Space};
 
 struct Buffers {
@@ -139,6 +140,10 @@ fn apply(buffers: &mut Buffers, op: &Op) -> Result<(), String> {
                 target.copy_from_slice(&input[from..from + element_size]);
             }
         }
+        Op::ScaleOffset { src, dst, spec } => {
+            let input = buffers.get(*src).to_vec();
+            unscale(spec, &input, buffers.get_mut(*dst));
+        }
         Op::PlaceBlock {
             src,
             dst,
@@ -158,6 +163,59 @@ fn apply(buffers: &mut Buffers, op: &Op) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A stored element as f32, as zarrs casts it (Rust `as`).
+fn stored_as_f32(astype: Element, bytes: &[u8]) -> f32 {
+    macro_rules! read {
+        ($ty:ty) => {
+            <$ty>::from_ne_bytes(bytes[..size_of::<$ty>()].try_into().unwrap()) as f32
+        };
+    }
+    match astype {
+        Element::I8 => read!(i8),
+        Element::U8 => read!(u8),
+        Element::I16 => read!(i16),
+        Element::U16 => read!(u16),
+        Element::I32 => read!(i32),
+        Element::U32 => read!(u32),
+        Element::I64 => read!(i64),
+        Element::U64 => read!(u64),
+        Element::F32 => read!(f32),
+        Element::F64 => read!(f64),
+    }
+}
+
+/// `fixedscaleoffset` decoding, written as zarrs writes it.
+fn unscale(spec: &ScaleOffset, src: &[u8], dst: &mut [u8]) {
+    let stored = spec.stored_size();
+    macro_rules! unscale {
+        ($ty:ty, $float:ty) => {{
+            const SIZE: usize = size_of::<$ty>();
+            for (i, out) in dst.chunks_exact_mut(SIZE).enumerate() {
+                let at = &src[i * stored..];
+                let value = match spec.astype {
+                    Some(astype) => stored_as_f32(astype, at) as $ty,
+                    None => <$ty>::from_ne_bytes(at[..SIZE].try_into().unwrap()),
+                };
+                let value =
+                    ((value as $float / spec.scale as $float) + spec.offset as $float) as $ty;
+                out.copy_from_slice(&value.to_ne_bytes());
+            }
+        }};
+    }
+    match spec.dtype {
+        Element::I8 => unscale!(i8, f32),
+        Element::U8 => unscale!(u8, f32),
+        Element::I16 => unscale!(i16, f32),
+        Element::U16 => unscale!(u16, f32),
+        Element::I32 => unscale!(i32, f64),
+        Element::U32 => unscale!(u32, f64),
+        Element::I64 => unscale!(i64, f64),
+        Element::U64 => unscale!(u64, f64),
+        Element::F32 => unscale!(f32, f32),
+        Element::F64 => unscale!(f64, f64),
+    }
 }
 
 fn decompress(codec: Codec, input: &[u8], capacity: usize) -> Result<Vec<u8>, String> {

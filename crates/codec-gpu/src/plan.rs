@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use crate::chain::{Compressor, GpuChain, ShardSpec, Step};
+use crate::chain::{Compressor, GpuChain, ScaleOffset, ShardSpec, Step};
 use crate::frames::{self, BloscCodec, BloscFrame, BloscShuffle, FrameError};
 
 /// Device buffers a plan addresses: uploaded input, scratch, and the decoded output.
@@ -115,6 +115,12 @@ pub(crate) enum Op {
         encoded_shape: Vec<u64>,
         encoded_order: Vec<usize>,
         element_size: usize,
+    },
+    /// numcodecs `fixedscaleoffset`: `src` holds the stored elements, `dst` gets the values.
+    ScaleOffset {
+        src: Region,
+        dst: Region,
+        spec: ScaleOffset,
     },
     /// Copy the C-order block `src` (shape `block`) into `dst` (shape `outer`) at `start`.
     PlaceBlock {
@@ -268,6 +274,11 @@ impl LanePlanner<'_> {
         };
         let steps = &input.chain.steps;
         let shapes = encoded_shapes(steps, input.shape);
+        // Bytes of one element as each step reads it (a scale-offset step changes the size).
+        let sizes = element_sizes(steps, input.element_size);
+        let elements = output.len / input.element_size.max(1);
+        let len_in = |index: usize| elements * sizes[index];
+        let len_out = |index: usize| sizes.get(index + 1).map_or(output.len, |s| elements * s);
         // The last step that writes a new buffer writes straight into `output`.
         let last_new_buffer = last_new_buffer(steps);
         let mut data = Data::Host(bytes.clone());
@@ -277,7 +288,7 @@ impl LanePlanner<'_> {
                 if Some(index) == last_new_buffer {
                     output
                 } else {
-                    planner.scratch(output.len)
+                    planner.scratch(len_out(index))
                 }
             };
             data = match (chain_step, data) {
@@ -296,7 +307,7 @@ impl LanePlanner<'_> {
                     Data::Device(dst)
                 }
                 (Step::Shuffle { element_size }, data) => {
-                    let (src, at) = self.on_device(data, step, output.len)?;
+                    let (src, at) = self.on_device(data, step, len_in(index))?;
                     let dst = dst_for(self);
                     self.push(
                         at,
@@ -312,12 +323,13 @@ impl LanePlanner<'_> {
                 }
                 (Step::SwapBytes, data) => {
                     let into_output = last_new_buffer.is_none_or(|last| last < index);
-                    let (region, at) = self.in_place(data, step, into_output, output)?;
+                    let (region, at) =
+                        self.in_place(data, step, into_output, output, len_in(index))?;
                     self.push(
                         at,
                         Op::SwapBytes {
                             region,
-                            element_size: input.element_size,
+                            element_size: sizes[index],
                         },
                     );
                     step = at + 1;
@@ -330,7 +342,7 @@ impl LanePlanner<'_> {
                     )))
                 }
                 (Step::Transpose { encoded_order }, data) => {
-                    let (src, at) = self.on_device(data, step, output.len)?;
+                    let (src, at) = self.on_device(data, step, len_in(index))?;
                     let dst = dst_for(self);
                     self.push(
                         at,
@@ -339,7 +351,21 @@ impl LanePlanner<'_> {
                             dst,
                             encoded_shape: shapes[index].clone(),
                             encoded_order: encoded_order.clone(),
-                            element_size: input.element_size,
+                            element_size: sizes[index],
+                        },
+                    );
+                    step = at + 1;
+                    Data::Device(dst)
+                }
+                (Step::ScaleOffset(spec), data) => {
+                    let (src, at) = self.on_device(data, step, len_in(index))?;
+                    let dst = dst_for(self);
+                    self.push(
+                        at,
+                        Op::ScaleOffset {
+                            src,
+                            dst,
+                            spec: *spec,
                         },
                     );
                     step = at + 1;
@@ -391,15 +417,16 @@ impl LanePlanner<'_> {
         step: usize,
         into_output: bool,
         output: Region,
+        len: usize,
     ) -> Result<(Region, usize), FrameError> {
         Ok(match data {
             Data::Device(region) => (region, step),
             Data::Host(bytes) => {
-                check_len(&bytes, output.len)?;
+                check_len(&bytes, len)?;
                 let dst = if into_output {
                     output
                 } else {
-                    self.scratch(output.len)
+                    self.scratch(len)
                 };
                 let src = self.upload(bytes);
                 self.push(step, Op::Copy { src, dst });
@@ -624,9 +651,27 @@ fn last_new_buffer(steps: &[Step]) -> Option<usize> {
     steps.iter().rposition(|step| {
         matches!(
             step,
-            Step::Decompress(_) | Step::Shuffle { .. } | Step::Transpose { .. } | Step::Sharding(_)
+            Step::Decompress(_)
+                | Step::Shuffle { .. }
+                | Step::Transpose { .. }
+                | Step::Sharding(_)
+                | Step::ScaleOffset(_)
         )
     })
+}
+
+/// For each step, the bytes of one element of the data it reads: the array's, except before
+/// (in decode order) a scale-offset step, which reads its stored type.
+fn element_sizes(steps: &[Step], element_size: usize) -> Vec<usize> {
+    let mut sizes = vec![element_size; steps.len()];
+    let mut size = element_size;
+    for (index, step) in steps.iter().enumerate().rev() {
+        if let Step::ScaleOffset(spec) = step {
+            size = spec.stored_size();
+        }
+        sizes[index] = size;
+    }
+    sizes
 }
 
 /// For each step, the shape of the array it reads when decoding (array steps only; bytes

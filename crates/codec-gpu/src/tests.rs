@@ -115,3 +115,55 @@ fn corrupt_chunks_fail_alone() {
         }
     }
 }
+
+/// A corrupt Huffman table (valid frame structure) is caught by the parallel table pass of
+/// `prepare`, fails its chunk alone, and would reach nvCOMP without that pass.
+#[test]
+fn corrupt_zstd_tables_fail_their_chunk_when_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    let picked: Vec<_> = cases()
+        .into_iter()
+        .filter(|case| {
+            case.name.starts_with("float32_zstd_") || case.name.starts_with("float64_zstd_")
+        })
+        .collect();
+    write_cases(dir.path(), &picked, 9);
+    let mut chunks = runtime().block_on(async {
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    });
+    // The first chunk with an FSE-compressed Huffman tree: raise its accuracy log past 6.
+    let (index, corrupt) = chunks
+        .iter()
+        .enumerate()
+        .find_map(|(index, chunk)| {
+            let bytes = chunk.bytes.as_ref()?;
+            let expected = chunk.request.variable.chunk_shape().iter().product::<u64>() as usize
+                * chunk.request.variable.dtype().size();
+            let layouts = crate::frames::zstd_layout(bytes, expected).ok()?;
+            let layout = layouts
+                .iter()
+                .find(|layout| !layout.direct_weights && !layout.huffman_tree.is_empty())?;
+            let mut corrupt = bytes.to_vec();
+            corrupt[layout.huffman_tree.start + 1] |= 0x0f;
+            Some((index, corrupt))
+        })
+        .expect("a zstd chunk with an FSE-compressed Huffman tree");
+    chunks[index].bytes = Some(corrupt.into());
+    let key = chunks[index].request.key();
+
+    let checked = crate::frames::with_table_checks(true, || prepare(chunks.clone(), false, 0));
+    for (other, chunk) in checked.chunks.iter().enumerate() {
+        match &chunk.outcome {
+            Err(error) if other == index => {
+                let message = error.to_string();
+                assert!(message.contains(&key), "{message}");
+            }
+            Err(error) => panic!("{} failed with the corrupt chunk: {error}", chunk.request),
+            Ok(_) if other == index => panic!("corrupt Huffman table of {key} was planned"),
+            Ok(_) => {}
+        }
+    }
+    let unchecked = crate::frames::with_table_checks(false, || prepare(chunks, false, 0));
+    assert!(unchecked.chunks[index].outcome.is_ok());
+}

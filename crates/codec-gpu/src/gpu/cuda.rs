@@ -712,6 +712,7 @@ impl GpuDecoder {
             KernelKind::Swap => &self.kernels.swap,
             KernelKind::Transpose => &self.kernels.transpose,
             KernelKind::Place => &self.kernels.place,
+            KernelKind::ScaleOffset => &self.kernels.scale_offset,
         };
         launch_table(stream, function, launch, table_base)
     }
@@ -947,6 +948,7 @@ enum KernelKind {
     Swap,
     Transpose,
     Place,
+    ScaleOffset,
 }
 
 impl KernelKind {
@@ -959,6 +961,7 @@ impl KernelKind {
             KernelKind::Swap => size_of::<kernels::SwapOp>(),
             KernelKind::Transpose => size_of::<kernels::TransposeOp>(),
             KernelKind::Place => size_of::<kernels::PlaceOp>(),
+            KernelKind::ScaleOffset => size_of::<kernels::ScaleOffsetOp>(),
         }
     }
 }
@@ -1028,6 +1031,7 @@ impl Tables {
                     Op::SwapBytes { .. } => KernelKind::Swap,
                     Op::Transpose { .. } => KernelKind::Transpose,
                     Op::PlaceBlock { .. } => KernelKind::Place,
+                    Op::ScaleOffset { .. } => KernelKind::ScaleOffset,
                 };
                 by_kind.entry(kind).or_default().push((*chunk, op.clone()));
             }
@@ -1120,7 +1124,7 @@ fn op_len(op: &Op) -> usize {
         Op::Decompress { dst, .. } | Op::Copy { dst, .. } | Op::Fill { dst, .. } => dst.len,
         Op::Unshuffle { dst, .. } | Op::BitUnshuffle { dst, .. } => dst.len,
         Op::SwapBytes { region, .. } => region.len,
-        Op::Transpose { dst, .. } => dst.len,
+        Op::Transpose { dst, .. } | Op::ScaleOffset { dst, .. } => dst.len,
         Op::PlaceBlock { src: block, .. } => block.len,
     }
 }
@@ -1271,6 +1275,19 @@ fn descriptors(launch: &Launch, bases: &Bases) -> Vec<u8> {
                 outer: dims(outer),
                 start: dims(start),
             }])),
+            Op::ScaleOffset { src, dst, spec } => {
+                bytes.extend_from_slice(kernels::as_bytes(&[kernels::ScaleOffsetOp {
+                    src: address(*src),
+                    dst: address(*dst),
+                    elements: (dst.len / spec.dtype.size()) as u64,
+                    dtype: spec.dtype as u32,
+                    astype: spec.astype.unwrap_or(spec.dtype) as u32,
+                    cast: spec.astype.is_some() as u32,
+                    offset_bits: spec.offset.to_bits(),
+                    scale_bits: spec.scale.to_bits(),
+                    pad: 0,
+                }]))
+            }
             Op::Decompress { .. } => unreachable!("decompressions go to nvCOMP, not a kernel"),
         }
     }

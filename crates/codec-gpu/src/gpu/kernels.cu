@@ -151,3 +151,86 @@ extern "C" __global__ void place_block(const Place* ops, u64 count) {
     }
   }
 }
+
+// numcodecs fixedscaleoffset, decoded exactly as zarrs decodes it (see chain.rs): a stored
+// `astype` element is cast to the array type through f32 (when `cast`), then
+// value / scale + offset is computed in F (f32 for types of up to 2 bytes and f32, else f64)
+// and cast back. Every cast follows Rust's `as`: floats to integers truncate toward zero,
+// saturate, and NaN becomes 0; everything else rounds to nearest.
+enum Element { I8, U8, I16, U16, I32, U32, I64, U64, F32, F64 };
+struct ScaleOffset { u64 src, dst, elements; u32 dtype, astype, cast, offset_bits, scale_bits, pad; };
+
+template <typename T> __device__ __forceinline__ T saturate(double x, double lo, double hi) {
+  if (isnan(x)) return 0;
+  if (x <= lo) return (T)lo;
+  if (x >= hi) return (T)hi;
+  return (T)x;
+}
+// A float's exact value (doubles hold every f32) cast as Rust's `as` casts it.
+template <typename T> __device__ __forceinline__ T from_float(double x);
+template <> __device__ __forceinline__ signed char from_float(double x) { return saturate<signed char>(x, -128.0, 127.0); }
+template <> __device__ __forceinline__ u8 from_float(double x) { return saturate<u8>(x, 0.0, 255.0); }
+template <> __device__ __forceinline__ short from_float(double x) { return saturate<short>(x, -32768.0, 32767.0); }
+template <> __device__ __forceinline__ unsigned short from_float(double x) { return saturate<unsigned short>(x, 0.0, 65535.0); }
+template <> __device__ __forceinline__ int from_float(double x) { return saturate<int>(x, -2147483648.0, 2147483647.0); }
+template <> __device__ __forceinline__ u32 from_float(double x) { return saturate<u32>(x, 0.0, 4294967295.0); }
+template <> __device__ __forceinline__ long long from_float(double x) {
+  if (isnan(x)) return 0;
+  if (x >= 9223372036854775808.0) return 0x7fffffffffffffffLL;
+  if (x <= -9223372036854775808.0) return (long long)0x8000000000000000ULL;
+  return (long long)x;
+}
+template <> __device__ __forceinline__ u64 from_float(double x) {
+  if (isnan(x) || x <= 0.0) return 0;
+  if (x >= 18446744073709551616.0) return 0xffffffffffffffffULL;
+  return (u64)x;
+}
+template <> __device__ __forceinline__ float from_float(double x) { return (float)x; }
+template <> __device__ __forceinline__ double from_float(double x) { return x; }
+
+__device__ __forceinline__ float stored_as_f32(const u8* src, u32 type, u64 i) {
+  switch (type) {
+    case I8: return (float)((const signed char*)src)[i];
+    case U8: return (float)src[i];
+    case I16: return (float)((const short*)src)[i];
+    case U16: return (float)((const unsigned short*)src)[i];
+    case I32: return (float)((const int*)src)[i];
+    case U32: return (float)((const u32*)src)[i];
+    case I64: return (float)((const long long*)src)[i];
+    case U64: return (float)((const u64*)src)[i];
+    case F32: return ((const float*)src)[i];
+    default: return (float)((const double*)src)[i];
+  }
+}
+
+// Correctly rounded, never contracted or approximated.
+__device__ __forceinline__ float unscale_in(float v, float scale, float offset) { return __fadd_rn(__fdiv_rn(v, scale), offset); }
+__device__ __forceinline__ double unscale_in(double v, float scale, float offset) { return __dadd_rn(__ddiv_rn(v, (double)scale), (double)offset); }
+
+template <typename T, typename F> __device__ void unscale(const ScaleOffset& s) {
+  const float offset = __int_as_float(s.offset_bits), scale = __int_as_float(s.scale_bits);
+  const u8* src = (const u8*)s.src;
+  T* dst = (T*)s.dst;
+  FOR_EACH_INDEX(i, s.elements) {
+    const T value = s.cast ? from_float<T>((double)stored_as_f32(src, s.astype, i)) : ((const T*)src)[i];
+    dst[i] = from_float<T>((double)unscale_in((F)value, scale, offset));
+  }
+}
+
+extern "C" __global__ void scale_offset(const ScaleOffset* ops, u64 count) {
+  FOR_EACH_OP(count) {
+    const ScaleOffset s = ops[op];
+    switch (s.dtype) {
+      case I8: unscale<signed char, float>(s); break;
+      case U8: unscale<u8, float>(s); break;
+      case I16: unscale<short, float>(s); break;
+      case U16: unscale<unsigned short, float>(s); break;
+      case I32: unscale<int, double>(s); break;
+      case U32: unscale<u32, double>(s); break;
+      case I64: unscale<long long, double>(s); break;
+      case U64: unscale<u64, double>(s); break;
+      case F32: unscale<float, float>(s); break;
+      default: unscale<double, double>(s); break;
+    }
+  }
+}

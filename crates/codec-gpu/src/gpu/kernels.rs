@@ -21,6 +21,7 @@ pub(crate) struct Kernels {
     pub swap: CudaFunction,
     pub transpose: CudaFunction,
     pub place: CudaFunction,
+    pub scale_offset: CudaFunction,
 }
 
 /// Compiles `source` with NVRTC once per process (by `name`) and loads it into `context`.
@@ -75,6 +76,7 @@ impl Kernels {
             swap: function("swap_bytes")?,
             transpose: function("transpose")?,
             place: function("place_block")?,
+            scale_offset: function("scale_offset")?,
         })
     }
 }
@@ -141,9 +143,26 @@ pub(crate) struct PlaceOp {
     pub start: [u64; MAX_DIMS],
 }
 
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct ScaleOffsetOp {
+    pub src: u64,
+    pub dst: u64,
+    pub elements: u64,
+    /// `Element` numbers (`chain::Element` in declaration order, `Element` in the source).
+    pub dtype: u32,
+    pub astype: u32,
+    /// 1 when `astype` is given: values are cast through f32 first.
+    pub cast: u32,
+    pub offset_bits: u32,
+    pub scale_bits: u32,
+    pub pad: u32,
+}
+
 /// Views a descriptor table as bytes for upload.
 pub(crate) fn as_bytes<T: Copy>(items: &[T]) -> &[u8] {
-    // SAFETY: the descriptor structs are `repr(C)` plain data of u64s and u8 arrays with no
-    // padding bytes (every size is a multiple of 8), so all their bytes are initialised.
+    // SAFETY: the descriptor structs are `repr(C)` plain data of u64s, u32s and u8 arrays with
+    // no padding bytes (every size is a multiple of 8, u32s come in pairs), so all their bytes
+    // are initialised.
     unsafe { std::slice::from_raw_parts(items.as_ptr().cast(), std::mem::size_of_val(items)) }
 }

@@ -36,8 +36,9 @@ pub struct GpuOptions {
     /// decompressed in several calls.
     pub temp_budget: usize,
     /// Also check the entropy tables of every compressed zstd block on the CPU before nvCOMP
-    /// sees it (corrupt Huffman tables can make nvCOMP 6 write out of bounds). Off by default:
-    /// it costs about 4 GB/s of compressed bytes per core, on the planning thread.
+    /// sees it (corrupt Huffman tables can make nvCOMP 6 write out of bounds). On by default:
+    /// it costs about 4 GB/s of compressed bytes per core, run on every core while a batch
+    /// is planned.
     pub check_zstd_tables: bool,
     /// Decoded bytes per pipelined group: a batch is split into groups so that one uploads
     /// while another decodes. Larger groups give nvCOMP more chunks per call.
@@ -50,7 +51,7 @@ impl Default for GpuOptions {
             device: 0,
             strict: false,
             temp_budget: 4 << 30,
-            check_zstd_tables: false,
+            check_zstd_tables: true,
             group_bytes: 1 << 30,
         }
     }
