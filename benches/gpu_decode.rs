@@ -2,9 +2,15 @@
 //! the bare nvCOMP call on the same chunks, all in one run. float32 chunks of 256 KiB, 1 MiB
 //! and 4 MiB, `ZARRPIPE_BENCH_MB` (default 1024) MB decoded per case, each case one batch.
 //!
+//! Two GPU figures: one batch per case (`decode_batch`: planning, staging, upload and decoding
+//! one after the other), and the same chunks streamed as the pipeline decodes them: batches of
+//! `ZARRPIPE_STREAM_MB` (default 256) MB, `ZARRPIPE_STREAM_IN_FLIGHT` (default 3) submitted
+//! at once.
+//!
 //! `cargo bench --features cuda --bench gpu_decode [-- --json PATH]`; without a GPU only the
 //! CPU column is measured.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -49,6 +55,50 @@ fn rate(bytes: usize, time: Duration) -> f64 {
     bytes as f64 / time.as_secs_f64() / 1e9
 }
 
+/// Where a streamed run's time went on the host: inside `submit` (planning, staging, upload
+/// and enqueueing) and waiting in `complete`, with the planning and staging parts.
+#[derive(Clone, Copy, Debug, Default)]
+struct StreamTimes {
+    total: Duration,
+    submit: Duration,
+    complete: Duration,
+    plan: Duration,
+    stage: Duration,
+}
+
+/// Decodes `chunks` in batches of `per_batch`, at most `in_flight` submitted and not yet
+/// completed (as in the pipeline's worker).
+fn streamed(
+    decoder: &GpuDecoder,
+    chunks: &[EncodedChunk],
+    per_batch: usize,
+    in_flight: usize,
+) -> StreamTimes {
+    let mut times = StreamTimes::default();
+    let started = Instant::now();
+    let mut pending = VecDeque::new();
+    let complete = |batch, times: &mut StreamTimes| {
+        let waited = Instant::now();
+        let batch = decoder.complete(batch).expect("GPU decode");
+        times.complete += waited.elapsed();
+        times.plan += batch.timings.plan;
+        times.stage += batch.timings.stage;
+    };
+    for batch in chunks.chunks(per_batch.max(1)) {
+        let submitted = Instant::now();
+        pending.push_back(decoder.submit(batch.to_vec()).expect("GPU submit"));
+        times.submit += submitted.elapsed();
+        if pending.len() >= in_flight {
+            complete(pending.pop_front().unwrap(), &mut times);
+        }
+    }
+    for batch in pending {
+        complete(batch, &mut times);
+    }
+    times.total = started.elapsed();
+    times
+}
+
 fn load(dir: &Path) -> Vec<EncodedChunk> {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -71,6 +121,14 @@ fn main() {
         options.group_bytes = group << 20;
     }
     let group_mb = options.group_bytes >> 20;
+    let stream_mb: u64 = std::env::var("ZARRPIPE_STREAM_MB")
+        .ok()
+        .and_then(|mb| mb.parse().ok())
+        .unwrap_or(256);
+    let in_flight: usize = std::env::var("ZARRPIPE_STREAM_IN_FLIGHT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
     let decoder = match GpuDecoder::new(options) {
         Ok(decoder) => Some(decoder),
         Err(error) => {
@@ -83,14 +141,19 @@ fn main() {
         "device: {device}; CPU threads: {}; {megabytes} MB decoded per case in groups of {group_mb} MB, best of {REPEATS}",
         rayon::current_num_threads()
     );
-    println!("| codec | chunk | ratio | CPU GB/s | GPU GB/s | GPU device GB/s | bare nvCOMP GB/s | GPU / bare | GPU / CPU |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("streamed: batches of {stream_mb} MB, {in_flight} in flight");
+    println!("| codec | chunk | ratio | CPU GB/s | GPU GB/s | GPU device GB/s | bare nvCOMP GB/s | GPU / bare | GPU streamed GB/s | streamed / bare | GPU / CPU |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut rows = Vec::new();
     for side in [256u64, 512, 1024] {
         let chunk_bytes = side * side * 4;
         let chunks_per_case = (megabytes << 20) / chunk_bytes;
         let rows_of_chunks = chunks_per_case.div_ceil(4);
+        let only = std::env::var("ZARRPIPE_BENCH_CODEC").ok();
         for (label, codecs) in codecs() {
+            if only.as_deref().is_some_and(|only| only != label) {
+                continue;
+            }
             let dir = tempfile::tempdir().unwrap();
             let case = Case {
                 name: "bench".into(),
@@ -115,7 +178,7 @@ fn main() {
                 "compression_ratio": decoded as f64 / stored as f64,
                 "cpu_gbps": rate(decoded, cpu),
             });
-            let mut cells = vec!["-".to_string(); 5];
+            let mut cells = vec!["-".to_string(); 7];
             if let Some(decoder) = &decoder {
                 let batch = decoder.decode_batch(chunks.clone()).expect("GPU decode");
                 let fallbacks = batch
@@ -143,14 +206,40 @@ fn main() {
                 let (bare, bare_bytes) = decoder
                     .time_bare_nvcomp(chunks.clone(), REPEATS)
                     .expect("bare nvCOMP");
+                let per_batch = ((stream_mb << 20) / chunk_bytes) as usize;
+                let mut fastest = StreamTimes {
+                    total: Duration::MAX,
+                    ..Default::default()
+                };
+                for _ in 0..REPEATS {
+                    let times = streamed(decoder, &chunks, per_batch, in_flight);
+                    if times.total < fastest.total {
+                        fastest = times;
+                    }
+                }
+                let stream = fastest.total;
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                row["streamed_ms"] = json!({
+                    "total": ms(fastest.total), "in_submit": ms(fastest.submit),
+                    "waiting_in_complete": ms(fastest.complete), "plan": ms(fastest.plan),
+                    "stage": ms(fastest.stage)});
+                eprintln!(
+                    "{label} {} KiB streamed: {}",
+                    chunk_bytes >> 10,
+                    row["streamed_ms"]
+                );
                 let (gpu_rate, bare_rate) = (rate(decoded, gpu), rate(bare_bytes, bare));
+                let stream_rate = rate(decoded, stream);
                 cells = vec![
                     format!("{gpu_rate:.1}"),
                     format!("{:.1}", rate(decoded, device)),
                     format!("{bare_rate:.1}"),
                     format!("{:.0}%", 100.0 * gpu_rate / bare_rate),
+                    format!("{stream_rate:.1}"),
+                    format!("{:.0}%", 100.0 * stream_rate / bare_rate),
                     format!("{:.1}x", gpu_rate / rate(decoded, cpu)),
                 ];
+                row["gpu_streamed_gbps"] = json!(stream_rate);
                 row["gpu_gbps"] = json!(gpu_rate);
                 row["gpu_device_gbps"] = json!(rate(decoded, device));
                 row["bare_nvcomp_gbps"] = json!(bare_rate);

@@ -7,8 +7,10 @@
 //!
 //! ```sh
 //! cargo bench --bench s3_w1 -- [--time N] [--lat N] [--lon N] [--passes N] [--batch-size N]
-//!                               [--codec zstd|none|blosc-lz4] [--work DIR]
+//!                               [--codec zstd|none|blosc-lz4] [--work DIR] [--gpu]
 //! ```
+//! `--gpu` (build with `--features cuda`) decodes and collates on cuda:0, as a training job
+//! would; otherwise the pipeline decodes on the CPU cores it shares with the in-process server.
 //! `benches/peers/s3_w1.sh` runs it at full W1 size.
 
 #[path = "../tests/common/mod.rs"]
@@ -35,6 +37,7 @@ struct Args {
     batch: usize,
     compression: Compression,
     work: std::path::PathBuf,
+    gpu: bool,
 }
 
 fn args() -> Args {
@@ -46,6 +49,7 @@ fn args() -> Args {
         batch: 4,
         compression: Compression::Zstd,
         work: std::env::temp_dir().join("zarrpipe-s3-bench"),
+        gpu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,6 +61,7 @@ fn args() -> Args {
             "--passes" => args.passes = value().parse().unwrap(),
             "--batch-size" => args.batch = value().parse().unwrap(),
             "--work" => args.work = value().into(),
+            "--gpu" => args.gpu = true,
             "--codec" => {
                 args.compression = match value().as_str() {
                     "none" => Compression::None,
@@ -115,25 +120,59 @@ struct PipelineRun {
     needed: u64,
 }
 
+/// Where the pipeline decodes: the CPU, or a GPU kept across epochs.
+enum Decode {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Gpu(Arc<zarrpipe::pipeline::GpuDevice>),
+}
+
+impl Decode {
+    fn new(gpu: bool) -> Self {
+        if !gpu {
+            return Self::Cpu;
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let device = zarrpipe::pipeline::GpuDevice::open(Default::default(), 16 << 30)
+                .expect("a CUDA device for --gpu");
+            Self::Gpu(device)
+        }
+        #[cfg(not(feature = "cuda"))]
+        panic!("--gpu needs a build with --features cuda")
+    }
+}
+
 async fn pipeline_epoch(
     url: &str,
     options: &StoreOptions,
     batch: usize,
     shuffle: Shuffle,
+    decode: &Decode,
 ) -> PipelineRun {
     let dataset = Arc::new(Dataset::open_with(url, options).await.unwrap());
     let before = dataset.io_stats();
     let started = Instant::now();
-    let mut batches = Pipeline::from_dataset(dataset.clone())
+    let builder = Pipeline::from_dataset(dataset.clone())
         .batch_size(batch)
         .shuffle(shuffle)
-        .seed(1)
-        .build()
-        .await
-        .unwrap();
-    while batches.try_next().await.unwrap().is_some() {}
+        .seed(1);
+    let metrics = match decode {
+        Decode::Cpu => {
+            let mut batches = builder.build().await.unwrap();
+            while batches.try_next().await.unwrap().is_some() {}
+            batches.metrics()
+        }
+        #[cfg(feature = "cuda")]
+        Decode::Gpu(device) => {
+            let mut batches = builder.gpu(device.clone()).build_gpu().await.unwrap();
+            while let Some(batch) = batches.try_next().await.unwrap() {
+                batch.synchronize().unwrap();
+            }
+            batches.metrics()
+        }
+    };
     let seconds = started.elapsed().as_secs_f64();
-    let metrics = batches.metrics();
     let io = dataset.io_stats();
     PipelineRun {
         seconds,
@@ -186,9 +225,11 @@ async fn fetch_only_epoch(
 async fn main() {
     let args = args();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let decode = Decode::new(args.gpu);
     println!(
-        "host: {cores} cores; W1 of {} time steps x 43 fields of {} x {} float32, {:?}; batch {}",
-        args.time, args.lat, args.lon, args.compression, args.batch
+        "host: {cores} cores; W1 of {} time steps x 43 fields of {} x {} float32, {:?}; batch {}; decoding on the {}",
+        args.time, args.lat, args.lon, args.compression, args.batch,
+        if args.gpu { "GPU" } else { "CPU" }
     );
     let server = Loopback::s3().await.expect("a loopback port");
     let options = server.s3_options();
@@ -237,7 +278,7 @@ async fn main() {
             let mut best_fetch: Option<(f64, u64)> = None;
             for pass in 0..=args.passes {
                 let get = plain_gets(object_store.clone(), name, options.max_requests).await;
-                let run = pipeline_epoch(&url, &options, args.batch, shuffle).await;
+                let run = pipeline_epoch(&url, &options, args.batch, shuffle, &decode).await;
                 let (logged, started) = (server.faults.requests(), Instant::now());
                 let fetch = fetch_only_epoch(&url, &options, args.batch, shuffle).await;
                 if std::env::var_os("S3_BENCH_VERBOSE").is_some() {

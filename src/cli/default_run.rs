@@ -28,6 +28,9 @@ pub struct RunArgs {
     /// Batches loaded ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
+    /// On the GPU, batches submitted to the device and not yet finished.
+    #[arg(long, default_value_t = 3)]
+    gpu_in_flight: usize,
     /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU).
     #[arg(long, default_value = "auto")]
     device: String,
@@ -41,6 +44,11 @@ pub struct RunArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
+    /// On the GPU, skip the CPU checks of zstd entropy tables before nvCOMP decodes (less
+    /// planning work; only for data you trust: nvCOMP 6 can write out of bounds on corrupt
+    /// tables).
+    #[arg(long)]
+    skip_zstd_table_checks: bool,
     #[command(flatten)]
     collate: CollateArgs,
 }
@@ -143,6 +151,7 @@ async fn gpu_passes(
     // One decoder and tensor pool for every pass, as a training loop keeps them across epochs.
     let options = GpuOptions {
         device: ordinal,
+        check_zstd_tables: !args.skip_zstd_table_checks,
         ..Default::default()
     };
     let gpu = GpuDevice::open(options, 16 << 30)?;
@@ -227,6 +236,7 @@ fn pipeline(
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
+        .gpu_in_flight(args.gpu_in_flight)
         .device(device);
     builder = args.collate.apply(builder)?;
     for selection in &args.windows.select {

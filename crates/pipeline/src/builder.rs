@@ -41,6 +41,7 @@ pub struct PipelineBuilder {
     stats_json: Option<String>,
     latitude_dim: Option<String>,
     gpu_tensor_memory: usize,
+    gpu_in_flight: usize,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -82,6 +83,7 @@ impl PipelineBuilder {
             stats_json: None,
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
+            gpu_in_flight: 3,
             #[cfg(feature = "cuda")]
             gpu: None,
         }
@@ -290,6 +292,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// GPU pipeline: batches submitted to the device and not yet finished (default 3, at
+    /// least 1). With 2, planning and staging a batch waits for the one two back to finish,
+    /// so host and device work alternate more than they overlap.
+    pub fn gpu_in_flight(mut self, batches: usize) -> Self {
+        self.gpu_in_flight = batches.max(1);
+        self
+    }
+
     /// Opens the dataset, checks the layout, and returns the stream of batches in host
     /// memory. Must be called inside a Tokio runtime. For [`Device::Cuda`], use
     /// `build_gpu` (feature `cuda`).
@@ -324,8 +334,9 @@ impl PipelineBuilder {
             }
         };
         self.device = Device::Cuda(gpu.decoder().stream().context().ordinal());
+        let in_flight = self.gpu_in_flight;
         let (runtime, dataset, batcher, stages) = self.prepare().await?;
-        crate::gpu::start(runtime, dataset, batcher, stages, gpu)
+        crate::gpu::start(runtime, dataset, batcher, stages, gpu, in_flight)
     }
 
     async fn prepare(self) -> Result<(tokio::runtime::Handle, Arc<Dataset>, Batcher, StageConfig)> {

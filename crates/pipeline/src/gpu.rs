@@ -134,15 +134,13 @@ struct Running {
     ended: Option<CudaEvent>,
 }
 
-/// Batches on the GPU at once: one decoding while the next is planned and uploaded.
-const ON_DEVICE: usize = 2;
-
 pub(crate) fn start(
     runtime: Handle,
     dataset: Arc<Dataset>,
     batcher: Batcher,
     stages: StageConfig,
     gpu: Arc<GpuDevice>,
+    in_flight: usize,
 ) -> Result<BatchStream<GpuBatch>> {
     let stream = gpu.decoder.stream().clone();
     let layout = batcher.layout().clone();
@@ -156,6 +154,7 @@ pub(crate) fn start(
         collator,
         metrics: metrics.clone(),
         waiting: waiting.clone(),
+        in_flight,
     };
     std::thread::Builder::new()
         .name(format!("zarrpipe-gpu{ordinal}"))
@@ -207,6 +206,8 @@ struct Worker {
     metrics: Arc<Metrics>,
     /// Batches read and queued for this worker.
     waiting: Arc<AtomicUsize>,
+    /// Batches on the device at once: one finishing while the next ones plan and upload.
+    in_flight: usize,
 }
 
 impl Worker {
@@ -238,7 +239,7 @@ impl Worker {
                     let _ = reply.send(Err(error));
                 }
             }
-            if running.len() >= ON_DEVICE {
+            if running.len() >= self.in_flight {
                 self.finish(running.pop_front().expect("a running batch"));
             }
         }
