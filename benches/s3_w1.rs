@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo bench --bench s3_w1 -- [--time N] [--lat N] [--lon N] [--passes N] [--batch-size N]
 //!                               [--codec zstd|none|blosc-lz4] [--work DIR] [--gpu]
+//!                               [--prefetch N]
 //! ```
 //! `--gpu` (build with `--features cuda`) decodes and collates on cuda:0, as a training job
 //! would; otherwise the pipeline decodes on the CPU cores it shares with the in-process server.
@@ -38,6 +39,7 @@ struct Args {
     compression: Compression,
     work: std::path::PathBuf,
     gpu: bool,
+    prefetch: usize,
 }
 
 fn args() -> Args {
@@ -50,6 +52,7 @@ fn args() -> Args {
         compression: Compression::Zstd,
         work: std::env::temp_dir().join("zarrpipe-s3-bench"),
         gpu: false,
+        prefetch: 4,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,6 +65,7 @@ fn args() -> Args {
             "--batch-size" => args.batch = value().parse().unwrap(),
             "--work" => args.work = value().into(),
             "--gpu" => args.gpu = true,
+            "--prefetch" => args.prefetch = value().parse().unwrap(),
             "--codec" => {
                 args.compression = match value().as_str() {
                     "none" => Compression::None,
@@ -147,6 +151,7 @@ async fn pipeline_epoch(
     url: &str,
     options: &StoreOptions,
     batch: usize,
+    prefetch: usize,
     shuffle: Shuffle,
     decode: &Decode,
 ) -> PipelineRun {
@@ -155,6 +160,7 @@ async fn pipeline_epoch(
     let started = Instant::now();
     let builder = Pipeline::from_dataset(dataset.clone())
         .batch_size(batch)
+        .prefetch(prefetch)
         .shuffle(shuffle)
         .seed(1);
     let metrics = match decode {
@@ -190,6 +196,7 @@ async fn fetch_only_epoch(
     url: &str,
     options: &StoreOptions,
     batch: usize,
+    prefetch: usize,
     shuffle: Shuffle,
 ) -> (f64, u64) {
     let dataset = Dataset::open_with(url, options).await.unwrap();
@@ -211,7 +218,7 @@ async fn fetch_only_epoch(
                 .fetch(64)
                 .try_for_each(|_| futures::future::ready(Ok(())))
         })
-        .buffered(4)
+        .buffered(prefetch)
         .try_collect::<Vec<()>>()
         .await
         .unwrap();
@@ -227,8 +234,8 @@ async fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let decode = Decode::new(args.gpu);
     println!(
-        "host: {cores} cores; W1 of {} time steps x 43 fields of {} x {} float32, {:?}; batch {}; decoding on the {}",
-        args.time, args.lat, args.lon, args.compression, args.batch,
+        "host: {cores} cores; W1 of {} time steps x 43 fields of {} x {} float32, {:?}; batch {}, prefetch {}; decoding on the {}",
+        args.time, args.lat, args.lon, args.compression, args.batch, args.prefetch,
         if args.gpu { "GPU" } else { "CPU" }
     );
     let server = Loopback::s3().await.expect("a loopback port");
@@ -278,9 +285,12 @@ async fn main() {
             let mut best_fetch: Option<(f64, u64)> = None;
             for pass in 0..=args.passes {
                 let get = plain_gets(object_store.clone(), name, options.max_requests).await;
-                let run = pipeline_epoch(&url, &options, args.batch, shuffle, &decode).await;
+                let run =
+                    pipeline_epoch(&url, &options, args.batch, args.prefetch, shuffle, &decode)
+                        .await;
                 let (logged, started) = (server.faults.requests(), Instant::now());
-                let fetch = fetch_only_epoch(&url, &options, args.batch, shuffle).await;
+                let fetch =
+                    fetch_only_epoch(&url, &options, args.batch, args.prefetch, shuffle).await;
                 if std::env::var_os("S3_BENCH_VERBOSE").is_some() {
                     eprintln!(
                         "{name} {order} fetch stage: {:.2} s, {} server requests",

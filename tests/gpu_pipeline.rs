@@ -179,6 +179,29 @@ mod on_gpu {
         });
     }
 
+    /// With a pinned budget smaller than any batch, each batch finishes before the next is
+    /// submitted (none is on the device when the next arrives), and the batches are unchanged.
+    #[test]
+    fn a_pinned_memory_budget_holds_batches_back() {
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = store(dir.path(), Compression::Zstd, None);
+        let tight = || patches(&url).gpu_in_flight(8).gpu_pinned_memory(1);
+        runtime().block_on(async {
+            let mut batches = tight().build_gpu().await.unwrap();
+            let mut count = 0;
+            while let Some(batch) = batches.try_next().await.unwrap() {
+                batch.synchronize().unwrap();
+                count += 1;
+            }
+            assert!(count > 2, "{count} batches");
+            assert_eq!(batches.metrics().mean_on_device, 0.0);
+            check_equal(tight, |value| value).await;
+        });
+    }
+
     #[test]
     fn normalised_masked_and_half_precision_tensors_match_the_cpu() {
         if !gpu_present() {

@@ -42,6 +42,7 @@ pub struct PipelineBuilder {
     latitude_dim: Option<String>,
     gpu_tensor_memory: usize,
     gpu_in_flight: usize,
+    gpu_pinned_memory: usize,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -84,6 +85,7 @@ impl PipelineBuilder {
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
             gpu_in_flight: 3,
+            gpu_pinned_memory: 8 << 30,
             #[cfg(feature = "cuda")]
             gpu: None,
         }
@@ -300,6 +302,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// GPU pipeline: most stored bytes of the batches on the device at once (default 8 GiB),
+    /// which sit in pinned host memory until their batch finishes; past it the worker finishes
+    /// older batches before it submits the next (one batch always goes through).
+    pub fn gpu_pinned_memory(mut self, bytes: usize) -> Self {
+        self.gpu_pinned_memory = bytes;
+        self
+    }
+
     /// Opens the dataset, checks the layout, and returns the stream of batches in host
     /// memory. Must be called inside a Tokio runtime. For [`Device::Cuda`], use
     /// `build_gpu` (feature `cuda`).
@@ -334,9 +344,12 @@ impl PipelineBuilder {
             }
         };
         self.device = Device::Cuda(gpu.decoder().stream().context().ordinal());
-        let in_flight = self.gpu_in_flight;
+        let limits = crate::gpu::InFlightLimits {
+            batches: self.gpu_in_flight,
+            pinned_bytes: self.gpu_pinned_memory,
+        };
         let (runtime, dataset, batcher, stages) = self.prepare().await?;
-        crate::gpu::start(runtime, dataset, batcher, stages, gpu, in_flight)
+        crate::gpu::start(runtime, dataset, batcher, stages, gpu, limits)
     }
 
     async fn prepare(self) -> Result<(tokio::runtime::Handle, Arc<Dataset>, Batcher, StageConfig)> {

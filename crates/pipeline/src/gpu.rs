@@ -132,6 +132,8 @@ struct Running {
     tensors: Result<Option<DeviceTensors>>,
     started: CudaEvent,
     ended: Option<CudaEvent>,
+    /// The batch's stored bytes, staged in pinned host memory until it finishes.
+    pinned: usize,
 }
 
 pub(crate) fn start(
@@ -140,7 +142,7 @@ pub(crate) fn start(
     batcher: Batcher,
     stages: StageConfig,
     gpu: Arc<GpuDevice>,
-    in_flight: usize,
+    limits: InFlightLimits,
 ) -> Result<BatchStream<GpuBatch>> {
     let stream = gpu.decoder.stream().clone();
     let layout = batcher.layout().clone();
@@ -154,7 +156,7 @@ pub(crate) fn start(
         collator,
         metrics: metrics.clone(),
         waiting: waiting.clone(),
-        in_flight,
+        limits,
     };
     std::thread::Builder::new()
         .name(format!("zarrpipe-gpu{ordinal}"))
@@ -206,8 +208,18 @@ struct Worker {
     metrics: Arc<Metrics>,
     /// Batches read and queued for this worker.
     waiting: Arc<AtomicUsize>,
-    /// Batches on the device at once: one finishing while the next ones plan and upload.
-    in_flight: usize,
+    limits: InFlightLimits,
+}
+
+/// How much the GPU worker keeps on the device at once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InFlightLimits {
+    /// Batches submitted and not yet finished: one finishing while the next ones plan and
+    /// upload.
+    pub batches: usize,
+    /// Stored bytes of those batches, which sit in pinned host memory until they finish (one
+    /// batch is always let through, however large).
+    pub pinned_bytes: usize,
 }
 
 impl Worker {
@@ -228,6 +240,14 @@ impl Worker {
                 }
             };
             let Some(job) = job else { break };
+            // Backpressure on pinned memory: finish older batches until this one fits.
+            let needed: usize = job.chunks.iter().map(EncodedChunk::stored_len).sum();
+            while !running.is_empty()
+                && running.iter().map(|batch| batch.pinned).sum::<usize>() + needed
+                    > self.limits.pinned_bytes
+            {
+                self.finish(running.pop_front().expect("a running batch"));
+            }
             let queued = self.waiting.fetch_sub(1, Ordering::Relaxed);
             self.metrics.add_queue_depth(queued, running.len());
             if job.reply.is_canceled() {
@@ -239,7 +259,7 @@ impl Worker {
                     let _ = reply.send(Err(error));
                 }
             }
-            if running.len() >= self.in_flight {
+            if running.len() >= self.limits.batches {
                 self.finish(running.pop_front().expect("a running batch"));
             }
         }
@@ -258,6 +278,7 @@ impl Worker {
         &self,
         job: Job,
     ) -> std::result::Result<Running, (oneshot::Sender<Result<GpuBatch>>, Error)> {
+        let pinned = job.chunks.iter().map(EncodedChunk::stored_len).sum();
         let started = match self
             .gpu
             .decoder
@@ -310,6 +331,7 @@ impl Worker {
             tensors,
             started,
             ended,
+            pinned,
         })
     }
 
@@ -323,6 +345,7 @@ impl Worker {
             tensors,
             started,
             ended,
+            ..
         } = running;
         let waiting = Instant::now();
         let decoded = self.gpu.decoder.complete(pending);
