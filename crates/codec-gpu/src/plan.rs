@@ -307,19 +307,16 @@ impl LanePlanner<'_> {
                     Data::Device(dst)
                 }
                 (Step::Shuffle { element_size }, data) => {
-                    let (src, at) = self.on_device(data, step, len_in(index))?;
                     let dst = dst_for(self);
-                    self.push(
-                        at,
-                        Op::Unshuffle {
+                    let (data, next) =
+                        self.kernel_step(data, step, len_in(index), dst, |src| Op::Unshuffle {
                             src,
                             planes: Planes::contiguous(src.len / element_size.max(&1)),
                             dst,
                             type_size: *element_size,
-                        },
-                    );
-                    step = at + 1;
-                    Data::Device(dst)
+                        })?;
+                    step = next;
+                    data
                 }
                 (Step::SwapBytes, data) => {
                     let into_output = last_new_buffer.is_none_or(|last| last < index);
@@ -342,34 +339,28 @@ impl LanePlanner<'_> {
                     )))
                 }
                 (Step::Transpose { encoded_order }, data) => {
-                    let (src, at) = self.on_device(data, step, len_in(index))?;
                     let dst = dst_for(self);
-                    self.push(
-                        at,
-                        Op::Transpose {
+                    let (data, next) =
+                        self.kernel_step(data, step, len_in(index), dst, |src| Op::Transpose {
                             src,
                             dst,
                             encoded_shape: shapes[index].clone(),
                             encoded_order: encoded_order.clone(),
                             element_size: sizes[index],
-                        },
-                    );
-                    step = at + 1;
-                    Data::Device(dst)
+                        })?;
+                    step = next;
+                    data
                 }
                 (Step::ScaleOffset(spec), data) => {
-                    let (src, at) = self.on_device(data, step, len_in(index))?;
                     let dst = dst_for(self);
-                    self.push(
-                        at,
-                        Op::ScaleOffset {
+                    let (data, next) =
+                        self.kernel_step(data, step, len_in(index), dst, |src| Op::ScaleOffset {
                             src,
                             dst,
                             spec: *spec,
-                        },
-                    );
-                    step = at + 1;
-                    Data::Device(dst)
+                        })?;
+                    step = next;
+                    data
                 }
                 (other, Data::Device(_)) => {
                     return Err(FrameError::NeedsCpu(format!(
@@ -391,6 +382,21 @@ impl LanePlanner<'_> {
                 Ok(step)
             }
         }
+    }
+
+    /// A kernel from `data` (uploaded first if still on the host, `len` bytes) into the new
+    /// buffer `dst`: the op `op` makes of its source. Returns the data and the next step.
+    fn kernel_step(
+        &mut self,
+        data: Data,
+        step: usize,
+        len: usize,
+        dst: Region,
+        op: impl FnOnce(Region) -> Op,
+    ) -> Result<(Data, usize), FrameError> {
+        let (src, at) = self.on_device(data, step, len)?;
+        self.push(at, op(src));
+        Ok((Data::Device(dst), at + 1))
     }
 
     /// Uploads host data (the chain had nothing to decompress) so a kernel can read it.
