@@ -5,6 +5,11 @@
 //! magic number, the full id (so a hash collision reads as a miss), the payload and a CRC-32C
 //! of id and payload: an entry that fails the check is deleted and fetched again. Files are
 //! written to a temporary name and renamed, so a reader never sees half an entry.
+//!
+//! Several processes (one per rank) may share a directory: each reads entries the others
+//! wrote, marks a hit by the file's modification time, and re-reads the directory after every
+//! eighth of the bound it writes, evicting the least recently used files of all of them; so
+//! together they stay within the bound plus an eighth of it per process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -27,6 +32,8 @@ pub struct DiskCache {
     max_bytes: u64,
     state: Mutex<State>,
     temp_counter: AtomicU64,
+    /// Bytes this process wrote since it last read the directory.
+    written_since_scan: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -77,33 +84,13 @@ impl DiskCache {
             source,
         };
         std::fs::create_dir_all(&dir).map_err(io_error)?;
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(io_error)? {
-            let entry = entry.map_err(io_error)?;
-            let name = entry.file_name();
-            let Some(hash) = name
-                .to_str()
-                .and_then(|name| name.strip_suffix(&format!(".{SUFFIX}")))
-                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
-            else {
-                continue;
-            };
-            let Ok(metadata) = entry.metadata() else {
-                continue;
-            };
-            let modified = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
-            found.push((modified, hash, metadata.len()));
-        }
-        found.sort();
-        let mut state = State::default();
-        for (_, hash, size) in found {
-            state.touch(hash, size);
-        }
+        let state = scan(&dir).map_err(io_error)?;
         let cache = Self {
             dir,
             max_bytes,
             state: Mutex::new(state),
             temp_counter: AtomicU64::new(0),
+            written_since_scan: AtomicU64::new(0),
         };
         cache.evict();
         Ok(cache)
@@ -140,12 +127,10 @@ impl DiskCache {
         self.dir.join(format!("{hash:016x}.{SUFFIX}"))
     }
 
-    /// Reads an entry (blocking: call from a blocking task).
+    /// Reads an entry (blocking: call from a blocking task). Another process may have written
+    /// it, so the file is tried even when this one has not seen it.
     pub(crate) fn get_blocking(&self, id: &str) -> Lookup {
         let hash = hash(id);
-        if !self.lock().entries.contains_key(&hash) {
-            return Lookup::Miss;
-        }
         let path = self.path(hash);
         let Ok(file) = std::fs::read(&path) else {
             self.lock().forget(hash);
@@ -156,6 +141,11 @@ impl DiskCache {
         match payload {
             Some(Range { start, end: length }) => {
                 self.lock().touch(hash, file.len() as u64);
+                // The last use, for the other processes' evictions.
+                let now = std::fs::FileTimes::new().set_modified(std::time::SystemTime::now());
+                if let Ok(handle) = std::fs::File::options().write(true).open(&path) {
+                    let _ = handle.set_times(now);
+                }
                 Lookup::Hit(Bytes::from(file).slice(start..start + length))
             }
             None => {
@@ -185,6 +175,16 @@ impl DiskCache {
         });
         if written.is_ok() {
             self.lock().touch(hash, entry.len() as u64);
+            let written = self
+                .written_since_scan
+                .fetch_add(entry.len() as u64, Ordering::Relaxed);
+            if written >= self.max_bytes / 8 {
+                // See what the other processes sharing the directory wrote and used.
+                self.written_since_scan.store(0, Ordering::Relaxed);
+                if let Ok(state) = scan(&self.dir) {
+                    *self.lock() = state;
+                }
+            }
             self.evict();
         }
     }
@@ -209,6 +209,33 @@ impl DiskCache {
             }
         }
     }
+}
+
+/// The entries in `dir`, least recently modified first.
+fn scan(dir: &Path) -> io::Result<State> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(hash) = name
+            .to_str()
+            .and_then(|name| name.strip_suffix(&format!(".{SUFFIX}")))
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        else {
+            continue;
+        };
+        let Ok(metadata) = entry.metadata() else {
+            continue;
+        };
+        let modified = metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+        found.push((modified, hash, metadata.len()));
+    }
+    found.sort();
+    let mut state = State::default();
+    for (_, hash, size) in found {
+        state.touch(hash, size);
+    }
+    Ok(state)
 }
 
 /// FNV-1a, 64 bits: stable across Rust versions (file names must survive upgrades).
@@ -294,6 +321,36 @@ mod tests {
         assert!(!cache.entry_path("k1").exists());
         cache.put_blocking("too big", &[0; 1000]);
         assert!(matches!(cache.get_blocking("too big"), Lookup::Miss));
+    }
+
+    /// Two processes' caches on one directory: each reads what the other wrote, and together
+    /// they stay within the bound plus an eighth of it each.
+    #[test]
+    fn caches_sharing_a_directory_share_entries_and_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry_size = encode_entry("k000", &[0; 1000]).len() as u64;
+        let bound = 40 * entry_size;
+        let (a, b) = (
+            DiskCache::open(dir.path(), bound).unwrap(),
+            DiskCache::open(dir.path(), bound).unwrap(),
+        );
+        a.put_blocking("shared", b"from a");
+        assert_eq!(hit(b.get_blocking("shared")).unwrap(), b"from a");
+        for i in 0..200 {
+            let cache = if i % 2 == 0 { &a } else { &b };
+            cache.put_blocking(&format!("k{i:03}"), &[0; 1000]);
+        }
+        let on_disk: u64 = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().metadata().unwrap().len())
+            .sum();
+        assert!(
+            on_disk <= bound + 2 * (bound / 8 + entry_size),
+            "{on_disk} bytes on disk, bound {bound}"
+        );
+        // The newest entries survive, whoever wrote them.
+        assert!(hit(a.get_blocking("k199")).is_some());
+        assert!(hit(b.get_blocking("k198")).is_some());
     }
 
     #[test]
