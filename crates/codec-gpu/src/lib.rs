@@ -60,8 +60,8 @@ pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};
 #[cfg(feature = "cuda")]
-pub use gpu::{cudarc, kernel, load_module, trim_memory_pool, PendingBatch};
-pub use gpu::{BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions};
+pub use gpu::{cudarc, kernel, load_module, trim_memory_pool};
+pub use gpu::{BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch};
 pub use read::{decode_every_chunk, read_array};
 
 /// Something that turns a chunk's stored bytes into its decoded elements.

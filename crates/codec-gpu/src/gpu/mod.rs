@@ -23,7 +23,7 @@ pub use cudarc;
 #[cfg(feature = "cuda")]
 pub use kernels::{kernel, load_module};
 #[cfg(not(feature = "cuda"))]
-pub use stand_in::{DeviceBatch, GpuDecoder};
+pub use stand_in::{DeviceBatch, GpuDecoder, PendingBatch};
 
 /// How a [`GpuDecoder`] runs.
 #[derive(Clone, Debug)]

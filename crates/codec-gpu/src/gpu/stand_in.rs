@@ -20,6 +20,12 @@ pub struct DeviceBatch {
     never: std::convert::Infallible,
 }
 
+/// A batch submitted and not yet completed (needs the `cuda` feature).
+#[derive(Debug)]
+pub struct PendingBatch {
+    never: std::convert::Infallible,
+}
+
 impl GpuDecoder {
     /// Always fails: this build has no CUDA support.
     pub fn new(_options: GpuOptions) -> Result<Self> {
@@ -38,6 +44,14 @@ impl GpuDecoder {
 
     pub fn decode_batch(&self, _chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
         match self.never {}
+    }
+
+    pub fn submit(&self, _chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
+        match self.never {}
+    }
+
+    pub fn complete(&self, pending: PendingBatch) -> Result<DeviceBatch> {
+        match pending.never {}
     }
 
     #[doc(hidden)]
