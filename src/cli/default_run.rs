@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// On the GPU, batches submitted to the device and not yet finished.
     #[arg(long, default_value_t = 3)]
     gpu_in_flight: usize,
+    /// On the GPU, most stored bytes of those batches (held in pinned host memory), e.g. 2G;
+    /// past it older batches finish before the next is submitted.
+    #[arg(long, default_value = "8G", value_name = "SIZE")]
+    gpu_pinned_memory: String,
     /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU).
     #[arg(long, default_value = "auto")]
     device: String,
@@ -237,6 +241,7 @@ fn pipeline(
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
         .gpu_in_flight(args.gpu_in_flight)
+        .gpu_pinned_memory(super::store::parse_size(&args.gpu_pinned_memory)? as usize)
         .device(device);
     builder = args.collate.apply(builder)?;
     for selection in &args.windows.select {

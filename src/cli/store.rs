@@ -52,7 +52,7 @@ impl StoreArgs {
 }
 
 /// `123`, `500K`, `20M`, `10G`, `1T` (powers of 1024; a trailing `B` or `iB` is allowed).
-fn parse_size(text: &str) -> anyhow::Result<u64> {
+pub(crate) fn parse_size(text: &str) -> anyhow::Result<u64> {
     let upper = text.trim().to_ascii_uppercase();
     let trimmed = upper.trim_end_matches("IB").trim_end_matches('B');
     let (number, shift) = match trimmed.chars().last() {
