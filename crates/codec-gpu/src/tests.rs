@@ -59,6 +59,32 @@ fn fixtures_plan_to_the_cpu_result() {
     }
 }
 
+/// numcodecs FixedScaleOffset (then Shuffle, zstd) as zarr-python writes it in a v2 array:
+/// planned for the GPU, not left to the CPU, and decoded as zarrs decodes it.
+#[test]
+fn zarr_python_fixedscaleoffset_plans_for_the_gpu() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/stores/zp3_v2");
+    let chunks: Vec<_> = runtime()
+        .block_on(async {
+            let dataset = Dataset::open(store.to_str().unwrap()).await.unwrap();
+            fetch_all(&dataset).await
+        })
+        .into_iter()
+        .filter(|chunk| chunk.request.variable.name() == "f8_fixedscaleoffset")
+        .collect();
+    assert_eq!(chunks.len(), 9);
+    for chunk in &prepare(chunks.clone(), true, 0).chunks {
+        let (_, path) = chunk.outcome.as_ref().unwrap();
+        assert!(
+            matches!(path, DecodePath::Gpu | DecodePath::Fill),
+            "{}",
+            chunk.request
+        );
+    }
+    let decoded = decode_batch(chunks.clone(), true);
+    assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
+}
+
 #[test]
 fn strict_decoders_refuse_what_needs_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
