@@ -120,7 +120,13 @@ fn main() {
     {
         options.group_bytes = group << 20;
     }
-    let group_mb = options.group_bytes >> 20;
+    if let Some(streams) = std::env::var("ZARRPIPE_DECODE_STREAMS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        options.decode_streams = streams;
+    }
+    let (group_mb, streams) = (options.group_bytes >> 20, options.decode_streams);
     let stream_mb: u64 = std::env::var("ZARRPIPE_STREAM_MB")
         .ok()
         .and_then(|mb| mb.parse().ok())
@@ -141,7 +147,9 @@ fn main() {
         "device: {device}; CPU threads: {}; {megabytes} MB decoded per case in groups of {group_mb} MB, best of {REPEATS}",
         rayon::current_num_threads()
     );
-    println!("streamed: batches of {stream_mb} MB, {in_flight} in flight");
+    println!(
+        "streamed: batches of {stream_mb} MB, {in_flight} in flight, {streams} decode streams"
+    );
     println!("| codec | chunk | ratio | CPU GB/s | GPU GB/s | GPU device GB/s | bare nvCOMP GB/s | GPU / bare | GPU streamed GB/s | streamed / bare | GPU / CPU |");
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut rows = Vec::new();

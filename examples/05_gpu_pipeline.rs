@@ -8,6 +8,8 @@
 //! normalised and NaN replaced by 0. While batch k is consumed, k+1 decodes and k+2 is read.
 //!
 //! Run it on a GPU host with `cargo run --release --features cuda --example 05_gpu_pipeline`.
+//! With `--features candle` (build set-up: `scripts/cuda-build-env.sh`) each batch is handed
+//! to candle without a copy and candle computes the per-channel means.
 //! Without the feature or a GPU it says why.
 
 #[cfg(feature = "cuda")]
@@ -47,10 +49,11 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     // --- 3. Consume: a training step would wait on `batch.ready` on its own stream ---
+    #[cfg(feature = "candle")]
+    let candle_device = zarrpipe::candle::Device::new_cuda(0)?;
     let started = Instant::now();
-    let mut checksum = 0f64;
+    let mut consumed = 0;
     while let Some(batch) = batches.try_next().await? {
-        batch.synchronize()?;
         if batch.index == 0 {
             println!(
                 "first batch: {:?} {:?} on cuda:{}",
@@ -58,13 +61,43 @@ async fn main() -> anyhow::Result<()> {
                 batch.inputs.dtype(),
                 batch.inputs.device_ordinal()
             );
-            // Normalised values: mean near 0, spread near 1.
-            let values = batch.inputs.to_host_f32()?;
-            let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len() as f64;
-            println!("mean of the first batch after normalisation: {mean:.3}");
         }
-        checksum += batch.index as f64;
+        #[cfg(not(feature = "candle"))]
+        {
+            batch.synchronize()?;
+            if batch.index == 0 {
+                // Normalised values: mean near 0, spread near 1.
+                let values = batch.inputs.to_host_f32()?;
+                let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len() as f64;
+                println!("mean of the first batch after normalisation: {mean:.3}");
+            }
+        }
+        // With the `candle` feature the batch becomes candle tensors on the same device memory;
+        // candle's stream waits for the batch on the device, so nothing blocks here.
+        #[cfg(feature = "candle")]
+        {
+            use zarrpipe::candle::DType;
+            let index = batch.index;
+            let batch = batch.into_candle(&candle_device)?;
+            if index == 0 {
+                // Per-channel means of `[batch, channel, lat, lon]`, computed by candle. A
+                // variable's statistics cover all its levels, so single levels sit off 0.
+                let means = batch
+                    .inputs
+                    .to_dtype(DType::F32)?
+                    .mean((0, 2, 3))?
+                    .to_vec1::<f32>()?;
+                let shown: Vec<String> = means.iter().take(6).map(|m| format!("{m:.3}")).collect();
+                println!(
+                    "candle: per-channel means of the first batch: {}",
+                    shown.join(" ")
+                );
+            }
+        }
+        consumed += 1;
     }
+    #[cfg(feature = "candle")]
+    candle_device.synchronize()?;
     let seconds = started.elapsed().as_secs_f64();
 
     // --- 4. Where the time went ---
@@ -78,7 +111,7 @@ async fn main() -> anyhow::Result<()> {
         metrics.delivered_bytes as f64 / 1e9,
     );
     println!(
-        "GPU busy {:.3} s, host planning {:.3} s, consumer waited {:.0}% of the epoch ({checksum})",
+        "GPU busy {:.3} s, host planning {:.3} s, consumer waited {:.0}% of the epoch ({consumed} batches consumed)",
         metrics.gpu_busy.as_secs_f64(),
         metrics.gpu_planning_busy.as_secs_f64(),
         100.0 * metrics.wait_fraction(seconds),

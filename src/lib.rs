@@ -17,11 +17,15 @@
 //! ```
 //!
 //! The crates behind it, each usable alone: [`store`], [`codec`], [`batcher`], [`collate`],
-//! [`pipeline`]. GPU decoding and delivery come behind the `cuda` feature in later versions.
+//! [`pipeline`]. Decoding and delivery on the GPU are behind the `cuda` feature; handing GPU
+//! batches to candle without a copy is behind `candle`.
 
 pub use zarrpipe_batcher as batcher;
 pub use zarrpipe_codec_gpu as codec;
 pub use zarrpipe_collate as collate;
+/// candle-core, the version `GpuBatch::into_candle` hands tensors to.
+#[cfg(feature = "candle")]
+pub use zarrpipe_collate::candle_core as candle;
 pub use zarrpipe_core as core;
 pub use zarrpipe_pipeline as pipeline;
 pub use zarrpipe_store as store;
@@ -51,6 +55,8 @@ pub mod prelude {
     pub use zarrpipe_collate::{CollateExt, HostCollator};
     pub use zarrpipe_collate::{CollateOptions, TensorDType};
     pub use zarrpipe_core::{DType, Device};
+    #[cfg(feature = "candle")]
+    pub use zarrpipe_pipeline::CandleBatch;
     pub use zarrpipe_pipeline::{Batch, BatchStream, Pipeline};
     #[cfg(feature = "cuda")]
     pub use zarrpipe_pipeline::{GpuBatch, GpuDevice};

@@ -2,7 +2,8 @@
 //! sharded stores, shuffled patches with padded edges, forecasting pairs, normalisation with
 //! NaN handling, and bf16/f16 tensors against the CPU's values rounded by the `half` crate.
 //! Dropping the stream mid-epoch leaves no device memory behind; a corrupt chunk fails its
-//! batch and no other. Without a CUDA device (or without the `cuda` feature) each test prints
+//! batch and no other; with the `candle` feature, batches become candle tensors without a
+//! copy. Without a CUDA device (or without the `cuda` feature) each test prints
 //! why it was skipped. On a GPU host: `cargo test --release --features cuda --test gpu_pipeline`.
 
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
@@ -317,6 +318,75 @@ mod on_gpu {
                 ((*managed).deleter.unwrap())(managed);
             }
             while batches.try_next().await.unwrap().is_some() {}
+        });
+    }
+
+    /// Batches handed to candle hold the pipeline's own device memory (no copy), equal the CPU
+    /// pipeline's batches bit for bit, and candle's kernels compute on them.
+    #[cfg(feature = "candle")]
+    #[test]
+    fn batches_become_candle_tensors_without_a_copy() {
+        use zarrpipe::candle::{self, DType, Storage};
+        use zarrpipe::codec::cudarc::driver::DevicePtr;
+        if !gpu_present() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = store(dir.path(), Compression::Zstd, None);
+        let device = candle::Device::new_cuda(0).unwrap();
+        runtime().block_on(async {
+            let cpu = cpu_batches(patches(&url), |v| v).await;
+            let mut gpu = patches(&url).build_gpu().await.unwrap();
+            let mut number = 0;
+            while let Some(batch) = gpu.try_next().await.unwrap() {
+                let address = batch.inputs.device_ptr();
+                let shape = batch.inputs.shape().to_vec();
+                let handed = batch.into_candle(&device).unwrap();
+                let inputs = &handed.inputs;
+                assert_eq!(inputs.dims(), shape.as_slice());
+                assert_eq!(inputs.dtype(), DType::F32);
+                let (storage, _) = inputs.storage_and_layout();
+                let Storage::Cuda(storage) = &*storage else {
+                    panic!("candle tensor not on the GPU")
+                };
+                let slice = storage.as_cuda_slice::<f32>().unwrap();
+                let stream = device.as_cuda_device().unwrap().cuda_stream();
+                assert_eq!(slice.device_ptr(&stream).0, address, "no copy");
+
+                let expected = &cpu[number];
+                assert_eq!(
+                    handed.samples.iter().map(|s| s.index).collect::<Vec<_>>(),
+                    expected.0
+                );
+                let values = inputs.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                assert!(same_bits(&values, &expected.1), "inputs of batch {number}");
+                let mask = handed.mask.as_ref().expect("padded windows have a mask");
+                let mask: Vec<f32> = mask
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<u8>()
+                    .unwrap()
+                    .into_iter()
+                    .map(f32::from)
+                    .collect();
+                assert_eq!(Some(mask), expected.3, "padding mask of batch {number}");
+
+                // A candle kernel on the handed memory: the sum, against the CPU's in f64.
+                let sum = inputs
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .to_scalar::<f64>()
+                    .unwrap();
+                let cpu_sum: f64 = expected.1.iter().map(|&v| f64::from(v)).sum();
+                assert!(
+                    (sum - cpu_sum).abs() <= 1e-9 * cpu_sum.abs().max(1.0),
+                    "{sum} vs {cpu_sum}"
+                );
+                number += 1;
+            }
+            assert_eq!(number, cpu.len(), "batch count");
         });
     }
 

@@ -29,7 +29,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
     /// On the GPU, batches submitted to the device and not yet finished.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 4)]
     gpu_in_flight: usize,
     /// On the GPU, most stored bytes of those batches (held in pinned host memory), e.g. 2G;
     /// past it older batches finish before the next is submitted.
@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// tables).
     #[arg(long)]
     skip_zstd_table_checks: bool,
+    /// On the GPU, streams batches decode on at once (more keep more of the GPU busy when
+    /// chunks are few and large; each holds its own nvCOMP scratch memory).
+    #[arg(long, default_value_t = 3)]
+    gpu_decode_streams: usize,
     #[command(flatten)]
     collate: CollateArgs,
 }
@@ -156,6 +160,7 @@ async fn gpu_passes(
     let options = GpuOptions {
         device: ordinal,
         check_zstd_tables: !args.skip_zstd_table_checks,
+        decode_streams: args.gpu_decode_streams,
         ..Default::default()
     };
     let gpu = GpuDevice::open(options, 16 << 30)?;

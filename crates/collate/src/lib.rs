@@ -45,6 +45,8 @@ use std::sync::Arc;
 
 use futures::Stream;
 
+#[cfg(feature = "candle")]
+pub use candle_core;
 pub use collate::{collate_on_rayon, Collate};
 #[cfg(feature = "cuda")]
 pub use device::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};

@@ -84,7 +84,7 @@ impl PipelineBuilder {
             stats_json: None,
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
-            gpu_in_flight: 3,
+            gpu_in_flight: 4,
             gpu_pinned_memory: 8 << 30,
             #[cfg(feature = "cuda")]
             gpu: None,
@@ -294,9 +294,10 @@ impl PipelineBuilder {
         self
     }
 
-    /// GPU pipeline: batches submitted to the device and not yet finished (default 3, at
-    /// least 1). With 2, planning and staging a batch waits for the one two back to finish,
-    /// so host and device work alternate more than they overlap.
+    /// GPU pipeline: batches submitted to the device and not yet finished (default 4, at
+    /// least 1): one more than the decoder's streams (`GpuOptions::decode_streams`, 3), so
+    /// the next batch plans and uploads while every stream decodes. With fewer, host and
+    /// device work alternate more than they overlap.
     pub fn gpu_in_flight(mut self, batches: usize) -> Self {
         self.gpu_in_flight = batches.max(1);
         self

@@ -294,7 +294,7 @@ impl Worker {
             Err(error) => return Err((job.reply, error.into())),
         };
         self.metrics.add_gpu_planning(planning.elapsed());
-        if trace() {
+        if zarrpipe_codec_gpu::trace() {
             eprintln!(
                 "gpu: batch {} submitted in {:?}",
                 job.index,
@@ -349,7 +349,7 @@ impl Worker {
         } = running;
         let waiting = Instant::now();
         let decoded = self.gpu.decoder.complete(pending);
-        if trace() {
+        if zarrpipe_codec_gpu::trace() {
             eprintln!(
                 "gpu: batch {job_index} completed after waiting {:?}",
                 waiting.elapsed()
@@ -387,10 +387,4 @@ fn gpu_error(what: &str, error: impl std::error::Error + Send + Sync + 'static) 
         what: what.into(),
         source: Box::new(error),
     }
-}
-
-/// `ZARRPIPE_TRACE_GPU=1` prints when each batch is submitted and completed.
-fn trace() -> bool {
-    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TRACE.get_or_init(|| std::env::var_os("ZARRPIPE_TRACE_GPU").is_some())
 }

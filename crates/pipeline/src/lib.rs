@@ -25,6 +25,8 @@
 //! device memory.
 
 mod builder;
+#[cfg(feature = "candle")]
+mod candle;
 mod error;
 #[cfg(feature = "cuda")]
 mod gpu;
@@ -33,6 +35,8 @@ mod select;
 mod stream;
 
 pub use builder::{Pipeline, PipelineBuilder};
+#[cfg(feature = "candle")]
+pub use candle::CandleBatch;
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};

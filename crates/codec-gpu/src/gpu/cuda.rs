@@ -58,11 +58,26 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
+/// Whether the CUDA driver and NVRTC can be opened (cudarc loads them at run time).
+#[cfg(not(feature = "cuda-linked"))]
+fn libraries_present() -> (bool, bool) {
+    // SAFETY: only probes whether the libraries can be opened.
+    unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+        )
+    }
+}
+
+/// Linked at build time (candle asks cudarc for that): a running program has them.
+#[cfg(feature = "cuda-linked")]
+fn libraries_present() -> (bool, bool) {
+    (true, true)
+}
+
 /// Groups of one batch staged, uploading or decoding at once.
 const SLOTS: usize = 3;
-
-/// Decode streams, so this many batches can decode at once.
-const LANES: usize = 2;
 
 /// A decode stream and nvCOMP's temporary memory for it: the decompressions of a stream run
 /// in its order, so one buffer serves them all.
@@ -191,14 +206,7 @@ impl GpuDecoder {
     /// Opens device `options.device`, loads nvCOMP and compiles the kernels. Fails with
     /// [`Error::CudaUnavailable`] when there is no driver, device or nvCOMP.
     pub fn new(options: GpuOptions) -> Result<Self> {
-        // SAFETY: only probes whether the libraries can be opened.
-        let present = unsafe {
-            (
-                cudarc::driver::sys::is_culib_present(),
-                cudarc::nvrtc::sys::is_culib_present(),
-            )
-        };
-        match present {
+        match libraries_present() {
             (false, _) => {
                 return Err(Error::CudaUnavailable {
                     reason: "no CUDA driver (libcuda.so) on this machine".into(),
@@ -231,7 +239,7 @@ impl GpuDecoder {
         // SAFETY: buffers are only shared between streams through those events.
         unsafe { context.disable_event_tracking() };
         keep_freed_memory_pooled(&context)?;
-        let lanes = (0..LANES)
+        let lanes = (0..options.decode_streams.max(1))
             .map(|_| {
                 Ok(Lane {
                     stream: context
@@ -283,7 +291,7 @@ impl GpuDecoder {
 
     /// The stream the next [`Self::submit`] decodes on, when no other thread submits between.
     pub fn next_stream(&self) -> &Arc<CudaStream> {
-        &self.lanes[self.next_lane.load(Ordering::Relaxed) % LANES].stream
+        &self.lanes[self.next_lane.load(Ordering::Relaxed) % self.lanes.len()].stream
     }
 
     /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
@@ -356,7 +364,7 @@ impl GpuDecoder {
     /// `SLOTS` groups of a batch are in flight; older ones are finished first.
     fn submit_groups(&self, chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
         let started = Instant::now();
-        let lane = &self.lanes[self.next_lane.fetch_add(1, Ordering::Relaxed) % LANES];
+        let lane = &self.lanes[self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len()];
         let stream = &lane.stream;
         let output_len: usize = chunks.iter().map(output_bytes).sum();
         // SAFETY: every byte of the output a chunk owns is written by its ops before use.
@@ -681,6 +689,7 @@ impl GpuDecoder {
             let result = |offset: usize, size: usize| {
                 results + (offset + (group.result_index + first) * size) as u64
             };
+            let enqueue = Instant::now();
             // SAFETY: the four tables of `group` were uploaded with `count` entries from
             // `first` on, pointing into the input, scratch and output buffers at ranges the
             // plan checked; the results buffer has a slot per op; `temp` holds `temp_bytes`.
@@ -698,6 +707,12 @@ impl GpuDecoder {
                     temp_bytes,
                     cu_stream,
                 )?;
+            }
+            if crate::trace() {
+                eprintln!(
+                    "[gpu] nvCOMP {codec:?} call of {count} chunks enqueued in {:.2} ms",
+                    enqueue.elapsed().as_secs_f64() * 1e3
+                );
             }
         }
         Ok(())

@@ -43,6 +43,10 @@ pub struct GpuOptions {
     /// Decoded bytes per pipelined group: a batch is split into groups so that one uploads
     /// while another decodes. Larger groups give nvCOMP more chunks per call.
     pub group_bytes: usize,
+    /// Streams batches decode on, so this many decode at once. nvCOMP's zstd gives each chunk
+    /// one thread block, so a call over few large chunks leaves most of the GPU idle; batches
+    /// on other streams fill it. Each stream keeps its own nvCOMP scratch memory.
+    pub decode_streams: usize,
 }
 
 impl Default for GpuOptions {
@@ -53,6 +57,7 @@ impl Default for GpuOptions {
             temp_budget: 4 << 30,
             check_zstd_tables: true,
             group_bytes: 1 << 30,
+            decode_streams: 3,
         }
     }
 }

@@ -3,6 +3,8 @@
 //! NaN-filled, masked or cast. Tensors come from a [`TensorPool`] and go back to it when
 //! dropped.
 
+#[cfg(feature = "candle")]
+mod candle;
 mod pool;
 mod staging;
 

@@ -165,6 +165,17 @@ impl DeviceTensor {
         self.buffer.as_ref().expect("a live tensor has its buffer")
     }
 
+    /// Takes the buffer out of the pool for good (the pool stops counting it).
+    #[cfg(feature = "candle")]
+    pub(super) fn detach_buffer(mut self) -> CudaSlice<u8> {
+        let buffer = self.buffer.take().expect("a live tensor has its buffer");
+        if let Some(pool) = self.pool.upgrade() {
+            pool.lock().outstanding -= self.len;
+            pool.returned.notify_all();
+        }
+        buffer
+    }
+
     /// The stream the tensor was written on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
