@@ -5,7 +5,7 @@
 //! Two GPU figures: one batch per case (`decode_batch`: planning, staging, upload and decoding
 //! one after the other), and the same chunks streamed as the pipeline decodes them: batches of
 //! `ZARRPIPE_STREAM_MB` (default 256) MB, `ZARRPIPE_STREAM_IN_FLIGHT` (default 3) submitted
-//! at once.
+//! at once, each planned on a helper thread while the one before is submitted.
 //!
 //! `cargo bench --features cuda --bench gpu_decode [-- --json PATH]`; without a GPU only the
 //! CPU column is measured.
@@ -67,7 +67,8 @@ struct StreamTimes {
 }
 
 /// Decodes `chunks` in batches of `per_batch`, at most `in_flight` submitted and not yet
-/// completed (as in the pipeline's worker).
+/// completed, each batch planned on a helper thread while the one before is submitted (as in
+/// the pipeline's worker); `ZARRPIPE_STREAM_PLAN_INLINE=1` plans inside `submit` instead.
 fn streamed(
     decoder: &GpuDecoder,
     chunks: &[EncodedChunk],
@@ -84,14 +85,33 @@ fn streamed(
         times.plan += batch.timings.plan;
         times.stage += batch.timings.stage;
     };
-    for batch in chunks.chunks(per_batch.max(1)) {
-        let submitted = Instant::now();
-        pending.push_back(decoder.submit(batch.to_vec()).expect("GPU submit"));
-        times.submit += submitted.elapsed();
-        if pending.len() >= in_flight {
-            complete(pending.pop_front().unwrap(), &mut times);
+    let inline = std::env::var_os("ZARRPIPE_STREAM_PLAN_INLINE").is_some();
+    std::thread::scope(|scope| {
+        let (sender, planned) = std::sync::mpsc::sync_channel(1);
+        scope.spawn(move || {
+            for batch in chunks.chunks(per_batch.max(1)) {
+                let batch = match inline {
+                    true => Err(batch.to_vec()),
+                    false => Ok(decoder.plan(batch.to_vec())),
+                };
+                if sender.send(batch).is_err() {
+                    break;
+                }
+            }
+        });
+        for batch in planned {
+            let submitted = Instant::now();
+            let batch = match batch {
+                Ok(planned) => decoder.submit_planned(planned),
+                Err(chunks) => decoder.submit(chunks),
+            };
+            pending.push_back(batch.expect("GPU submit"));
+            times.submit += submitted.elapsed();
+            if pending.len() >= in_flight {
+                complete(pending.pop_front().unwrap(), &mut times);
+            }
         }
-    }
+    });
     for batch in pending {
         complete(batch, &mut times);
     }

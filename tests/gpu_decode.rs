@@ -224,4 +224,10 @@ fn pipelined_groups_decode_bit_identical_on_the_gpu() {
     let chunks = large_float_cases(dir.path(), |_| true);
     let decoded = decode(&decoder, &chunks);
     assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
+    // The same batch planned on another thread first, as the pipeline plans it.
+    let planned =
+        std::thread::scope(|scope| scope.spawn(|| decoder.plan(chunks.clone())).join().unwrap());
+    let pending = decoder.submit_planned(planned).unwrap();
+    let decoded = decoder.complete(pending).unwrap().into_host().unwrap();
+    assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
 }

@@ -61,7 +61,9 @@ pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};
 #[cfg(feature = "cuda")]
 pub use gpu::{cudarc, kernel, load_module, trim_memory_pool};
-pub use gpu::{BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch};
+pub use gpu::{
+    BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch, PlannedBatch,
+};
 pub use read::{decode_every_chunk, read_array};
 
 /// `ZARRPIPE_TRACE_GPU=1` prints, on stderr, when each GPU batch is submitted and completed

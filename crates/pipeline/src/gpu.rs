@@ -1,9 +1,9 @@
-//! The GPU pipeline: chunks are read as Tokio tasks (`prefetch` batches ahead), then one
-//! worker thread per device submits each batch's still-compressed bytes to the
-//! [`GpuDecoder`] (staged through reused pinned buffers, uploaded on a copy stream) and
-//! enqueues its collation right behind the decoding on the same stream. The worker keeps two
-//! batches on the GPU: it plans and uploads batch k+1 while batch k decodes, and only then
-//! waits for k and checks its chunks.
+//! The GPU pipeline: chunks are read and planned for the GPU as Tokio tasks (`prefetch`
+//! batches ahead), then one worker thread per device submits each batch's still-compressed
+//! bytes to the [`GpuDecoder`] (staged through reused pinned buffers, uploaded on a copy stream) and
+//! enqueues its collation right behind the decoding on the same stream. The worker keeps
+//! several batches on the GPU (`gpu_in_flight`): it stages and uploads batch k+1 while the
+//! ones before decode, and only then waits for the oldest and checks its chunks.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use zarrpipe_batcher::{Batcher, Sample};
 use zarrpipe_codec_gpu::cudarc::driver::sys::CUevent_flags;
 use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaStream};
-use zarrpipe_codec_gpu::{GpuDecoder, GpuOptions, PendingBatch};
+use zarrpipe_codec_gpu::{GpuDecoder, GpuOptions, PendingBatch, PlannedBatch};
 use zarrpipe_collate::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};
 use zarrpipe_store::{Dataset, EncodedChunk, FetchExt};
 
@@ -115,11 +115,13 @@ impl Drop for GpuDevice {
     }
 }
 
-/// One batch's chunks, read and waiting for the GPU.
+/// One batch's chunks, read, planned and waiting for the GPU.
 struct Job {
     index: u64,
     samples: Vec<Sample>,
-    chunks: Vec<EncodedChunk>,
+    planned: PlannedBatch,
+    /// The batch's stored bytes, which it will hold in pinned host memory.
+    pinned: usize,
     reply: oneshot::Sender<Result<GpuBatch>>,
 }
 
@@ -151,6 +153,7 @@ pub(crate) fn start(
     let metrics = Arc::new(Metrics::default());
     let (jobs, queue) = mpsc::channel::<Job>(stages.prefetch);
     let waiting = Arc::new(AtomicUsize::new(0));
+    let planner = gpu.clone();
     let worker = Worker {
         gpu,
         collator,
@@ -171,6 +174,7 @@ pub(crate) fn start(
         .map(move |(index, samples)| {
             let requests = layout.read_plan(&samples);
             let (jobs, metrics, waiting) = (jobs.clone(), fetch_metrics.clone(), waiting.clone());
+            let planner = planner.clone();
             let concurrency = stages.fetch_concurrency;
             let load = async move {
                 let chunks: Vec<EncodedChunk> = stream::iter(requests)
@@ -181,12 +185,24 @@ pub(crate) fn start(
                     })
                     .try_collect()
                     .await?;
+                // Planning is CPU work: batches plan here, several at once, while the worker
+                // stages and uploads the ones before.
+                let pinned = chunks.iter().map(EncodedChunk::stored_len).sum();
+                let planning = Instant::now();
+                let planned = tokio::task::spawn_blocking(move || planner.decoder.plan(chunks))
+                    .await
+                    .map_err(|error| Error::Gpu {
+                        what: "planning a batch".into(),
+                        source: Box::new(error),
+                    })?;
+                metrics.add_gpu_planning(planning.elapsed());
                 let (reply, answer) = oneshot::channel();
                 waiting.fetch_add(1, Ordering::Relaxed);
                 let job = Job {
                     index,
                     samples,
-                    chunks,
+                    planned,
+                    pinned,
                     reply,
                 };
                 if jobs.send(job).await.is_err() {
@@ -241,7 +257,7 @@ impl Worker {
             };
             let Some(job) = job else { break };
             // Backpressure on pinned memory: finish older batches until this one fits.
-            let needed: usize = job.chunks.iter().map(EncodedChunk::stored_len).sum();
+            let needed = job.pinned;
             while !running.is_empty()
                 && running.iter().map(|batch| batch.pinned).sum::<usize>() + needed
                     > self.limits.pinned_bytes
@@ -278,7 +294,7 @@ impl Worker {
         &self,
         job: Job,
     ) -> std::result::Result<Running, (oneshot::Sender<Result<GpuBatch>>, Error)> {
-        let pinned = job.chunks.iter().map(EncodedChunk::stored_len).sum();
+        let pinned = job.pinned;
         let started = match self
             .gpu
             .decoder
@@ -289,7 +305,7 @@ impl Worker {
             Err(error) => return Err((job.reply, gpu_error("recording an event", error))),
         };
         let planning = Instant::now();
-        let pending = match self.gpu.decoder.submit(job.chunks) {
+        let pending = match self.gpu.decoder.submit_planned(job.planned) {
             Ok(pending) => pending,
             Err(error) => return Err((job.reply, error.into())),
         };

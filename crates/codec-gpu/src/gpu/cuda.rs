@@ -18,7 +18,7 @@ use zarrpipe_store::{ChunkRequest, EncodedChunk};
 use super::kernels::{self, Kernels, MAX_DIMS};
 use super::nvcomp::{status_name, Nvcomp};
 use super::{BatchTimings, DeviceChunk, GpuOptions};
-use crate::batch::{groups, output_bytes, prepare, record_failures, PreparedChunk};
+use crate::batch::{groups, output_bytes, prepare, record_failures, Prepared, PreparedChunk};
 use crate::plan::{BatchPlan, Codec, Op, Region, Space};
 use crate::{DecodedChunk, Error, Result};
 
@@ -120,7 +120,7 @@ impl SlotPool {
 
 /// A group whose work is enqueued; `done` completes when its statuses are on the host.
 struct InFlight {
-    prepared: crate::batch::Prepared,
+    prepared: Prepared,
     tables: Tables,
     done: CudaEvent,
     slot: Slot,
@@ -158,6 +158,30 @@ pub struct PendingBatch {
     timings: BatchTimings,
     started: Instant,
     pool: SlotPool,
+}
+
+/// A batch planned on the CPU ([`GpuDecoder::plan`]): frames read and checked, CPU
+/// fallbacks decoded, tables laid out. Planning needs no GPU, so it can run on another
+/// thread while the batch before is staged and uploaded.
+pub struct PlannedBatch {
+    sources: Vec<EncodedChunk>,
+    groups: Vec<Prepared>,
+    plan_time: std::time::Duration,
+}
+
+impl std::fmt::Debug for PlannedBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedBatch")
+            .field("chunks", &self.sources.len())
+            .field("groups", &self.groups.len())
+            .finish()
+    }
+}
+
+/// A group to stage: its chunks, or already planned.
+enum GroupInput {
+    Chunks(Vec<EncodedChunk>),
+    Planned(Prepared),
 }
 
 impl std::fmt::Debug for PendingBatch {
@@ -311,7 +335,43 @@ impl GpuDecoder {
     /// submitted at once; [`Self::complete`] then checks this one.
     pub fn submit(&self, chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
         self.check_fault()?;
-        self.submit_groups(chunks)
+        let inputs = groups(chunks.clone(), self.options.group_bytes)
+            .into_iter()
+            .map(GroupInput::Chunks);
+        self.submit_groups(chunks, inputs, std::time::Duration::ZERO)
+            .inspect_err(|error| self.note_fault(error))
+    }
+
+    /// Plans a batch on the CPU, on the calling thread (and rayon's), without touching the
+    /// GPU: a pipeline plans batch k+1 here while [`Self::submit_planned`] stages batch k.
+    pub fn plan(&self, chunks: Vec<EncodedChunk>) -> PlannedBatch {
+        let started = Instant::now();
+        let mut output_start = 0;
+        let groups = groups(chunks.clone(), self.options.group_bytes)
+            .into_iter()
+            .map(|group| {
+                let prepared = prepare(group, self.options.strict, output_start);
+                output_start = prepared.plan.output_len;
+                prepared
+            })
+            .collect();
+        PlannedBatch {
+            sources: chunks,
+            groups,
+            plan_time: started.elapsed(),
+        }
+    }
+
+    /// [`Self::submit`] for a batch planned with [`Self::plan`].
+    pub fn submit_planned(&self, planned: PlannedBatch) -> Result<PendingBatch> {
+        self.check_fault()?;
+        let PlannedBatch {
+            sources,
+            groups,
+            plan_time,
+        } = planned;
+        let inputs = groups.into_iter().map(GroupInput::Planned);
+        self.submit_groups(sources, inputs, plan_time)
             .inspect_err(|error| self.note_fault(error))
     }
 
@@ -358,12 +418,22 @@ impl GpuDecoder {
         }
     }
 
-    /// Submits `chunks` in groups of about `options.group_bytes`, pipelined: group k+1 is
-    /// planned and staged on a helper thread and uploaded on the copy stream while group k's
+    /// Submits the groups of a batch (`chunks`, split in groups of about
+    /// `options.group_bytes`), pipelined: group k+1 is planned (unless it was planned ahead)
+    /// and staged on a helper thread and uploaded on the copy stream while group k's
     /// decoding is enqueued (enqueueing nvCOMP's zstd can wait for the stream). At most
     /// `SLOTS` groups of a batch are in flight; older ones are finished first.
-    fn submit_groups(&self, chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
-        let started = Instant::now();
+    fn submit_groups(
+        &self,
+        chunks: Vec<EncodedChunk>,
+        groups: impl Iterator<Item = GroupInput> + Send,
+        plan_time: std::time::Duration,
+    ) -> Result<PendingBatch> {
+        // Planned ahead: the batch's time started then.
+        let started = Instant::now()
+            .checked_sub(plan_time)
+            .unwrap_or_else(Instant::now);
+        let count = chunks.len();
         let lane = &self.lanes[self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len()];
         let stream = &lane.stream;
         let output_len: usize = chunks.iter().map(output_bytes).sum();
@@ -372,17 +442,20 @@ impl GpuDecoder {
             .map_err(cuda_error("allocating the batch output"))?;
         let output_base = output.device_ptr(stream).0;
         let mut pending = PendingBatch {
-            sources: chunks.clone(),
+            sources: chunks,
             stream: stream.clone(),
-            planned: Vec::with_capacity(chunks.len()),
+            planned: Vec::with_capacity(count),
             running: VecDeque::new(),
-            finished: Vec::with_capacity(chunks.len()),
+            finished: Vec::with_capacity(count),
             output,
-            timings: BatchTimings::default(),
+            timings: BatchTimings {
+                plan: plan_time,
+                ..Default::default()
+            },
             started,
             pool: self.slots.clone(),
         };
-        let mut groups = groups(chunks, self.options.group_bytes).into_iter();
+        let mut groups = groups;
         let mut next = match groups.next() {
             Some(group) => {
                 Some(self.stage_group(group, 0, self.slots.take(), output_base, stream)?)
@@ -486,14 +559,17 @@ impl GpuDecoder {
     /// Plans a group and stages its bytes and tables in the slot's pinned memory.
     fn stage_group(
         &self,
-        chunks: Vec<EncodedChunk>,
+        input: GroupInput,
         output_start: usize,
         mut slot: Slot,
         output_base: u64,
         stream: &Arc<CudaStream>,
     ) -> Result<Staged> {
         let planning = Instant::now();
-        let prepared = prepare(chunks, self.options.strict, output_start);
+        let prepared = match input {
+            GroupInput::Chunks(chunks) => prepare(chunks, self.options.strict, output_start),
+            GroupInput::Planned(prepared) => prepared,
+        };
         let staging = Instant::now();
         let upload = self.stage(&prepared.plan, &mut slot, output_base, stream)?;
         Ok(Staged {
@@ -768,7 +844,7 @@ struct Upload {
 
 /// A group planned and staged, ready to upload.
 struct Staged {
-    prepared: crate::batch::Prepared,
+    prepared: Prepared,
     upload: Upload,
     slot: Slot,
     plan_time: std::time::Duration,

@@ -17,13 +17,13 @@ mod nvcomp;
 mod stand_in;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{trim_memory_pool, DeviceBatch, GpuDecoder, PendingBatch};
+pub use cuda::{trim_memory_pool, DeviceBatch, GpuDecoder, PendingBatch, PlannedBatch};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 #[cfg(feature = "cuda")]
 pub use kernels::{kernel, load_module};
 #[cfg(not(feature = "cuda"))]
-pub use stand_in::{DeviceBatch, GpuDecoder, PendingBatch};
+pub use stand_in::{DeviceBatch, GpuDecoder, PendingBatch, PlannedBatch};
 
 /// How a [`GpuDecoder`] runs.
 #[derive(Clone, Debug)]

@@ -26,6 +26,12 @@ pub struct PendingBatch {
     never: std::convert::Infallible,
 }
 
+/// A batch planned for the GPU (needs the `cuda` feature).
+#[derive(Debug)]
+pub struct PlannedBatch {
+    never: std::convert::Infallible,
+}
+
 impl GpuDecoder {
     /// Always fails: this build has no CUDA support.
     pub fn new(_options: GpuOptions) -> Result<Self> {
@@ -48,6 +54,14 @@ impl GpuDecoder {
 
     pub fn submit(&self, _chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
         match self.never {}
+    }
+
+    pub fn plan(&self, _chunks: Vec<EncodedChunk>) -> PlannedBatch {
+        match self.never {}
+    }
+
+    pub fn submit_planned(&self, planned: PlannedBatch) -> Result<PendingBatch> {
+        match planned.never {}
     }
 
     pub fn complete(&self, pending: PendingBatch) -> Result<DeviceBatch> {
