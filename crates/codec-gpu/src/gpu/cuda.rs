@@ -426,7 +426,7 @@ impl GpuDecoder {
     fn submit_groups(
         &self,
         chunks: Vec<EncodedChunk>,
-        groups: impl Iterator<Item = GroupInput> + Send,
+        mut groups: impl Iterator<Item = GroupInput> + Send,
         plan_time: std::time::Duration,
     ) -> Result<PendingBatch> {
         // Planned ahead: the batch's time started then.
@@ -455,7 +455,6 @@ impl GpuDecoder {
             started,
             pool: self.slots.clone(),
         };
-        let mut groups = groups;
         let mut next = match groups.next() {
             Some(group) => {
                 Some(self.stage_group(group, 0, self.slots.take(), output_base, stream)?)

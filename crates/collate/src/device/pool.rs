@@ -114,6 +114,16 @@ impl PoolInner {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
     }
+
+    /// Stops counting `len` handed-out bytes, keeps `buffer` (if any) for reuse, and wakes
+    /// the takers waiting for room.
+    fn give_back(&self, len: usize, buffer: Option<CudaSlice<u8>>) {
+        let mut state = self.lock();
+        state.outstanding -= len;
+        state.free.extend(buffer);
+        drop(state);
+        self.returned.notify_all();
+    }
 }
 
 /// A tensor in device memory, C order. Dropping it returns its memory to the pool at once:
@@ -170,8 +180,7 @@ impl DeviceTensor {
     pub(super) fn detach_buffer(mut self) -> CudaSlice<u8> {
         let buffer = self.buffer.take().expect("a live tensor has its buffer");
         if let Some(pool) = self.pool.upgrade() {
-            pool.lock().outstanding -= self.len;
-            pool.returned.notify_all();
+            pool.give_back(self.len, None);
         }
         buffer
     }
@@ -244,13 +253,7 @@ impl Drop for DeviceTensor {
             return;
         };
         match self.pool.upgrade() {
-            Some(pool) => {
-                let mut state = pool.lock();
-                state.outstanding -= self.len;
-                state.free.push(buffer);
-                drop(state);
-                pool.returned.notify_all();
-            }
+            Some(pool) => pool.give_back(self.len, Some(buffer)),
             None => {
                 // The pipeline is gone: give the memory back to the driver, not its pool.
                 drop(buffer);
