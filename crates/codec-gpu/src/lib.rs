@@ -42,6 +42,7 @@ mod interpret;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 mod read;
+mod split;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(test)]
@@ -70,6 +71,7 @@ pub use gpu::{
     BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch, PlannedBatch,
 };
 pub use read::{decode_every_chunk, read_array};
+pub use split::{SplitDecoder, SplitPolicy};
 
 /// `ZARRPIPE_TRACE_GPU=1` prints, on stderr, when each GPU batch is submitted and completed
 /// and how long each nvCOMP call took to enqueue (a call that waits for its stream shows here).

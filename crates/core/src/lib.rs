@@ -13,11 +13,13 @@
 mod device;
 mod dtype;
 mod in_flight;
+mod pace;
 mod stage_stream;
 mod staged;
 
 pub use device::{Device, ParseDeviceError};
 pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;
+pub use pace::{Pace, PaceDelta};
 pub use stage_stream::StageStream;
 pub use staged::{BatchStats, Staged};
