@@ -67,11 +67,7 @@ async fn a_chain_composed_by_hand_equals_the_builder_with_metrics_and_state() {
 
     let dataset = Arc::new(Dataset::open(&url).await.unwrap());
     let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
-    let epoch = EpochOptions {
-        shuffle: Shuffle::Full,
-        seed: 9,
-        ..Default::default()
-    };
+    let epoch = shuffled();
     let chain = |batcher: &Batcher| {
         stream::iter(batcher.read_plans())
             .fetch_batches(2, 16)
@@ -121,19 +117,31 @@ impl BatchDecoder for Counting {
     }
 }
 
+/// An epoch of `patches` decoded by a split of two counting CPU decoders whose policy reads
+/// the consumer's pace from `pace`; the batches and the chunks each side decoded.
 async fn split_epoch(url: &str, policy: SplitPolicy, pace: Arc<Pace>) -> (Vec<Batch>, usize, usize) {
     let (cpu, gpu) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
-    let split = SplitDecoder::new(cpu.clone(), gpu.clone(), policy).with_pace(pace);
-    let batches: Vec<Batch> = patches(url)
-        .decoder(Arc::new(split))
-        .build()
-        .await
-        .unwrap()
+    let split = Arc::new(SplitDecoder::new(cpu.clone(), gpu.clone(), policy).with_pace(pace));
+    let dataset = Arc::new(Dataset::open(url).await.unwrap());
+    let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
+    let batcher = Batcher::with_options(layout.clone(), 3, &shuffled()).unwrap();
+    let batches: Vec<Batch> = stream::iter(batcher.read_plans())
+        .fetch_batches(1, 16)
+        .decode_batches(split)
+        .collate_batches(Arc::new(HostCollator::new(layout)))
         .try_collect()
         .await
         .unwrap();
     let counts = (cpu.chunks.load(Ordering::Relaxed), gpu.chunks.load(Ordering::Relaxed));
     (batches, counts.0, counts.1)
+}
+
+fn shuffled() -> EpochOptions {
+    EpochOptions {
+        shuffle: Shuffle::Full,
+        seed: 9,
+        ..Default::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,7 +165,7 @@ async fn auto_decoding_leaves_the_gpu_alone_while_the_consumer_keeps_up() {
     let auto = SplitPolicy::Auto { gpu_share: None };
     // Nothing records a wait: the CPU alone decodes.
     let keeping_up = Arc::new(Pace::default());
-    let (_, cpu, gpu) = split_epoch_no_stream_pace(&url, auto, keeping_up).await;
+    let (_, cpu, gpu) = split_epoch(&url, auto, keeping_up).await;
     assert!(cpu > 0);
     assert_eq!(gpu, 0, "the GPU side decoded while nobody waited");
     // A consumer that waited for the batches before: the GPU side takes a share.
@@ -165,30 +173,8 @@ async fn auto_decoding_leaves_the_gpu_alone_while_the_consumer_keeps_up() {
     for _ in 0..4 {
         waiting.record(Duration::from_millis(50));
     }
-    let (_, _, gpu_when_waiting) = split_epoch_no_stream_pace(&url, auto, waiting).await;
+    let (_, _, gpu_when_waiting) = split_epoch(&url, auto, waiting).await;
     assert!(gpu_when_waiting > 0, "the GPU side never helped a waiting consumer");
-}
-
-/// An epoch whose split decoder reads `pace` as given, not the stream's records.
-async fn split_epoch_no_stream_pace(
-    url: &str,
-    policy: SplitPolicy,
-    pace: Arc<Pace>,
-) -> (Vec<Batch>, usize, usize) {
-    let (cpu, gpu) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
-    let split = Arc::new(SplitDecoder::new(cpu.clone(), gpu.clone(), policy).with_pace(pace));
-    let dataset = Arc::new(Dataset::open(url).await.unwrap());
-    let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
-    let batcher = Batcher::new(layout.clone(), 3, false).unwrap();
-    let batches: Vec<Batch> = stream::iter(batcher.read_plans())
-        .fetch_batches(1, 16)
-        .decode_batches(split)
-        .collate_batches(Arc::new(HostCollator::new(layout)))
-        .try_collect()
-        .await
-        .unwrap();
-    let counts = (cpu.chunks.load(Ordering::Relaxed), gpu.chunks.load(Ordering::Relaxed));
-    (batches, counts.0, counts.1)
 }
 
 #[test]

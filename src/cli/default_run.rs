@@ -53,6 +53,11 @@ pub struct RunArgs {
     /// `run`; 2 for `bench`); the best is reported.
     #[arg(long)]
     pub(crate) passes: Option<u32>,
+    /// Stand in for a training loop that takes batch tensors at this many bytes per second
+    /// (e.g. 3.2G): after each batch the consumer is busy for the batch's bytes over this rate.
+    /// Shows what the loader needs of the CPU and GPU beside such a consumer.
+    #[arg(long, value_name = "BYTES_PER_S")]
+    consumer_rate: Option<String>,
     /// Also sum every delivered value (in an extra, untimed epoch) to compare with peers.
     #[arg(long)]
     checksum: bool,
@@ -301,13 +306,18 @@ where
         Some(passes) => (1, passes.max(1)),
         None => (0, 1),
     };
+    let consumer_rate = match &args.consumer_rate {
+        Some(rate) => Some(super::store::parse_size(rate)? as f64),
+        None => None,
+    };
     let mut best: Option<(f64, MetricsSnapshot)> = None;
     for pass in 0..warm_up + timed {
         let mut batches = build().await?;
         if pass == 0 && !args.json {
             describe(&batches);
         }
-        let (seconds, metrics) = run_epoch(&mut batches, !args.json, &consume).await?;
+        let (seconds, metrics) =
+            run_epoch(&mut batches, !args.json, consumer_rate, &consume).await?;
         let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
         if pass >= warm_up && faster {
             best = Some((seconds, metrics));
@@ -317,7 +327,7 @@ where
     let checksum = if args.checksum {
         let mut batches = build().await?;
         let total = std::cell::Cell::new(0f64);
-        run_epoch(&mut batches, false, |batch| {
+        run_epoch(&mut batches, false, None, |batch| {
             total.set(total.get() + sum(batch)?);
             Ok(())
         })
@@ -371,6 +381,7 @@ fn pipeline(
 async fn run_epoch<P: Place>(
     batches: &mut BatchStream<P>,
     progress: bool,
+    consumer_rate: Option<f64>,
     mut consume: impl FnMut(&Batch<P>) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, MetricsSnapshot)> {
     let started = Instant::now();
@@ -385,6 +396,10 @@ async fn run_epoch<P: Place>(
     while let Some(batch) = batches.try_next().await? {
         // A training step would consume `batch.inputs` here.
         consume(std::hint::black_box(&batch))?;
+        if let Some(rate) = consumer_rate {
+            let busy = batch.tensor_bytes() as f64 / rate;
+            tokio::time::sleep(std::time::Duration::from_secs_f64(busy)).await;
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -1,6 +1,8 @@
 //! Shared types of zarrpipe: element types ([`DType`]), devices ([`Device`]), the conversion of
-//! decoded chunk bytes to `f32`, and a small ordered-concurrency stream helper that the stage
-//! adapters build on.
+//! decoded chunk bytes to `f32`, the envelope a batch travels in between stages ([`Staged`],
+//! with what each stage cost in [`BatchStats`]), the ordered-concurrency stream the stage
+//! adapters are built on ([`InFlight`], [`StageStream`]), and the consumer's [`Pace`], which
+//! adaptive stages read.
 //!
 //! ```
 //! use zarrpipe_core::{DType, Device};
