@@ -80,14 +80,6 @@ pub use gpu::{
 pub use read::{decode_every_chunk, read_array};
 pub use split::{SplitDecoder, SplitPolicy};
 
-/// `ZARRPIPE_TRACE_GPU=1` prints, on stderr, when each GPU batch is submitted and completed
-/// and how long each nvCOMP call took to enqueue (a call that waits for its stream shows here).
-#[doc(hidden)]
-pub fn trace() -> bool {
-    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TRACE.get_or_init(|| std::env::var_os("ZARRPIPE_TRACE_GPU").is_some())
-}
-
 /// Something that turns a chunk's stored bytes into its decoded elements.
 pub trait ChunkDecoder: Send + Sync + std::fmt::Debug {
     fn decode(&self, chunk: EncodedChunk) -> BoxFuture<'static, Result<DecodedChunk>>;

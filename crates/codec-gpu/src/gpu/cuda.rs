@@ -837,12 +837,11 @@ impl GpuDecoder {
                     cu_stream,
                 )?;
             }
-            if crate::trace() {
-                eprintln!(
-                    "[gpu] nvCOMP {codec:?} call of {count} chunks enqueued in {:.2} ms",
-                    enqueue.elapsed().as_secs_f64() * 1e3
-                );
-            }
+            tracing::debug!(
+                target: "zarrpipe::gpu",
+                "nvCOMP {codec:?} call of {count} chunks enqueued in {:.2} ms",
+                enqueue.elapsed().as_secs_f64() * 1e3
+            );
         }
         Ok(())
     }
