@@ -121,13 +121,22 @@ impl SplitDecoder {
         }
     }
 
-    /// Reads the consumer's pace from `pace` (the pipeline's [`BatchStream`] records it);
-    /// [`SplitPolicy::Auto`] needs it.
-    ///
-    /// [`BatchStream`]: https://docs.rs/zarrpipe-pipeline
+    /// Reads the consumer's pace from `pace` instead of its own.
     pub fn with_pace(mut self, pace: Arc<Pace>) -> Self {
         self.pace = pace;
         self
+    }
+
+    /// Where [`SplitPolicy::Auto`] reads the consumer's pace: a pipeline's `BatchStream`
+    /// records into it (`BatchStream::with_pace`). The decoder keeps what it learnt (rates,
+    /// throttle) for as long as it lives: keep it across epochs.
+    pub fn pace(&self) -> Arc<Pace> {
+        self.pace.clone()
+    }
+
+    /// How it shares batches out.
+    pub fn policy(&self) -> SplitPolicy {
+        self.policy
     }
 
     /// The GPU's share of the decoded bytes the next batch of one kind would get, for

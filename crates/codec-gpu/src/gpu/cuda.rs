@@ -49,6 +49,37 @@ pub struct GpuDecoder {
     fault: Mutex<Option<String>>,
     /// Pinned staging memory for batches being decoded, in units of [`PINNED_UNIT`] bytes.
     pinned: Arc<tokio::sync::Semaphore>,
+    /// Last: the device's pooled memory goes back to the driver once this decoder's buffers
+    /// and every other holder are gone.
+    memory: Arc<DeviceMemory>,
+}
+
+/// The device's pooled memory, given back to the driver when the last holder goes: the
+/// decoder, each batch it decoded, and the tensor pools of the collators on its device hold
+/// one, so whichever goes last (a pipeline's stages drop in any order) trims the pool.
+pub struct DeviceMemory {
+    context: Arc<CudaContext>,
+}
+
+impl DeviceMemory {
+    /// The device's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        trim_memory_pool(&self.context);
+    }
+}
+
+impl std::fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceMemory")
+            .field("device", &self.context.ordinal())
+            .finish()
+    }
 }
 
 /// The granularity of the pinned-memory budget.
@@ -149,6 +180,8 @@ pub struct DeviceBatch {
     pub timings: BatchTimings,
     buffer: CudaSlice<u8>,
     stream: Arc<CudaStream>,
+    /// Last: the pool is trimmed after the buffer is freed, if this is the last holder.
+    _memory: Arc<DeviceMemory>,
 }
 
 impl std::fmt::Debug for DeviceBatch {
@@ -300,7 +333,7 @@ impl GpuDecoder {
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
         Ok(Self {
-            context,
+            context: context.clone(),
             lanes,
             next_lane: AtomicUsize::new(0),
             copy_stream,
@@ -310,6 +343,9 @@ impl GpuDecoder {
             slots: SlotPool::default(),
             fault: Mutex::new(None),
             pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
+            memory: Arc::new(DeviceMemory {
+                context: context.clone(),
+            }),
         })
     }
 
@@ -318,6 +354,12 @@ impl GpuDecoder {
         self.context
             .name()
             .unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// The device's pooled memory: hold it to keep the pool from being trimmed while device
+    /// buffers of yours come and go (see [`DeviceMemory`]).
+    pub fn memory(&self) -> Arc<DeviceMemory> {
+        self.memory.clone()
     }
 
     /// How the decoder runs.
@@ -578,6 +620,7 @@ impl GpuDecoder {
             timings,
             buffer: std::mem::replace(&mut pending.output, empty),
             stream: pending.stream.clone(),
+            _memory: self.memory.clone(),
         })
     }
 
@@ -980,7 +1023,7 @@ impl Drop for GpuDecoder {
                 .unwrap_or_else(|poison| poison.into_inner()) = None;
             let _ = lane.stream.synchronize();
         }
-        trim_memory_pool(&self.context);
+        // The pool is trimmed when `memory`, dropped after this, was the last holder.
     }
 }
 

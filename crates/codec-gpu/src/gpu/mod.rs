@@ -19,7 +19,9 @@ mod nvcomp;
 mod stand_in;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{trim_memory_pool, DeviceBatch, GpuDecoder, PendingBatch, PlannedBatch};
+pub use cuda::{
+    trim_memory_pool, DeviceBatch, DeviceMemory, GpuDecoder, PendingBatch, PlannedBatch,
+};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 #[cfg(feature = "cuda")]
