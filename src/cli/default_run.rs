@@ -211,8 +211,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let report = match stages.uses_gpu() {
         false => {
-            let build =
-                || async { Ok(pipeline(&args, dataset.clone(), Decode::Cpu)?.build().await?) };
+            let build = || async {
+                Ok(pipeline(&args, dataset.clone(), Decode::Cpu)?
+                    .build()
+                    .await?)
+            };
             timed_passes(&args, build, |_| Ok(()), host_sum).await?
         }
         true => gpu_passes(&args, dataset.clone(), stages).await?,
@@ -285,7 +288,9 @@ fn gpu_share(value: &str) -> anyhow::Result<Option<f64>> {
     }
     match value.parse::<f64>() {
         Ok(share) if share > 0.0 && share <= 1.0 => Ok(Some(share)),
-        _ => anyhow::bail!("--gpu-share {value}: give a fraction of the GPU's time in (0, 1], e.g. 0.05, or auto"),
+        _ => anyhow::bail!(
+            "--gpu-share {value}: give a fraction of the GPU's time in (0, 1], e.g. 0.05, or auto"
+        ),
     }
 }
 

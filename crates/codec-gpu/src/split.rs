@@ -101,7 +101,11 @@ impl SplitDecoder {
     /// Splits batches between `cpu` (decoding to host memory) and `gpu` (to device memory).
     /// Give the CPU side a pool of its own (`CpuDecoder::with_pool`), so the GPU side's
     /// planning does not queue behind its chunks on rayon's global pool.
-    pub fn new(cpu: Arc<dyn BatchDecoder>, gpu: Arc<dyn BatchDecoder>, policy: SplitPolicy) -> Self {
+    pub fn new(
+        cpu: Arc<dyn BatchDecoder>,
+        gpu: Arc<dyn BatchDecoder>,
+        policy: SplitPolicy,
+    ) -> Self {
         let throttle = match policy {
             SplitPolicy::Balanced => 1.0,
             SplitPolicy::Auto { .. } => 0.0,
@@ -152,7 +156,9 @@ impl SplitDecoder {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SplitState> {
-        self.state.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// Shares out one batch: for each kind, its balanced GPU share, throttled by the policy.
@@ -276,6 +282,8 @@ impl BatchDecoder for SplitDecoder {
     }
 
     fn batches_in_flight(&self) -> usize {
-        self.cpu.batches_in_flight().max(self.gpu.batches_in_flight())
+        self.cpu
+            .batches_in_flight()
+            .max(self.gpu.batches_in_flight())
     }
 }

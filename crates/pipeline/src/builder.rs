@@ -1,10 +1,10 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use futures::stream;
 use zarrpipe_batcher::{
     Batcher, EpochOptions, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
-use futures::stream;
 use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, SplitPolicy};
 use zarrpipe_collate::{
     BatchCollator, CollateBatchesExt, CollateOptions, Host, HostCollator, LatitudeWeights,
@@ -128,7 +128,6 @@ impl PipelineBuilder {
 }
 
 impl<P: CollateOn> PipelineBuilder<P> {
-
     /// The variables stacked as channels, in this order (default: every data variable).
     pub fn variables<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
         self.config.variables = names.into_iter().map(Into::into).collect();

@@ -89,7 +89,12 @@ impl GpuDevice {
                 what: "creating the collator's stream".into(),
                 source: Box::new(error),
             })?;
-        Ok(DeviceCollator::new(layout, options, stream, self.pool.clone())?)
+        Ok(DeviceCollator::new(
+            layout,
+            options,
+            stream,
+            self.pool.clone(),
+        )?)
     }
 
     /// The device's tensor pool.

@@ -118,7 +118,11 @@ impl DeviceCollator {
 }
 
 /// Sorts a batch's parts into those decoded on the GPU and the chunks decoded on the CPU.
-fn sort_parts(payload: DecodedChunks, decoded: &mut Vec<DeviceBatch>, host: &mut Vec<DecodedChunk>) {
+fn sort_parts(
+    payload: DecodedChunks,
+    decoded: &mut Vec<DeviceBatch>,
+    host: &mut Vec<DecodedChunk>,
+) {
     match payload {
         DecodedChunks::Host(chunks) => host.extend(chunks),
         DecodedChunks::Device(batch) => decoded.push(batch),

@@ -297,7 +297,8 @@ impl DeviceCollator {
         stream: &Arc<CudaStream>,
     ) -> Result<DeviceTensor> {
         let tensor = self.pool.take(shape, dtype, stream)?;
-        self.staging().upload_to(tensor.device_ptr(), bytes, stream)?;
+        self.staging()
+            .upload_to(tensor.device_ptr(), bytes, stream)?;
         Ok(tensor)
     }
 }
