@@ -52,6 +52,7 @@ fn store(dir: &Path, compression: Compression, shard: Option<u64>) -> String {
         compression,
         shard,
         seed: 11,
+        chunks: None,
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
@@ -463,6 +464,7 @@ mod on_gpu {
             compression: Compression::Zstd,
             shard: None,
             seed: 2,
+            chunks: None,
         };
         let path = dir.path().join("big.zarr");
         generate(&path, &options, |_, _| {}).unwrap();

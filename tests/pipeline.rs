@@ -21,6 +21,7 @@ fn tiny(compression: Compression, shard: Option<u64>) -> GenerateOptions {
         compression,
         shard,
         seed: 7,
+        chunks: None,
     }
 }
 

@@ -25,6 +25,7 @@ fn write_store(dir: &Path, compression: Compression) -> String {
         compression,
         shard: None,
         seed: 3,
+        chunks: None,
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
