@@ -71,20 +71,36 @@ async fn missing_variable_lists_the_others() {
     );
 }
 
+/// The reason behind the error of a variable zarrpipe cannot read, which must also name the
+/// variable and how to go on without it.
+fn unreadable_reason<'a>(error: &'a StoreError, variable: &str) -> &'a StoreError {
+    let StoreError::Unreadable { source, .. } = error else {
+        panic!("expected Unreadable, got {error:?}");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("`{variable}`")) && message.contains("--var"),
+        "{message}"
+    );
+    source
+}
+
 #[tokio::test]
-async fn malformed_metadata_names_its_key() {
+async fn malformed_metadata_names_its_key_when_the_variable_is_used() {
     let dir = scratch_store(&["f32_zstd"]);
     std::fs::write(
         dir.path().join("f32_zstd/zarr.json"),
         b"{\"shape\": [30, 45], ",
     )
     .unwrap();
-    let error = open(&dir).await.unwrap_err();
+    let dataset = open(&dir).await.expect("the rest of the dataset stays usable");
+    let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::MalformedMetadata { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::MalformedMetadata { .. }),
+        "{reason:?}"
     );
-    assert!(error.to_string().contains("f32_zstd/zarr.json"), "{error}");
+    assert!(reason.to_string().contains("f32_zstd/zarr.json"), "{reason}");
 }
 
 #[tokio::test]
@@ -93,10 +109,12 @@ async fn metadata_of_the_wrong_shape_names_its_key() {
     edit_metadata(dir.path(), "f32_zstd", |m| {
         m["shape"] = serde_json::json!("thirty")
     });
-    let error = open(&dir).await.unwrap_err();
+    let dataset = open(&dir).await.unwrap();
+    let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::MalformedMetadata { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::MalformedMetadata { .. }),
+        "{reason:?}"
     );
 }
 
@@ -115,9 +133,10 @@ async fn unsupported_codec_names_variable_and_codec() {
         .await
         .expect("the rest of the dataset stays usable");
     let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::InvalidArray { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::InvalidArray { .. }),
+        "{reason:?}"
     );
     let message = zarrpipe::error_chain(&error);
     assert!(
@@ -137,11 +156,141 @@ async fn unsupported_data_type_names_variable_and_type() {
         .await
         .expect("the rest of the dataset stays usable");
     let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::UnsupportedDataType { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::UnsupportedDataType { .. }),
+        "{reason:?}"
     );
-    assert!(error.to_string().contains("complex64") && error.to_string().contains("f32_zstd"));
+    let message = zarrpipe::error_chain(&error);
+    assert!(message.contains("complex64") && message.contains("f32_zstd"));
+}
+
+/// Every way of breaking a v3 array's metadata that zarrpipe cannot read past.
+fn v3_breakages() -> Vec<(&'static str, Box<dyn Fn(&mut serde_json::Value)>)> {
+    vec![
+        (
+            "chunk shape 0",
+            Box::new(|m| m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([0, 16])),
+        ),
+        (
+            "unknown data type",
+            Box::new(|m| m["data_type"] = serde_json::json!("float128_from_the_future")),
+        ),
+        (
+            "unknown codec",
+            Box::new(|m| {
+                m["codecs"][1] = serde_json::json!({"name": "lzma_from_the_future", "configuration": {}})
+            }),
+        ),
+        (
+            "zstd level out of range",
+            Box::new(|m| m["codecs"][1]["configuration"]["level"] = serde_json::json!(1_000_000)),
+        ),
+        (
+            "dimension_names of the wrong length",
+            Box::new(|m| m["dimension_names"] = serde_json::json!(["y"])),
+        ),
+        (
+            "a shape too large for its chunks to be counted",
+            Box::new(|m| {
+                m["shape"] = serde_json::json!([u64::MAX, u64::MAX]);
+                m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([1, 1]);
+            }),
+        ),
+        (
+            "a chunk larger than memory can address",
+            Box::new(|m| {
+                m["shape"] = serde_json::json!([1u64 << 62, 1u64 << 62]);
+                m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([1u64 << 62, 1u64 << 62]);
+            }),
+        ),
+        (
+            "zarr.json without a node type",
+            Box::new(|m| *m = serde_json::json!("not metadata")),
+        ),
+    ]
+}
+
+/// A store with a readable `f32_zstd` and a copy of it, `broken`, broken by `edit`.
+fn store_with_a_broken_copy(edit: &dyn Fn(&mut serde_json::Value)) -> tempfile::TempDir {
+    let dir = scratch_store(&["f32_zstd"]);
+    copy_dir(&dir.path().join("f32_zstd"), &dir.path().join("broken"));
+    edit_metadata(dir.path(), "broken", edit);
+    dir
+}
+
+/// A variable zarrpipe cannot read is never left out of a default selection: the dataset
+/// opens, the variable is in the default names, and laying out samples from them fails,
+/// naming it and `--var`.
+#[tokio::test]
+async fn unreadable_variables_are_never_silently_left_out_of_the_default_selection() {
+    use zarrpipe::batcher::{Error as LayoutError, SampleLayout, WindowSpec};
+    for (case, edit) in v3_breakages() {
+        let dir = store_with_a_broken_copy(&*edit);
+        let dataset = open(&dir)
+            .await
+            .unwrap_or_else(|e| panic!("{case}: the dataset must open: {e}"));
+        assert_eq!(
+            dataset.data_variable_names(),
+            ["broken", "f32_zstd"],
+            "{case}"
+        );
+        let error = SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new())
+            .expect_err(case);
+        let LayoutError::Store(error) = &error else {
+            panic!("{case}: {error:?}");
+        };
+        let reason = unreadable_reason(error, "broken");
+        assert!(
+            error.to_string().contains("--var f32_zstd"),
+            "{case}: the readable variables are named: {error}"
+        );
+        eprintln!("{case}: {}", zarrpipe::error_chain(reason));
+        // Naming the readable ones goes on without it.
+        SampleLayout::new(&dataset, &["f32_zstd"], &WindowSpec::new())
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        // The pipeline's default selection fails the same way.
+        let built = zarrpipe::pipeline::Pipeline::builder(dir.path().to_str().unwrap())
+            .build()
+            .await;
+        let message = zarrpipe::error_chain(&built.expect_err(case));
+        assert!(message.contains("`broken`") && message.contains("--var"), "{case}: {message}");
+    }
+}
+
+/// Zarr v2: an unknown compressor and `_ARRAY_DIMENSIONS` of the wrong length.
+#[tokio::test]
+async fn unreadable_v2_variables_are_named() {
+    let breakages: [(&str, &str, serde_json::Value); 2] = [
+        ("unknown compressor", ".zarray", serde_json::json!({"compressor": {"id": "lzma_from_the_future"}})),
+        ("dimension names of the wrong length", ".zattrs", serde_json::json!({"_ARRAY_DIMENSIONS": ["y"]})),
+    ];
+    for (case, file, patch) in breakages {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+        let source = fixtures().join("stores/zp3_v2/f4_bigendian");
+        copy_dir(&source, &dir.path().join("good"));
+        copy_dir(&source, &dir.path().join("broken"));
+        for array in ["good", "broken"] {
+            std::fs::write(
+                dir.path().join(array).join(".zattrs"),
+                br#"{"_ARRAY_DIMENSIONS": ["y", "x"]}"#,
+            )
+            .unwrap();
+        }
+        let path = dir.path().join("broken").join(file);
+        let mut document: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for (key, value) in patch.as_object().unwrap() {
+            document[key] = value.clone();
+        }
+        std::fs::write(&path, serde_json::to_vec(&document).unwrap()).unwrap();
+        let dataset = open(&dir).await.unwrap();
+        assert_eq!(dataset.data_variable_names(), ["broken", "good"], "{case}");
+        let error = dataset.variable("broken").unwrap_err();
+        unreadable_reason(&error, "broken");
+        assert!(dataset.variable("good").is_ok(), "{case}");
+    }
 }
 
 /// Reads the whole array and returns the decode error it must give.
