@@ -2,6 +2,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{
@@ -9,7 +10,7 @@ use zarrpipe::pipeline::{
     TensorDType,
 };
 use zarrpipe::prelude::TryStreamExt;
-use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
+use zarrpipe::sample::{ensure_sample, sample_is_complete, SAMPLE_PATH};
 use zarrpipe::store::{Dataset, IoStats};
 
 use super::gb_per_s;
@@ -97,9 +98,13 @@ impl CollateArgs {
         };
         Ok(match &self.normalize {
             Some(path) => {
-                builder.normalize_with_stats(std::fs::read_to_string(path).map_err(|error| {
+                let json = std::fs::read_to_string(path).map_err(|error| {
                     anyhow::anyhow!("reading statistics {}: {error}", path.display())
-                })?)
+                })?;
+                // Checked here too, so the error names the file.
+                zarrpipe::collate::Normalization::parse_stats_json(&json)
+                    .with_context(|| format!("--normalize {}", path.display()))?;
+                builder.normalize_with_stats(json)
             }
             None => builder,
         })
@@ -201,6 +206,9 @@ where
     let mut best: Option<(f64, MetricsSnapshot)> = None;
     for pass in 0..warm_up + timed {
         let mut batches = build().await?;
+        if batches.num_batches() == 0 {
+            anyhow::bail!("{}", empty_epoch(&batches));
+        }
         if pass == 0 && !args.json {
             describe(&batches);
         }
@@ -323,7 +331,7 @@ fn print_json(
 
 /// Writes the sample dataset on first run, with a progress bar; returns its path.
 fn sample_with_progress() -> anyhow::Result<String> {
-    if !Path::new(SAMPLE_PATH).join("zarr.json").exists() {
+    if !sample_is_complete(Path::new(SAMPLE_PATH)) {
         eprintln!("writing the sample dataset to {SAMPLE_PATH} (first run)");
     }
     let bar = generate_progress_bar()?;
@@ -349,6 +357,18 @@ fn choose_device(requested: &str) -> anyhow::Result<(Device, &'static str)> {
         ),
         (false, _) => (Device::Cpu, "no GPU found"),
     })
+}
+
+/// Why an epoch delivers no batch.
+fn empty_epoch<B: Delivered>(batches: &BatchStream<B>) -> String {
+    let layout = batches.layout();
+    match layout.why_empty() {
+        Some(why) => format!("the epoch has no samples: {why}"),
+        None => format!(
+            "this process's share of the epoch is empty: {} samples over the ranks RANK and WORLD_SIZE give",
+            layout.num_samples()
+        ),
+    }
 }
 
 fn describe<B: Delivered>(batches: &BatchStream<B>) {

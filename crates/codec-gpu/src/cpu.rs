@@ -58,8 +58,32 @@ impl ChunkDecoder for CpuDecoder {
     }
 }
 
-/// Decodes one chunk on the calling thread; a missing chunk becomes the fill value.
+/// Decodes one chunk on the calling thread; a missing chunk becomes the fill value. A panic
+/// while decoding (corrupt bytes can reach a codec's unchecked arithmetic) is caught here and
+/// becomes [`Error::Panicked`] naming the chunk: rayon aborts the process on a panic in a
+/// spawned task, and this runs in one.
 pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    let request = chunk.request.clone();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_unguarded(chunk)))
+        .unwrap_or_else(|payload| {
+            Err(Error::Panicked {
+                variable: request.variable.name().to_string(),
+                key: request.key(),
+                message: panic_message(payload.as_ref()),
+            })
+        })
+}
+
+/// The text a panic was raised with.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(text), _) => text.to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "(no message)".to_string(),
+    }
+}
+
+fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
     let started = Instant::now();
     let EncodedChunk {
         request,
