@@ -373,3 +373,73 @@ async fn chunk_outside_the_grid_is_refused() {
         "{error:?}"
     );
 }
+
+/// Rewrites entry `inner` of the index at the end of a shard (`bytes` + `crc32c` index
+/// codecs) to `(offset, length)`, with a valid checksum, so only the offset is hostile.
+fn corrupt_shard_index(shard: &Path, inner: usize, offset: u64, length: u64) {
+    let mut bytes = std::fs::read(shard).unwrap();
+    let index_len = 8 * 16; // 2 x 4 inner chunks of (offset, length) u64 pairs
+    let start = bytes.len() - index_len - 4;
+    let entry = start + 16 * inner;
+    bytes[entry..entry + 8].copy_from_slice(&offset.to_le_bytes());
+    bytes[entry + 8..entry + 16].copy_from_slice(&length.to_le_bytes());
+    let checksum = crc32c::crc32c(&bytes[start..start + index_len]);
+    let end = bytes.len();
+    bytes[end - 4..].copy_from_slice(&checksum.to_le_bytes());
+    std::fs::write(shard, bytes).unwrap();
+}
+
+/// A shard whose index points an inner chunk at an offset near 2^64 (checksum valid) makes
+/// zarrs' sharding codec panic in a rayon task, which aborted the whole process: the panic
+/// is caught and becomes an error naming the chunk, for whole shards (zarrs) and inner
+/// chunks read by range (zarrpipe), from a local store and over HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_index_pointing_near_2_64_is_an_error_not_an_abort() {
+    use futures::TryStreamExt;
+    let dir = scratch_store(&["f32_sharded"]);
+    corrupt_shard_index(&dir.path().join("f32_sharded/c/0/0"), 0, u64::MAX - 5, 10);
+    let whole_shard = |error: DecodeError| {
+        assert!(
+            matches!(
+                error,
+                DecodeError::Panicked { .. } | DecodeError::Decode { .. }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("f32_sharded/c/0/0"), "{error}");
+        error
+    };
+    let error = whole_shard(read_error(&dir, "f32_sharded").await);
+    eprintln!("whole shard, local: {}", zarrpipe::error_chain(&error));
+    // Through the pipeline, which reads the inner chunks a batch needs by range.
+    let url = dir.path().to_str().unwrap().to_string();
+    let mut batches = zarrpipe::pipeline::Pipeline::builder(url.as_str())
+        .variables(["f32_sharded"])
+        .window("y", 10, 10)
+        .window("x", 10, 10)
+        .build()
+        .await
+        .unwrap();
+    let mut failed = None;
+    loop {
+        match batches.try_next().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => break,
+            Err(error) => {
+                failed = Some(zarrpipe::error_chain(&error));
+                break;
+            }
+        }
+    }
+    let message = failed.expect("the corrupt shard must fail its batch");
+    assert!(message.contains("f32_sharded/c/0/0"), "{message}");
+    // Over HTTP.
+    consolidate(dir.path());
+    let base = serve_directory(dir.path().to_path_buf()).await;
+    let dataset = Dataset::open(&base).await.unwrap();
+    let error = read_whole(dataset.variable("f32_sharded").unwrap())
+        .await
+        .expect_err("the corrupt shard must fail over HTTP too");
+    let error = whole_shard(error);
+    eprintln!("whole shard, HTTP: {}", zarrpipe::error_chain(&error));
+}

@@ -64,5 +64,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         plan.bytes_delivered as f64 / 1e6,
         plan.read_amplification
     );
+    if plan.estimated {
+        println!(
+            "(reads estimated from the first {} batches, scaled up to the epoch)",
+            plan.planned_batches
+        );
+    }
     Ok(())
 }

@@ -327,8 +327,8 @@ impl SampleLayout {
             let usable = dim.usable();
             let narrowed = if usable < dim.length {
                 format!(
-                    " of its {} (after the selection and the forecast history and leads)",
-                    dim.length
+                    " of its {} ({} at the start and {} at the end are taken by the selection and the forecast history and leads)",
+                    dim.length, dim.start, dim.end_margin
                 )
             } else {
                 String::new()

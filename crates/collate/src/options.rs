@@ -91,7 +91,7 @@ impl Normalization {
                     "the statistics end early (a truncated file? write it again with `zarrpipe stats URL --json > FILE`)"
                 }
                 serde_json::error::Category::Syntax | serde_json::error::Category::Io => {
-                    "the statistics are not JSON"
+                    "the statistics are not valid JSON (a truncated or edited file? write it again with `zarrpipe stats URL --json > FILE`)"
                 }
                 serde_json::error::Category::Data => {
                     "the statistics are not the list of per-variable entries that `zarrpipe stats URL --json` prints"
