@@ -408,13 +408,24 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
         metrics.delivered_bytes as f64 / 1e6,
         gb_per_s(metrics.delivered_bytes, seconds),
     );
+    // The stage times add up every chunk's time while many are in flight at once, so they
+    // can exceed the epoch's wall time: they say where the work went, not how long it took.
     println!(
-        "time per stage, summed over chunks in flight: fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s; consumer waited {:.2} s ({:.0}% of the epoch)",
+        "work per stage, added up over the chunks in flight at once (not comparable with the {seconds:.2} s above): fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s",
         metrics.fetch_busy.as_secs_f64(),
         metrics.decode_busy.as_secs_f64(),
         metrics.collate_busy.as_secs_f64(),
+    );
+    let waited = metrics.wait_fraction(seconds);
+    println!(
+        "the consumer waited for batches {:.2} s, {:.0}% of the epoch{}",
         metrics.consumer_wait.as_secs_f64(),
-        100.0 * metrics.wait_fraction(seconds),
+        100.0 * waited,
+        if waited > 0.9 {
+            ": this run does nothing with its batches, so the loader set the pace (a training step would fill the wait)"
+        } else {
+            ""
+        },
     );
     if metrics.gpu_busy > std::time::Duration::ZERO {
         println!(
