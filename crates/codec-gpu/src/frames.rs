@@ -581,6 +581,10 @@ pub(crate) fn shard_index(
 }
 
 #[cfg(test)]
+#[path = "frames_fuzz.rs"]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
