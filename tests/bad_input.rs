@@ -308,7 +308,10 @@ async fn truncated_chunk_names_variable_and_key() {
     let bytes = std::fs::read(&chunk).unwrap();
     std::fs::write(&chunk, &bytes[..bytes.len() / 2]).unwrap();
     let error = read_error(&dir, "f32_zstd").await;
-    assert!(matches!(error, DecodeError::Decode { .. }), "{error:?}");
+    assert!(
+        matches!(error, DecodeError::Decode { .. } | DecodeError::Frame { .. }),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("f32_zstd/c/1/1"), "{error}");
 }
 
@@ -322,7 +325,10 @@ async fn corrupt_chunk_names_variable_and_key() {
     }
     std::fs::write(&chunk, &bytes).unwrap();
     let error = read_error(&dir, "f32_zstd").await;
-    assert!(matches!(error, DecodeError::Decode { .. }), "{error:?}");
+    assert!(
+        matches!(error, DecodeError::Decode { .. } | DecodeError::Frame { .. }),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("f32_zstd/c/0/2"), "{error}");
 }
 
@@ -352,7 +358,9 @@ async fn chunk_of_the_wrong_decoded_size_names_variable_and_key() {
     assert!(
         matches!(
             error,
-            DecodeError::Decode { .. } | DecodeError::DecodedSize { .. }
+            DecodeError::Decode { .. }
+                | DecodeError::DecodedSize { .. }
+                | DecodeError::Frame { .. }
         ),
         "{error:?}"
     );
@@ -374,72 +382,86 @@ async fn chunk_outside_the_grid_is_refused() {
     );
 }
 
-/// Rewrites entry `inner` of the index at the end of a shard (`bytes` + `crc32c` index
-/// codecs) to `(offset, length)`, with a valid checksum, so only the offset is hostile.
-fn corrupt_shard_index(shard: &Path, inner: usize, offset: u64, length: u64) {
+/// Rewrites the index at the end of a shard (`bytes` + `crc32c` index codecs, 8 entries):
+/// entry 0 becomes `(offset, length)`, every entry is written in `big`-endian order or not,
+/// and the checksum is valid, so only the offset is hostile.
+fn corrupt_shard_index(shard: &Path, offset: u64, length: u64, big: bool) {
     let mut bytes = std::fs::read(shard).unwrap();
-    let index_len = 8 * 16; // 2 x 4 inner chunks of (offset, length) u64 pairs
+    let index_len = 8 * 16;
     let start = bytes.len() - index_len - 4;
-    let entry = start + 16 * inner;
-    bytes[entry..entry + 8].copy_from_slice(&offset.to_le_bytes());
-    bytes[entry + 8..entry + 16].copy_from_slice(&length.to_le_bytes());
+    let mut words: Vec<u64> = bytes[start..start + index_len]
+        .chunks_exact(8)
+        .map(|word| u64::from_le_bytes(word.try_into().unwrap()))
+        .collect();
+    words[0] = offset;
+    words[1] = length;
+    for (slot, word) in bytes[start..start + index_len].chunks_exact_mut(8).zip(words) {
+        slot.copy_from_slice(&if big { word.to_be_bytes() } else { word.to_le_bytes() });
+    }
     let checksum = crc32c::crc32c(&bytes[start..start + index_len]);
     let end = bytes.len();
     bytes[end - 4..].copy_from_slice(&checksum.to_le_bytes());
     std::fs::write(shard, bytes).unwrap();
 }
 
-/// A shard whose index points an inner chunk at an offset near 2^64 (checksum valid) makes
-/// zarrs' sharding codec panic in a rayon task, which aborted the whole process: the panic
-/// is caught and becomes an error naming the chunk, for whole shards (zarrs) and inner
-/// chunks read by range (zarrpipe), from a local store and over HTTP.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_shard_index_pointing_near_2_64_is_an_error_not_an_abort() {
+/// Batches of 10 x 10 windows of `f32_sharded` (read by inner chunk): the error of the first
+/// failing batch, as one line.
+async fn pipeline_error(url: &str) -> String {
     use futures::TryStreamExt;
-    let dir = scratch_store(&["f32_sharded"]);
-    corrupt_shard_index(&dir.path().join("f32_sharded/c/0/0"), 0, u64::MAX - 5, 10);
-    let whole_shard = |error: DecodeError| {
-        assert!(
-            matches!(
-                error,
-                DecodeError::Panicked { .. } | DecodeError::Decode { .. }
-            ),
-            "{error:?}"
-        );
-        assert!(error.to_string().contains("f32_sharded/c/0/0"), "{error}");
-        error
-    };
-    let error = whole_shard(read_error(&dir, "f32_sharded").await);
-    eprintln!("whole shard, local: {}", zarrpipe::error_chain(&error));
-    // Through the pipeline, which reads the inner chunks a batch needs by range.
-    let url = dir.path().to_str().unwrap().to_string();
-    let mut batches = zarrpipe::pipeline::Pipeline::builder(url.as_str())
+    let mut batches = zarrpipe::pipeline::Pipeline::builder(url)
         .variables(["f32_sharded"])
         .window("y", 10, 10)
         .window("x", 10, 10)
         .build()
         .await
         .unwrap();
-    let mut failed = None;
     loop {
         match batches.try_next().await {
             Ok(Some(_)) => continue,
-            Ok(None) => break,
-            Err(error) => {
-                failed = Some(zarrpipe::error_chain(&error));
-                break;
-            }
+            Ok(None) => panic!("the corrupt shard must fail its batch"),
+            Err(error) => return zarrpipe::error_chain(&error),
         }
     }
-    let message = failed.expect("the corrupt shard must fail its batch");
-    assert!(message.contains("f32_sharded/c/0/0"), "{message}");
-    // Over HTTP.
-    consolidate(dir.path());
-    let base = serve_directory(dir.path().to_path_buf()).await;
-    let dataset = Dataset::open(&base).await.unwrap();
-    let error = read_whole(dataset.variable("f32_sharded").unwrap())
-        .await
-        .expect_err("the corrupt shard must fail over HTTP too");
-    let error = whole_shard(error);
-    eprintln!("whole shard, HTTP: {}", zarrpipe::error_chain(&error));
+}
+
+/// A shard whose index points an inner chunk at an offset near 2^64 (checksum valid) made
+/// zarrs' sharding codec panic in a rayon task, which aborted the whole process. With a
+/// little-endian index the frame checks refuse it before zarrs sees it; with a big-endian
+/// index (which the checks leave to zarrs) zarrs still panics, and the panic is caught and
+/// becomes an error naming the chunk. Whole shards (zarrs) and inner chunks read by range
+/// (zarrpipe), from a local store and over HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_index_pointing_near_2_64_is_an_error_not_an_abort() {
+    for big in [false, true] {
+        let dir = scratch_store(&["f32_sharded"]);
+        if big {
+            edit_metadata(dir.path(), "f32_sharded", |m| {
+                m["codecs"][0]["configuration"]["index_codecs"][0]["configuration"]["endian"] =
+                    serde_json::json!("big")
+            });
+        }
+        corrupt_shard_index(&dir.path().join("f32_sharded/c/0/0"), u64::MAX - 5, 10, big);
+        let expected = |error: DecodeError| {
+            if big {
+                assert!(matches!(error, DecodeError::Panicked { .. }), "{error:?}");
+            } else {
+                assert!(matches!(error, DecodeError::Frame { .. }), "{error:?}");
+            }
+            assert!(error.to_string().contains("f32_sharded/c/0/0"), "{error}");
+            eprintln!("big-endian index {big}: {}", zarrpipe::error_chain(&error));
+        };
+        expected(read_error(&dir, "f32_sharded").await);
+        let message = pipeline_error(dir.path().to_str().unwrap()).await;
+        assert!(message.contains("f32_sharded/c/0/0"), "{message}");
+        // Over HTTP.
+        consolidate(dir.path());
+        let base = serve_directory(dir.path().to_path_buf()).await;
+        let dataset = Dataset::open(&base).await.unwrap();
+        let error = read_whole(dataset.variable("f32_sharded").unwrap())
+            .await
+            .expect_err("the corrupt shard must fail over HTTP too");
+        expected(error);
+        let message = pipeline_error(&base).await;
+        assert!(message.contains("f32_sharded/c/0/0"), "{message}");
+    }
 }

@@ -344,16 +344,30 @@ fn a_panic_while_decoding_is_an_error_naming_the_chunk() {
     .unwrap();
     let array = dir.path().join("f32_sharded");
     common::copy_dir(&common::fixtures().join("stores/zp3_v3/f32_sharded"), &array);
+    // A big-endian index, which zarrpipe's frame checks leave to zarrs.
+    let metadata_path = array.join("zarr.json");
+    let mut metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&metadata_path).unwrap()).unwrap();
+    metadata["codecs"][0]["configuration"]["index_codecs"][0]["configuration"]["endian"] =
+        serde_json::json!("big");
+    std::fs::write(&metadata_path, metadata.to_string()).unwrap();
     let shard = array.join("c/0/0");
     let mut bytes = std::fs::read(&shard).unwrap();
     let start = bytes.len() - 8 * 16 - 4;
-    bytes[start..start + 8].copy_from_slice(&(u64::MAX - 5).to_le_bytes());
+    let mut words: Vec<u64> = bytes[start..start + 8 * 16]
+        .chunks_exact(8)
+        .map(|word| u64::from_le_bytes(word.try_into().unwrap()))
+        .collect();
+    words[0] = u64::MAX - 5;
+    for (slot, word) in bytes[start..start + 8 * 16].chunks_exact_mut(8).zip(words) {
+        slot.copy_from_slice(&word.to_be_bytes());
+    }
     let checksum = crc32c::crc32c(&bytes[start..start + 8 * 16]);
     let end = bytes.len();
     bytes[end - 4..].copy_from_slice(&checksum.to_le_bytes());
     std::fs::write(&shard, bytes).unwrap();
     let line = fails(&["stats", dir.path().to_str().unwrap()]);
-    assert!(line.contains("f32_sharded/c/0/0"), "{line}");
+    assert!(line.contains("f32_sharded/c/0/0") && line.contains("panicked"), "{line}");
 }
 
 #[test]

@@ -83,7 +83,33 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Checks the frames of a chunk's stored bytes as the GPU path does (headers, declared sizes,
+/// shard indexes; not zstd's entropy tables) before zarrs decodes them: zarrs' zstd codec
+/// allocates whatever size a frame header declares, and a failed allocation aborts the
+/// process, which no panic handler catches. Chains the GPU path cannot plan are not checked.
+fn check_frames(chunk: &EncodedChunk) -> Result<()> {
+    if chunk.bytes.is_none() {
+        return Ok(());
+    }
+    let Ok(chain) = crate::chain::GpuChain::of(&chunk.request.variable) else {
+        return Ok(());
+    };
+    let mut plan = crate::plan::BatchPlan::default();
+    let planned = crate::frames::with_table_checks(false, || {
+        crate::batch::plan_chunk(&mut plan, 0, chunk, &chain)
+    });
+    match planned {
+        Ok(_) | Err(crate::FrameError::NeedsCpu(_)) => Ok(()),
+        Err(source) => Err(Error::Frame {
+            variable: chunk.request.variable.name().to_string(),
+            key: chunk.request.key(),
+            source,
+        }),
+    }
+}
+
 fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    check_frames(&chunk)?;
     let started = Instant::now();
     let EncodedChunk {
         request,

@@ -218,7 +218,8 @@ mod regressions {
     use super::*;
 
     /// The shard of the sharded case with its first index entry pointing at 2^64 - 6, as in
-    /// issue 20: zarrs' sharding codec overflows adding the length (a caught panic now).
+    /// issue 20: zarrs' sharding codec overflowed adding the length and panicked; the frame
+    /// checks now refuse the index before zarrs sees it (and a panic would be caught).
     #[test]
     fn shard_offset_near_2_64() {
         let corpus = corpus();
@@ -244,6 +245,37 @@ mod regressions {
         chunk.bytes = Some(Bytes::from(bytes));
         decode_both_ways(chunk.clone()).unwrap();
         assert!(decode_on_cpu(chunk).is_err());
+    }
+
+    /// Found by a long run: a zstd frame naming a dictionary (so the GPU path leaves it to
+    /// the CPU) and declaring 2^48 decoded bytes; zarrs' zstd codec allocated that much and
+    /// the failed allocation aborted the process. The declared size is now checked first.
+    #[test]
+    fn zstd_frame_with_a_dictionary_declaring_2_48_bytes() {
+        let corpus = corpus();
+        let zstd = corpus
+            .iter()
+            .find(|chunk| chunk.request.variable.name() == "float32_zstd_20")
+            .expect("the float32 zstd case");
+        let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd];
+        // Content size in 8 bytes, single segment, a 1-byte dictionary id.
+        frame.push(0b1110_0001);
+        frame.push(7);
+        frame.extend((1u64 << 48).to_le_bytes());
+        let payload = [0u8; 16];
+        let header = 1 | ((payload.len() as u32) << 3); // last block, raw
+        frame.extend(&header.to_le_bytes()[..3]);
+        frame.extend(payload);
+        let mut chunk = zstd.clone();
+        chunk.bytes = Some(Bytes::from(frame));
+        decode_both_ways(chunk.clone()).unwrap();
+        match decode_on_cpu(chunk) {
+            Err(Error::Frame { source, .. }) => assert!(
+                matches!(source, frames::FrameError::DeclaredSize { declared, .. } if declared == 1 << 48),
+                "{source:?}"
+            ),
+            other => panic!("expected a frame error, got {other:?}"),
+        }
     }
 
     fn sharding_inner_shape(variable: &zarrpipe_store::Variable) -> Vec<u64> {

@@ -351,6 +351,10 @@ fn checked_bytes(shape: &[u64], element_size: usize) -> Option<u64> {
         .try_fold(element_size as u64, |bytes, &n| bytes.checked_mul(n))
 }
 
+/// The largest decoded chunk (for sharded arrays: shard) zarrpipe opens: 16 GiB. A chunk is
+/// decoded whole, so a larger one claims more memory than a training host has to spare.
+pub const MAX_CHUNK_BYTES: u64 = 16 << 30;
+
 /// A chunk must fit in memory, and a chunk grid in a `u64`: sizes from storage are checked
 /// here, once, so later arithmetic on them cannot overflow.
 fn check_sizes(array: &ZarrArray, variable: &str, dtype: DType) -> Result<()> {
@@ -363,7 +367,9 @@ fn check_sizes(array: &ZarrArray, variable: &str, dtype: DType) -> Result<()> {
     if let Ok(chunk) = array.chunk_shape(&origin) {
         let chunk: Vec<u64> = chunk.iter().map(|n| n.get()).collect();
         let bytes = checked_bytes(&chunk, dtype.size()).ok_or(overflow("a chunk's size"))?;
-        usize::try_from(bytes).map_err(|_| overflow("a chunk's size"))?;
+        if bytes > MAX_CHUNK_BYTES {
+            return Err(overflow("a chunk's size (over the 16 GiB zarrpipe decodes at once)"));
+        }
     }
     let grid = array.chunk_grid_shape();
     grid.iter()
