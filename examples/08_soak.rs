@@ -8,9 +8,14 @@
 //! first's.
 //!
 //! Run it with `cargo run --release --example 08_soak -- [EPOCHS]` (default 30; Linux, as it
-//! reads `/proc/self/status`). docs/benchmarks.md has a run's figures.
+//! reads `/proc/self/status`). It allocates with mimalloc, as the `zarrpipe` program does.
+//! docs/benchmarks.md has a run's figures.
 
 use std::time::Instant;
+
+// The allocator the `zarrpipe` program uses, so the figures are the program's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use zarrpipe::batcher::{EpochOptions, Shuffle};
 use zarrpipe::prelude::*;
@@ -29,8 +34,21 @@ fn memory_mib() -> (f64, f64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // The runtime the `zarrpipe` program builds (src/main.rs); ZARRPIPE_SOAK_BLOCKING_THREADS
+    // overrides its bound on blocking threads, to compare.
+    let blocking = std::env::var("ZARRPIPE_SOAK_BLOCKING_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(zarrpipe::MAX_BLOCKING_THREADS);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(blocking)
+        .build()?
+        .block_on(soak())
+}
+
+async fn soak() -> anyhow::Result<()> {
     // --- 1. The epochs to run ---
     let epochs: u64 = std::env::args()
         .nth(1)
@@ -41,8 +59,8 @@ async fn main() -> anyhow::Result<()> {
     println!("epoch  batches  seconds  rss_mib  peak_mib");
 
     // --- 2. Shuffled epochs, every other one dropped half way ---
-    let mut first_rss = None;
-    let mut last_rss = 0.0;
+    // Resident memory after each complete epoch (dropped ones are caught mid-flight).
+    let mut complete = Vec::new();
     for epoch in 0..epochs {
         let started = Instant::now();
         let mut batches = Pipeline::builder(url.as_str())
@@ -73,19 +91,26 @@ async fn main() -> anyhow::Result<()> {
         }
         drop(batches);
         let (rss, peak) = memory_mib();
-        first_rss.get_or_insert(rss);
-        last_rss = rss;
+        if epoch % 2 == 0 {
+            complete.push(rss);
+        }
         println!(
             "{epoch:>5}  {delivered:>7}  {:>7.2}  {rss:>7.1}  {peak:>8.1}",
             started.elapsed().as_secs_f64()
         );
     }
 
-    // --- 3. Flat or not ---
-    let first = first_rss.unwrap_or(f64::NAN);
+    // --- 3. Flat or not: the first complete epochs against the last ones ---
+    let tenth = (complete.len() / 10).max(1);
+    let mean = |values: &[f64]| values.iter().sum::<f64>() / values.len().max(1) as f64;
+    let (early, late) = (
+        mean(&complete[..tenth.min(complete.len())]),
+        mean(&complete[complete.len().saturating_sub(tenth)..]),
+    );
     println!(
-        "resident memory after epoch 0: {first:.1} MiB, after the last: {last_rss:.1} MiB ({:+.1}%)",
-        100.0 * (last_rss - first) / first
+        "resident memory after complete epochs: {early:.1} MiB over the first {tenth}, {late:.1} MiB over the last {tenth} ({:+.1}%); peak {:.1} MiB",
+        100.0 * (late - early) / early,
+        memory_mib().1
     );
     Ok(())
 }

@@ -166,7 +166,10 @@ async fn unsupported_data_type_names_variable_and_type() {
 }
 
 /// Every way of breaking a v3 array's metadata that zarrpipe cannot read past.
-fn v3_breakages() -> Vec<(&'static str, Box<dyn Fn(&mut serde_json::Value)>)> {
+/// An edit of an array's metadata.
+type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+
+fn v3_breakages() -> Vec<(&'static str, Edit)> {
     vec![
         (
             "chunk shape 0",

@@ -209,7 +209,10 @@ fn fails(args: &[&str]) -> String {
 
 /// A v3 store holding a copy of fixture array `f32_zstd` (30 x 45, chunks 8 x 16) under each
 /// name, each edited by its function.
-fn store_of(arrays: &[(&str, &dyn Fn(&mut serde_json::Value))]) -> tempfile::TempDir {
+/// An edit of an array's metadata.
+type Edit<'a> = &'a dyn Fn(&mut serde_json::Value);
+
+fn store_of(arrays: &[(&str, Edit)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("zarr.json"),
