@@ -114,26 +114,42 @@ mod tests {
             })
         });
         assert!(interrupted.is_err());
-        assert!(!path.exists(), "a partial sample is never at the sample's path");
+        assert!(
+            !path.exists(),
+            "a partial sample is never at the sample's path"
+        );
         // An older zarrpipe's interrupted run: root metadata, no mark.
         std::fs::create_dir_all(&path).unwrap();
-        std::fs::write(path.join("zarr.json"), br#"{"zarr_format": 3, "node_type": "group"}"#)
-            .unwrap();
+        std::fs::write(
+            path.join("zarr.json"),
+            br#"{"zarr_format": 3, "node_type": "group"}"#,
+        )
+        .unwrap();
         ensure_sample_at(&path, |_, _| {}).unwrap();
         assert!(sample_is_complete(&path));
         let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|entry| entry.unwrap().file_name())
             .collect();
-        assert_eq!(leftovers, ["sample.zarr"], "temporary directories are removed");
+        assert_eq!(
+            leftovers,
+            ["sample.zarr"],
+            "temporary directories are removed"
+        );
         // Every chunk is there: the store reads as written by an uninterrupted run.
         let fresh = dir.path().join("fresh.zarr");
         crate::generate::generate(&fresh, &GenerateOptions::sample(), |_, _| {}).unwrap();
         assert_eq!(count_files(&path), count_files(&fresh) + 1);
         // A complete sample is left alone.
-        let marked = std::fs::metadata(path.join(COMPLETE_MARK)).unwrap().modified().unwrap();
+        let marked = std::fs::metadata(path.join(COMPLETE_MARK))
+            .unwrap()
+            .modified()
+            .unwrap();
         ensure_sample_at(&path, |_, _| panic!("must not write again")).unwrap();
-        let still = std::fs::metadata(path.join(COMPLETE_MARK)).unwrap().modified().unwrap();
+        let still = std::fs::metadata(path.join(COMPLETE_MARK))
+            .unwrap()
+            .modified()
+            .unwrap();
         assert_eq!(marked, still);
     }
 

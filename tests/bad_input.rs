@@ -93,14 +93,19 @@ async fn malformed_metadata_names_its_key_when_the_variable_is_used() {
         b"{\"shape\": [30, 45], ",
     )
     .unwrap();
-    let dataset = open(&dir).await.expect("the rest of the dataset stays usable");
+    let dataset = open(&dir)
+        .await
+        .expect("the rest of the dataset stays usable");
     let error = dataset.variable("f32_zstd").unwrap_err();
     let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
         matches!(reason, StoreError::MalformedMetadata { .. }),
         "{reason:?}"
     );
-    assert!(reason.to_string().contains("f32_zstd/zarr.json"), "{reason}");
+    assert!(
+        reason.to_string().contains("f32_zstd/zarr.json"),
+        "{reason}"
+    );
 }
 
 #[tokio::test]
@@ -173,7 +178,9 @@ fn v3_breakages() -> Vec<(&'static str, Edit)> {
     vec![
         (
             "chunk shape 0",
-            Box::new(|m| m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([0, 16])),
+            Box::new(|m| {
+                m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([0, 16])
+            }),
         ),
         (
             "unknown data type",
@@ -182,7 +189,8 @@ fn v3_breakages() -> Vec<(&'static str, Edit)> {
         (
             "unknown codec",
             Box::new(|m| {
-                m["codecs"][1] = serde_json::json!({"name": "lzma_from_the_future", "configuration": {}})
+                m["codecs"][1] =
+                    serde_json::json!({"name": "lzma_from_the_future", "configuration": {}})
             }),
         ),
         (
@@ -204,7 +212,8 @@ fn v3_breakages() -> Vec<(&'static str, Edit)> {
             "a chunk larger than memory can address",
             Box::new(|m| {
                 m["shape"] = serde_json::json!([1u64 << 62, 1u64 << 62]);
-                m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([1u64 << 62, 1u64 << 62]);
+                m["chunk_grid"]["configuration"]["chunk_shape"] =
+                    serde_json::json!([1u64 << 62, 1u64 << 62]);
             }),
         ),
         (
@@ -257,7 +266,10 @@ async fn unreadable_variables_are_never_silently_left_out_of_the_default_selecti
             .build()
             .await;
         let message = zarrpipe::error_chain(&built.expect_err(case));
-        assert!(message.contains("`broken`") && message.contains("--var"), "{case}: {message}");
+        assert!(
+            message.contains("`broken`") && message.contains("--var"),
+            "{case}: {message}"
+        );
     }
 }
 
@@ -265,8 +277,16 @@ async fn unreadable_variables_are_never_silently_left_out_of_the_default_selecti
 #[tokio::test]
 async fn unreadable_v2_variables_are_named() {
     let breakages: [(&str, &str, serde_json::Value); 2] = [
-        ("unknown compressor", ".zarray", serde_json::json!({"compressor": {"id": "lzma_from_the_future"}})),
-        ("dimension names of the wrong length", ".zattrs", serde_json::json!({"_ARRAY_DIMENSIONS": ["y"]})),
+        (
+            "unknown compressor",
+            ".zarray",
+            serde_json::json!({"compressor": {"id": "lzma_from_the_future"}}),
+        ),
+        (
+            "dimension names of the wrong length",
+            ".zattrs",
+            serde_json::json!({"_ARRAY_DIMENSIONS": ["y"]}),
+        ),
     ];
     for (case, file, patch) in breakages {
         let dir = tempfile::tempdir().unwrap();
@@ -312,7 +332,10 @@ async fn truncated_chunk_names_variable_and_key() {
     std::fs::write(&chunk, &bytes[..bytes.len() / 2]).unwrap();
     let error = read_error(&dir, "f32_zstd").await;
     assert!(
-        matches!(error, DecodeError::Decode { .. } | DecodeError::Frame { .. }),
+        matches!(
+            error,
+            DecodeError::Decode { .. } | DecodeError::Frame { .. }
+        ),
         "{error:?}"
     );
     assert!(error.to_string().contains("f32_zstd/c/1/1"), "{error}");
@@ -329,7 +352,10 @@ async fn corrupt_chunk_names_variable_and_key() {
     std::fs::write(&chunk, &bytes).unwrap();
     let error = read_error(&dir, "f32_zstd").await;
     assert!(
-        matches!(error, DecodeError::Decode { .. } | DecodeError::Frame { .. }),
+        matches!(
+            error,
+            DecodeError::Decode { .. } | DecodeError::Frame { .. }
+        ),
         "{error:?}"
     );
     assert!(error.to_string().contains("f32_zstd/c/0/2"), "{error}");
@@ -398,8 +424,15 @@ fn corrupt_shard_index(shard: &Path, offset: u64, length: u64, big: bool) {
         .collect();
     words[0] = offset;
     words[1] = length;
-    for (slot, word) in bytes[start..start + index_len].chunks_exact_mut(8).zip(words) {
-        slot.copy_from_slice(&if big { word.to_be_bytes() } else { word.to_le_bytes() });
+    for (slot, word) in bytes[start..start + index_len]
+        .chunks_exact_mut(8)
+        .zip(words)
+    {
+        slot.copy_from_slice(&if big {
+            word.to_be_bytes()
+        } else {
+            word.to_le_bytes()
+        });
     }
     let checksum = crc32c::crc32c(&bytes[start..start + index_len]);
     let end = bytes.len();

@@ -253,7 +253,9 @@ fn an_unreadable_variable_fails_the_default_selection_and_names_the_way_out() {
             "{command}: {line}"
         );
     }
-    stdout(&zarrpipe(&["run", path, "--device", "cpu", "--var", "good"]));
+    stdout(&zarrpipe(&[
+        "run", path, "--device", "cpu", "--var", "good",
+    ]));
     stdout(&zarrpipe(&["stats", path, "--var", "good"]));
 }
 
@@ -313,7 +315,10 @@ fn a_trillion_time_steps_stream_in_bounded_memory() {
     let plan: serde_json::Value =
         serde_json::from_str(&stdout(&zarrpipe(&["plan", path, "--json"]))).unwrap();
     assert_eq!(plan["samples"], 1u64 << 40);
-    for args in [vec!["run", path, "--device", "cpu", "--json"], vec!["stats", path]] {
+    for args in [
+        vec!["run", path, "--device", "cpu", "--json"],
+        vec!["stats", path],
+    ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
             .args(&args)
             .stdout(std::process::Stdio::null())
@@ -346,7 +351,10 @@ fn a_panic_while_decoding_is_an_error_naming_the_chunk() {
     )
     .unwrap();
     let array = dir.path().join("f32_sharded");
-    common::copy_dir(&common::fixtures().join("stores/zp3_v3/f32_sharded"), &array);
+    common::copy_dir(
+        &common::fixtures().join("stores/zp3_v3/f32_sharded"),
+        &array,
+    );
     // A big-endian index, which zarrpipe's frame checks leave to zarrs.
     let metadata_path = array.join("zarr.json");
     let mut metadata: serde_json::Value =
@@ -370,15 +378,23 @@ fn a_panic_while_decoding_is_an_error_naming_the_chunk() {
     bytes[end - 4..].copy_from_slice(&checksum.to_le_bytes());
     std::fs::write(&shard, bytes).unwrap();
     let line = fails(&["stats", dir.path().to_str().unwrap()]);
-    assert!(line.contains("f32_sharded/c/0/0") && line.contains("panicked"), "{line}");
+    assert!(
+        line.contains("f32_sharded/c/0/0") && line.contains("panicked"),
+        "{line}"
+    );
 }
 
 #[test]
 fn errors_point_the_right_way() {
     let xr = store_path("xr_v2");
     let line = fails(&["run", &xr, "--device", "cpu", "--input-dims", "latitude=0"]);
-    assert!(line.contains("latitude=0") && !line.contains("overlap"), "{line}");
-    let line = fails(&["run", &xr, "--device", "cpu", "--var", "t2m", "--var", "t2m"]);
+    assert!(
+        line.contains("latitude=0") && !line.contains("overlap"),
+        "{line}"
+    );
+    let line = fails(&[
+        "run", &xr, "--device", "cpu", "--var", "t2m", "--var", "t2m",
+    ]);
     assert!(line.contains("`t2m` is selected twice"), "{line}");
     let line = fails(&["plan", &xr, "--var", "t2m", "--var", "t2m"]);
     assert!(line.contains("`t2m` is selected twice"), "{line}");
@@ -388,27 +404,69 @@ fn errors_point_the_right_way() {
     let full = stdout(&zarrpipe(&["stats", &xr, "--var", "t2m", "--json"]));
     std::fs::write(&stats, &full[..full.len() / 2]).unwrap();
     let line = fails(&[
-        "run", &xr, "--device", "cpu", "--var", "t2m", "--normalize",
+        "run",
+        &xr,
+        "--device",
+        "cpu",
+        "--var",
+        "t2m",
+        "--normalize",
         stats.to_str().unwrap(),
     ]);
     assert!(
-        line.contains("stats.json") && line.contains("truncated") && !line.contains("expected a sequence"),
+        line.contains("stats.json")
+            && line.contains("truncated")
+            && !line.contains("expected a sequence"),
         "{line}"
     );
     // A file given as the store.
     let line = fails(&["info", stats.to_str().unwrap()]);
     assert!(line.contains("is a file, not a directory"), "{line}");
     // Dates outside the data are shown as dates, with the data's range.
-    let line = fails(&["run", &xr, "--device", "cpu", "--select", "time=2030-01-01..2030-02-01"]);
+    let line = fails(&[
+        "run",
+        &xr,
+        "--device",
+        "cpu",
+        "--select",
+        "time=2030-01-01..2030-02-01",
+    ]);
     assert!(
         line.contains("2030-01-01T00:00") && line.contains("the data covers 2020-01-01T00:00"),
         "{line}"
     );
     // An empty epoch says why (6 time steps, 7 needed for a history of 5 and a lead of 2).
-    let line = fails(&["run", &xr, "--device", "cpu", "--var", "t2m", "--history", "5", "--leads", "2"]);
-    assert!(line.contains("no samples") && line.contains("`time`"), "{line}");
-    let plan = zarrpipe(&["plan", &xr, "--var", "t2m", "--history", "5", "--leads", "2"]);
-    assert!(stderr_of(&plan).contains("no samples"), "{}", stderr_of(&plan));
+    let line = fails(&[
+        "run",
+        &xr,
+        "--device",
+        "cpu",
+        "--var",
+        "t2m",
+        "--history",
+        "5",
+        "--leads",
+        "2",
+    ]);
+    assert!(
+        line.contains("no samples") && line.contains("`time`"),
+        "{line}"
+    );
+    let plan = zarrpipe(&[
+        "plan",
+        &xr,
+        "--var",
+        "t2m",
+        "--history",
+        "5",
+        "--leads",
+        "2",
+    ]);
+    assert!(
+        stderr_of(&plan).contains("no samples"),
+        "{}",
+        stderr_of(&plan)
+    );
 }
 
 /// S3 without credentials names the endpoint and the missing credentials, each cause once.

@@ -40,7 +40,11 @@ fn array_files(store: &str, array: &str) -> Vec<(String, Vec<u8>)> {
             if path.is_dir() {
                 stack.push(path);
             } else {
-                let relative = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                let relative = path
+                    .strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
                 files.push((relative, std::fs::read(&path).unwrap()));
             }
         }
@@ -189,7 +193,8 @@ fn bases() -> Vec<Base> {
 }
 
 /// How far the cases got: opened, variable readable, laid out, chunk decoded.
-static REACHED: [std::sync::atomic::AtomicU64; 4] = [const { std::sync::atomic::AtomicU64::new(0) }; 4];
+static REACHED: [std::sync::atomic::AtomicU64; 4] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 4];
 
 fn reached(step: usize) {
     REACHED[step].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -197,7 +202,11 @@ fn reached(step: usize) {
 
 /// Opens a store holding `base` with its metadata edited, and uses every variable as far as
 /// it goes. Returns an error description only for a panic.
-fn exercise(base: &Base, metadata: &Value, runtime: &tokio::runtime::Runtime) -> Result<(), String> {
+fn exercise(
+    base: &Base,
+    metadata: &Value,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<(), String> {
     let store = Arc::new(InMemory::new());
     let put = |key: String, bytes: Vec<u8>| {
         let store = store.clone();
@@ -230,7 +239,9 @@ fn exercise(base: &Base, metadata: &Value, runtime: &tokio::runtime::Runtime) ->
                 };
                 reached(1);
                 let _ = variable.decoded_bytes();
-                if let Ok(layout) = SampleLayout::new(&dataset, &[name.as_str()], &WindowSpec::new()) {
+                if let Ok(layout) =
+                    SampleLayout::new(&dataset, &[name.as_str()], &WindowSpec::new())
+                {
                     reached(2);
                     let layout = Arc::new(layout);
                     if let Ok(batcher) = Batcher::new(layout.clone(), 2, false) {
@@ -274,7 +285,12 @@ fn hostile_metadata_never_panics() {
     runner
         .run(&strategy, |(which, edits)| {
             let base = &bases[which];
-            let original = &base.files.iter().find(|(f, _)| f == base.metadata_file).unwrap().1;
+            let original = &base
+                .files
+                .iter()
+                .find(|(f, _)| f == base.metadata_file)
+                .unwrap()
+                .1;
             let mut metadata: Value = serde_json::from_slice(original).unwrap();
             apply(&mut metadata, &edits);
             exercise(base, &metadata, &runtime).map_err(|message| {
@@ -282,7 +298,10 @@ fn hostile_metadata_never_panics() {
             })
         })
         .unwrap();
-    let counts: Vec<u64> = REACHED.iter().map(|c| c.load(std::sync::atomic::Ordering::Relaxed)).collect();
+    let counts: Vec<u64> = REACHED
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
     eprintln!("opened, variable readable, laid out, chunk decoded: {counts:?}");
 }
 
@@ -297,7 +316,12 @@ mod regressions {
             .unwrap();
         let bases = bases();
         let base = &bases[base];
-        let original = &base.files.iter().find(|(f, _)| f == base.metadata_file).unwrap().1;
+        let original = &base
+            .files
+            .iter()
+            .find(|(f, _)| f == base.metadata_file)
+            .unwrap()
+            .1;
         let mut metadata: Value = serde_json::from_slice(original).unwrap();
         edit(&mut metadata);
         exercise(base, &metadata, &runtime).unwrap();

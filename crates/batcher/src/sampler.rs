@@ -328,7 +328,11 @@ pub struct EpochSampler {
 enum Delivered {
     /// Natural order, computed on the fly (an epoch may have more samples than memory):
     /// position `i < len` is sample `(start + i) % num_samples`.
-    Natural { start: u64, len: u64, num_samples: u64 },
+    Natural {
+        start: u64,
+        len: u64,
+        num_samples: u64,
+    },
     /// A shuffled order, stored.
     Stored(Vec<u64>),
 }
@@ -441,7 +445,8 @@ impl EpochSampler {
         let size = self.spec.batch_size as u64;
         let len = self.indices.len();
         let start = batch.saturating_mul(size).min(len);
-        self.indices.slice(start..start.saturating_add(size).min(len))
+        self.indices
+            .slice(start..start.saturating_add(size).min(len))
     }
 
     /// This rank's batches from batch `first` to the end of the epoch.

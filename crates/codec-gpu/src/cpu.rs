@@ -76,7 +76,10 @@ pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
 
 /// The text a panic was raised with.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
         (Some(text), _) => text.to_string(),
         (_, Some(text)) => text.clone(),
         _ => "(no message)".to_string(),

@@ -154,10 +154,7 @@ fn mutated_chunks_of_every_codec_chain_never_panic() {
         failure_persistence: None,
         ..Config::default()
     });
-    let strategy = (
-        0..corpus.len(),
-        prop::collection::vec(mutation(), 1..4),
-    );
+    let strategy = (0..corpus.len(), prop::collection::vec(mutation(), 1..4));
     runner
         .run(&strategy, |(index, mutations)| {
             let original = &corpus[index];

@@ -64,15 +64,14 @@ pub fn collate_on_rayon(
         }
         // A panic in a rayon task aborts the process: catch it here and deliver it as an error.
         let samples = sample_range(&batch);
-        let collated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            collator.collate(batch)
-        }))
-        .unwrap_or_else(|payload| {
-            Err(Error::Panicked {
-                samples,
-                message: panic_message(payload.as_ref()),
-            })
-        });
+        let collated =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collator.collate(batch)))
+                .unwrap_or_else(|payload| {
+                    Err(Error::Panicked {
+                        samples,
+                        message: panic_message(payload.as_ref()),
+                    })
+                });
         // The receiver is gone when the consumer dropped the stream: nothing to deliver.
         let _ = sender.send(collated);
     });
@@ -91,7 +90,10 @@ fn sample_range(batch: &DecodedBatch) -> String {
 
 /// The text a panic was raised with.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
         (Some(text), _) => text.to_string(),
         (_, Some(text)) => text.clone(),
         _ => "(no message)".to_string(),

@@ -273,7 +273,10 @@ mod tests {
         let units = "hours since 2000-01-01";
         assert_eq!(cf_date(30.0, units).unwrap(), "2000-01-02T06:00");
         assert_eq!(cf_date(-24.0, units).unwrap(), "1999-12-31T00:00");
-        assert_eq!(cf_date(0.5, "minutes since 2000-01-01").unwrap(), "2000-01-01T00:00:30");
+        assert_eq!(
+            cf_date(0.5, "minutes since 2000-01-01").unwrap(),
+            "2000-01-01T00:00:30"
+        );
         assert_eq!(cf_date(1.0, "K"), None);
     }
 

@@ -174,7 +174,10 @@ pub(crate) fn remote_store(
     if prefix.is_empty() {
         return Ok((store, context));
     }
-    Ok((Arc::new(PrefixStore::new(store, Path::from(prefix))), context))
+    Ok((
+        Arc::new(PrefixStore::new(store, Path::from(prefix))),
+        context,
+    ))
 }
 
 #[cfg(test)]
@@ -206,7 +209,9 @@ mod tests {
         if std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_none() {
             assert!(context.contains("anonymous=true"), "{context}");
         }
-        let keyed = builder.with_access_key_id("key").with_secret_access_key("secret");
+        let keyed = builder
+            .with_access_key_id("key")
+            .with_secret_access_key("secret");
         assert!(s3_context(&keyed, false).contains("an access key"));
         assert!(s3_context(&keyed, true).contains("anonymous"));
     }

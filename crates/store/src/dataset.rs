@@ -114,8 +114,9 @@ impl Dataset {
             } else {
                 path
             };
-            let variable = metadata
-                .and_then(|metadata| Variable::new(&location, name.clone(), storage.clone(), metadata));
+            let variable = metadata.and_then(|metadata| {
+                Variable::new(&location, name.clone(), storage.clone(), metadata)
+            });
             match variable {
                 Ok(variable) => variables.push(variable),
                 Err(error) => unreadable.push(Unreadable {

@@ -68,7 +68,9 @@ pub enum Error {
     #[error("variable `{variable}` has data type {data_type}, which zarrpipe does not read")]
     UnsupportedDataType { variable: String, data_type: String },
 
-    #[error("variable `{variable}` has {names} dimension names ({source_key}) for its {rank} axes")]
+    #[error(
+        "variable `{variable}` has {names} dimension names ({source_key}) for its {rank} axes"
+    )]
     DimensionNames {
         variable: String,
         names: usize,

@@ -368,7 +368,9 @@ fn check_sizes(array: &ZarrArray, variable: &str, dtype: DType) -> Result<()> {
         let chunk: Vec<u64> = chunk.iter().map(|n| n.get()).collect();
         let bytes = checked_bytes(&chunk, dtype.size()).ok_or(overflow("a chunk's size"))?;
         if bytes > MAX_CHUNK_BYTES {
-            return Err(overflow("a chunk's size (over the 16 GiB zarrpipe decodes at once)"));
+            return Err(overflow(
+                "a chunk's size (over the 16 GiB zarrpipe decodes at once)",
+            ));
         }
     }
     let grid = array.chunk_grid_shape();
