@@ -288,6 +288,17 @@ fn huge_shapes_give_results_or_clear_errors_never_a_panic() {
     let line = fails(&["run", path, "--device", "cpu"]);
     assert!(line.contains("one sample would hold"), "{line}");
     fails(&["plan", path]);
+    // Chunks of one element under a whole-field window: 2^21 chunk reads per sample.
+    let tiny_chunks = |m: &mut serde_json::Value| {
+        m["shape"] = serde_json::json!([2048, 1024]);
+        m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([1, 1]);
+    };
+    let dir = store_of(&[("tiny", &tiny_chunks)]);
+    let line = fails(&["plan", dir.path().to_str().unwrap()]);
+    assert!(
+        line.contains("chunks") && line.contains("rechunk"),
+        "{line}"
+    );
 }
 
 /// Peak resident memory of a running process, in bytes (Linux).

@@ -80,6 +80,9 @@ pub enum Error {
         limit: u64,
     },
 
+    #[error("one sample would read up to {chunks} chunks, more than the {limit} zarrpipe plans: the chunks are tiny for the window; use smaller windows (--input-dims) or rechunk the store")]
+    TooManyChunks { chunks: String, limit: u64 },
+
     #[error("the number of samples overflows a u64 ({dims}): select a range (--select) or use larger strides")]
     TooManySamples { dims: String },
 

@@ -551,6 +551,44 @@ fn groups(sample_dims: &[SampleDim]) -> Result<BatchGroups> {
 /// more than memory holds is refused before channels or batches are laid out.
 pub const MAX_SAMPLE_VALUES: u64 = 1 << 31;
 
+/// The most chunks one sample may read (2^20): planning keeps each one's indices, so tiny
+/// chunks under a large window would claim memory in proportion to their count.
+pub const MAX_SAMPLE_CHUNKS: u64 = 1 << 20;
+
+/// Refuses samples that would read more than [`MAX_SAMPLE_CHUNKS`] chunks: per variable, the
+/// chunks a window can meet along each dimension (one more than it spans, for an unaligned
+/// start), all of them along stacked dimensions, times the steps of a forecast.
+fn check_sample_chunks(
+    variables: &[Arc<Variable>],
+    sample_dims: &[SampleDim],
+    steps: u64,
+) -> Result<()> {
+    let per_step = variables.iter().try_fold(0u64, |total, variable| {
+        let chunk_shape = variable.chunk_shape();
+        let grid = variable.chunk_grid_shape();
+        let chunks = variable
+            .dims()
+            .iter()
+            .enumerate()
+            .try_fold(1u64, |count, (axis, name)| {
+                let (chunk, along) = (chunk_shape.get(axis)?.max(&1), *grid.get(axis)?);
+                let met = match sample_dims.iter().find(|dim| &dim.name == name) {
+                    Some(dim) => dim.size.div_ceil(*chunk).saturating_add(1).min(along),
+                    None => along,
+                };
+                count.checked_mul(met.max(1))
+            })?;
+        total.checked_add(chunks)
+    });
+    match per_step.and_then(|chunks| chunks.checked_mul(steps)) {
+        Some(chunks) if chunks <= MAX_SAMPLE_CHUNKS => Ok(()),
+        chunks => Err(Error::TooManyChunks {
+            chunks: chunks.map_or("more than 2^64".into(), |c| c.to_string()),
+            limit: MAX_SAMPLE_CHUNKS,
+        }),
+    }
+}
+
 /// Refuses samples of more than [`MAX_SAMPLE_VALUES`] values: channels (the product of each
 /// variable's stacked dims) times history and lead steps times the window sizes.
 fn check_sample_size(
@@ -580,7 +618,7 @@ fn check_sample_size(
         .zip(window)
         .and_then(|((channels, steps), window)| channels.checked_mul(steps)?.checked_mul(window));
     if values.is_some_and(|values| values <= MAX_SAMPLE_VALUES) {
-        return Ok(());
+        return check_sample_chunks(variables, sample_dims, steps.unwrap_or(u64::MAX));
     }
     let windows: Vec<String> = sample_dims
         .iter()

@@ -29,7 +29,10 @@ mod window;
 
 pub use batches::{Batcher, EpochOptions};
 pub use error::{Error, Result};
-pub use layout::{clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout};
+pub use layout::{
+    clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,
+    MAX_SAMPLE_VALUES,
+};
 pub use plan::PlanSummary;
 pub use sampler::{
     EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven, MAX_SHUFFLED_SAMPLES,
