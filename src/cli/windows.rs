@@ -120,6 +120,9 @@ impl WindowArgs {
             spec = spec.forecast(self.history.unwrap_or(1), self.leads.iter().copied());
         }
         for (dim, size) in sizes.0 {
+            if size == 0 {
+                bail!("--input-dims {dim}=0: a window needs a size of at least 1");
+            }
             let overlap = overlaps.get(&dim).unwrap_or(0);
             if overlap >= size {
                 bail!("overlap {overlap} of `{dim}` must be smaller than its window size {size}");
