@@ -42,6 +42,8 @@ mod decode_batches;
 mod decoded;
 mod error;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod frame_error;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod frames;
 mod gpu;
 #[cfg(test)]

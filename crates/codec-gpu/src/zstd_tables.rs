@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use crate::frames::FrameError;
+use crate::frame_error::FrameError;
 
 type Result<T> = std::result::Result<T, FrameError>;
 

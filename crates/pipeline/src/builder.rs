@@ -76,6 +76,7 @@ struct Config {
     latitude_dim: Option<String>,
     gpu_tensor_memory: usize,
     gpu_pinned_memory: usize,
+    split_cpu_threads: usize,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -117,6 +118,7 @@ impl PipelineBuilder {
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
             gpu_pinned_memory: 8 << 30,
+            split_cpu_threads: 0,
             #[cfg(feature = "cuda")]
             gpu: None,
         };
@@ -294,6 +296,13 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
+    /// Split and auto decoding: the threads of the CPU side (default 0: one per core). Fewer
+    /// leave cores to the threads that feed the GPU.
+    pub fn split_cpu_threads(mut self, threads: usize) -> Self {
+        self.config.split_cpu_threads = threads;
+        self
+    }
+
     /// Makes the batches' tensors in GPU memory: the builder then builds a
     /// `BatchStream<Gpu>` of device tensors (f32, bf16 or f16; feature `cuda`).
     #[cfg(feature = "cuda")]
@@ -433,7 +442,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 None => (gpu.decoder(), own_pace),
                 Some(policy) => {
                     // The device's own split decoder: what it learnt carries over epochs.
-                    let split = gpu.split_decoder(policy)?;
+                    let split = gpu.split_decoder(policy, self.config.split_cpu_threads)?;
                     let pace = split.pace();
                     (split, pace)
                 }

@@ -23,7 +23,7 @@ pub struct GpuDevice {
     pool: TensorPool,
     /// Split decoders made so far, one per policy, kept so that what they learnt (rates,
     /// throttle) carries over from epoch to epoch.
-    splits: Mutex<Vec<Arc<SplitDecoder>>>,
+    splits: Mutex<Vec<(usize, Arc<SplitDecoder>)>>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -48,15 +48,24 @@ impl GpuDevice {
         }))
     }
 
-    /// This device's split decoder with `policy` (made on first use, then the same one): the
-    /// CPU side on a rayon pool of its own, so the GPU side's planning, on rayon's global
-    /// pool, never queues behind its chunks.
-    pub fn split_decoder(&self, policy: SplitPolicy) -> Result<Arc<SplitDecoder>> {
+    /// This device's split decoder with `policy`, its CPU side on `cpu_threads` threads (0:
+    /// one per core), made on first use, then the same one. The CPU side has a rayon pool of
+    /// its own, so the GPU side's planning, on rayon's global pool, never queues behind its
+    /// chunks.
+    pub fn split_decoder(
+        &self,
+        policy: SplitPolicy,
+        cpu_threads: usize,
+    ) -> Result<Arc<SplitDecoder>> {
         let mut splits = self.splits.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(split) = splits.iter().find(|split| split.policy() == policy) {
+        let same = |(threads, split): &&(usize, Arc<SplitDecoder>)| {
+            *threads == cpu_threads && split.policy() == policy
+        };
+        if let Some((_, split)) = splits.iter().find(same) {
             return Ok(split.clone());
         }
         let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cpu_threads)
             .thread_name(|n| format!("zarrpipe-split-cpu{n}"))
             .start_handler(|_| yield_to_the_gpu_side())
             .build()
@@ -66,7 +75,7 @@ impl GpuDevice {
             })?;
         let cpu = Arc::new(CpuDecoder::with_pool(Arc::new(pool)));
         let split = Arc::new(SplitDecoder::new(cpu, self.decoder.clone(), policy));
-        splits.push(split.clone());
+        splits.push((cpu_threads, split.clone()));
         Ok(split)
     }
 

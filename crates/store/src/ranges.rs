@@ -132,7 +132,7 @@ impl ShardLayout {
         let total: u64 = ranges.iter().map(|range| range.end - range.start).product();
         let per_shard = self.per_shard.clone();
         (0..total).map(move |flat| {
-            crate::variable::nth_in_ranges(flat, &ranges)
+            nth_in_ranges(flat, &ranges)
                 .iter()
                 .zip(&per_shard)
                 .fold(0, |linear, (&index, &count)| linear * count + index)
@@ -249,4 +249,16 @@ mod tests {
         assert_eq!(merge_ranges(vec![0..10, 16..20], 5), vec![0..10, 16..20]);
         assert!(merge_ranges(vec![], 0).is_empty());
     }
+}
+
+/// The `flat`-th multi-index, in C order, of the box spanned by `ranges`.
+pub(crate) fn nth_in_ranges(flat: u64, ranges: &[Range<u64>]) -> Vec<u64> {
+    let mut rest = flat;
+    let mut indices = vec![0; ranges.len()];
+    for (axis, range) in ranges.iter().enumerate().rev() {
+        let span = range.end - range.start;
+        indices[axis] = range.start + rest % span;
+        rest /= span;
+    }
+    indices
 }

@@ -10,7 +10,7 @@ use zarrs::storage::AsyncReadableStorageTraits;
 
 use crate::io::StoreIo;
 use crate::location::Location;
-use crate::ranges::ShardLayout;
+use crate::ranges::{nth_in_ranges, ShardLayout};
 use crate::{Error, Result};
 
 /// A zarrs array over the dataset's store, for users who want zarrs' own API.
@@ -378,18 +378,6 @@ fn check_sizes(array: &ZarrArray, variable: &str, dtype: DType) -> Result<()> {
         .try_fold(1u64, |count, &n| count.checked_mul(n))
         .ok_or(overflow("the number of chunks"))?;
     Ok(())
-}
-
-/// The `flat`-th multi-index, in C order, of the box spanned by `ranges`.
-pub(crate) fn nth_in_ranges(flat: u64, ranges: &[Range<u64>]) -> Vec<u64> {
-    let mut rest = flat;
-    let mut indices = vec![0; ranges.len()];
-    for (axis, range) in ranges.iter().enumerate().rev() {
-        let span = range.end - range.start;
-        indices[axis] = range.start + rest % span;
-        rest /= span;
-    }
-    indices
 }
 
 #[cfg(test)]

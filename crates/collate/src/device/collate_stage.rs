@@ -101,6 +101,7 @@ impl DeviceCollator {
             .elapsed_ms(&ready)
             .map_err(cuda_error("timing a batch"))?;
         drop(memory);
+        drop(tensors.scratch);
         stats.gpu_busy += Duration::from_secs_f32(device_ms.max(0.0) / 1e3);
         stats.collate_busy += started.elapsed();
         Ok(Batch {

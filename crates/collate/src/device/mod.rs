@@ -129,10 +129,20 @@ impl DeviceCollator {
         let requests: Vec<&ChunkRequest> = chunks.iter().map(|&(request, _)| request).collect();
         let addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
         let plan = GatherPlan::new(self.layout(), samples, &requests)?;
-        let (inputs, nan_mask) =
-            self.tensor(&plan.inputs, &plan.input_shape, &addresses, true, stream)?;
+        let mut scratch = Vec::new();
+        let (inputs, nan_mask) = self.tensor(
+            &plan.inputs,
+            &plan.input_shape,
+            &addresses,
+            true,
+            stream,
+            &mut scratch,
+        )?;
         let targets = match &plan.targets {
-            Some((pieces, shape)) => Some(self.tensor(pieces, shape, &addresses, false, stream)?.0),
+            Some((pieces, shape)) => Some(
+                self.tensor(pieces, shape, &addresses, false, stream, &mut scratch)?
+                    .0,
+            ),
             None => None,
         };
         let mask = match self.layout().padded() {
@@ -153,6 +163,7 @@ impl DeviceCollator {
             mask,
             nan_mask,
             latitude_weights,
+            scratch,
         })
     }
 
@@ -164,6 +175,7 @@ impl DeviceCollator {
         addresses: &[u64],
         with_nan_mask: bool,
         stream: &Arc<CudaStream>,
+        scratch: &mut Vec<DeviceTensor>,
     ) -> Result<(DeviceTensor, Option<DeviceTensor>)> {
         let options = self.options();
         let len: usize = shape.iter().product();
@@ -185,6 +197,9 @@ impl DeviceCollator {
         if needs_finish {
             self.launch_finish(values, len, &out, nan_mask.as_ref(), stream)?;
         }
+        // The float32 work tensor goes back to the pool only once the kernels reading it
+        // have run: another batch's collation, on another stream, may take it next.
+        scratch.extend(work);
         Ok((out, nan_mask))
     }
 
@@ -310,6 +325,8 @@ struct Tensors {
     mask: Option<DeviceTensor>,
     nan_mask: Option<DeviceTensor>,
     latitude_weights: Option<DeviceTensor>,
+    /// Work tensors the kernels still read: dropped once the batch is complete.
+    scratch: Vec<DeviceTensor>,
 }
 
 fn elementwise(len: u64) -> LaunchConfig {
