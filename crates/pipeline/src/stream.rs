@@ -125,8 +125,11 @@ impl<P: Place> Stream for BatchStream<P> {
             self.waiting_since = None;
             match item {
                 Some(Ok(batch)) => {
+                    // The first batch's wait is the chain filling up, not the consumer's pace.
+                    if self.metrics.snapshot().batches > 0 {
+                        self.pace.record(waited);
+                    }
                     self.delivered = batch.index + 1;
-                    self.pace.record(waited);
                     self.metrics.add_batch(
                         &batch.stats,
                         batch.samples.len(),
