@@ -90,6 +90,14 @@ fn stats_json(
     serde_json::to_string(&all).map_err(|error| errors::to_py(&error))
 }
 
+/// Writes zarrpipe's sample dataset (ERA5-like: t2m, u10, z on 13 levels; 128 x 256 points)
+/// to `data/sample.zarr` under the working directory unless it is there; returns its path.
+#[pyfunction]
+fn sample_dataset(py: Python<'_>) -> PyResult<String> {
+    py.detach(|| zarrpipe::sample::ensure_sample(|_, _| {}))
+        .map_err(|error| errors::ZarrpipeError::new_err(format!("{error:#}")))
+}
+
 fn rayon_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
@@ -104,6 +112,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
     m.add_function(wrap_pyfunction!(stats_json, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_dataset, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

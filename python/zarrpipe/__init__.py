@@ -45,6 +45,7 @@ __all__ = [
     "ZarrpipeError",
     "cuda_available",
     "info",
+    "sample_dataset",
     "stats",
 ]
 
@@ -97,6 +98,13 @@ def stats(
     (what ``zarrpipe stats URL --json`` prints, and what ``Pipeline(normalize=...)`` takes)."""
     names = list(variables) if variables is not None else None
     return json.loads(_native.stats_json(os.fspath(url), names, _store_pairs(store_options)))
+
+
+def sample_dataset() -> str:
+    """Writes zarrpipe's sample dataset (ERA5-like: ``t2m``, ``u10``, ``z`` on 13 levels, 128 x
+    256 points, zstd) to ``data/sample.zarr`` under the working directory unless it is already
+    there, and returns that path. The examples run on it."""
+    return _native.sample_dataset()
 
 
 @dataclass
