@@ -12,6 +12,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criteri
 use futures::{stream, TryStreamExt};
 use zarrpipe::batcher::{Batcher, SampleLayout, WindowSpec};
 use zarrpipe::codec::{CpuDecoder, DecodeExt};
+use zarrpipe::codec::DecodedChunks;
 use zarrpipe::collate::{DecodedBatch, HostCollator};
 use zarrpipe::generate::Compression;
 use zarrpipe::store::FetchExt;
@@ -60,11 +61,8 @@ fn collate(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(bytes as u64));
         group.bench_function(BenchmarkId::from_parameter(name), |b| {
             b.iter_batched(
-                || DecodedBatch {
-                    samples: samples.clone(),
-                    chunks: chunks.clone(),
-                },
-                |batch| collator.collate(batch).expect("collate").tensor.len(),
+                || DecodedBatch::new(0, samples.clone(), DecodedChunks::Host(chunks.clone())),
+                |batch| collator.collate(batch).expect("collate").inputs.len(),
                 BatchSize::LargeInput,
             )
         });

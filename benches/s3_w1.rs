@@ -171,7 +171,13 @@ async fn pipeline_epoch(
         }
         #[cfg(feature = "cuda")]
         Decode::Gpu(device) => {
-            let mut batches = builder.gpu(device.clone()).build_gpu().await.unwrap();
+            let mut batches = builder
+                .gpu(device.clone())
+                .decode_on(zarrpipe::pipeline::DecodeOn::Gpu)
+                .collate_on_gpu()
+                .build()
+                .await
+                .unwrap();
             while let Some(batch) = batches.try_next().await.unwrap() {
                 batch.synchronize().unwrap();
             }

@@ -45,7 +45,9 @@ async fn main() -> anyhow::Result<()> {
         .collate_options(options)
         .normalize_with_stats(serde_json::to_string(&stats)?)
         .device(Device::Cuda(0))
-        .build_gpu()
+        .decode_on(DecodeOn::Gpu)
+        .collate_on_gpu()
+        .build()
         .await?;
 
     // --- 3. Consume: a training step would wait on `batch.ready` on its own stream ---

@@ -51,7 +51,9 @@ async fn main() -> anyhow::Result<()> {
                         world_size: gpus,
                     })
                     .gpu(device)
-                    .build_gpu()
+                    .decode_on(DecodeOn::Gpu)
+                    .collate_on_gpu()
+                    .build()
                     .await?;
                 pipelines.push(tokio::spawn(async move {
                     let mut batches = batches;

@@ -23,7 +23,7 @@
 pub use zarrpipe_batcher as batcher;
 pub use zarrpipe_codec_gpu as codec;
 pub use zarrpipe_collate as collate;
-/// candle-core, the version `GpuBatch::into_candle` hands tensors to.
+/// candle-core, the version `Batch::<Gpu>::into_candle` hands tensors to.
 #[cfg(feature = "candle")]
 pub use zarrpipe_collate::candle_core as candle;
 pub use zarrpipe_core as core;
@@ -51,14 +51,14 @@ pub mod prelude {
     pub use futures::{StreamExt, TryStreamExt};
     pub use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
     pub use zarrpipe_codec_gpu::GpuOptions;
-    pub use zarrpipe_codec_gpu::{CpuDecoder, DecodeExt};
-    pub use zarrpipe_collate::{CollateExt, HostCollator};
+    pub use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, DecodeExt};
+    pub use zarrpipe_collate::{BatchCollator, CollateBatchesExt, HostCollator};
     pub use zarrpipe_collate::{CollateOptions, TensorDType};
     pub use zarrpipe_core::{DType, Device};
     #[cfg(feature = "candle")]
     pub use zarrpipe_pipeline::CandleBatch;
-    pub use zarrpipe_pipeline::{Batch, BatchStream, Pipeline};
+    pub use zarrpipe_pipeline::{Batch, BatchStream, DecodeOn, Host, Pipeline, PipelineExt};
     #[cfg(feature = "cuda")]
-    pub use zarrpipe_pipeline::{GpuBatch, GpuDevice};
-    pub use zarrpipe_store::{ChunkRequest, Dataset, FetchExt};
+    pub use zarrpipe_pipeline::{Gpu, GpuBatch, GpuDevice};
+    pub use zarrpipe_store::{ChunkRequest, Dataset, FetchBatchesExt, FetchExt};
 }

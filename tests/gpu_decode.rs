@@ -1,7 +1,7 @@
 //! The GPU decoder against the CPU path, bit for bit: every data type and codec chain of the
 //! generated cases, every conformance fixture, corrupt and truncated frames, and nvCOMP's
-//! temporary-memory budget. On a machine without a CUDA device (or a build without the `cuda`
-//! feature) each test prints why it was skipped. On a GPU host:
+//! temporary-memory budget. Built without the `cuda` feature, every test is ignored (with the
+//! reason); built with it, a missing device fails each test with the reason. On a GPU host:
 //! `cargo test --release --features cuda --test gpu_decode`.
 
 mod common;
@@ -12,14 +12,14 @@ use zarrpipe::codec::testing::{cases, chain, compare_with_cpu, fetch_all, write_
 use zarrpipe::codec::{DecodePath, DecodedChunk, GpuDecoder, GpuOptions};
 use zarrpipe::store::{Dataset, EncodedChunk};
 
-fn decoder(options: GpuOptions) -> Option<GpuDecoder> {
-    match GpuDecoder::new(options) {
-        Ok(decoder) => Some(decoder),
-        Err(error) => {
-            eprintln!("skipped: no CUDA device ({})", chain(&error));
-            None
-        }
-    }
+/// The GPU decoder; fails the test, with the reason, where there is no device.
+fn decoder(options: GpuOptions) -> GpuDecoder {
+    GpuDecoder::new(options).unwrap_or_else(|error| {
+        panic!(
+            "these tests need a CUDA device and nvCOMP 6 (NVCOMP_LIB): {}",
+            chain(&error)
+        )
+    })
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -48,10 +48,9 @@ fn decode(
 }
 
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn generated_cases_decode_bit_identical_on_the_gpu() {
-    let Some(decoder) = decoder(GpuOptions::default()) else {
-        return;
-    };
+    let decoder = decoder(GpuOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let cases = cases();
     write_cases(dir.path(), &cases, 29);
@@ -75,10 +74,9 @@ fn generated_cases_decode_bit_identical_on_the_gpu() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn fixtures_decode_bit_identical_on_the_gpu() {
-    let Some(decoder) = decoder(GpuOptions::default()) else {
-        return;
-    };
+    let decoder = decoder(GpuOptions::default());
     for store in ["zp3_v3", "zp3_v2", "xr_v2", "xr_v3"] {
         let chunks = open_all(&common::fixtures().join("stores").join(store));
         let decoded = decode(&decoder, &chunks);
@@ -133,10 +131,9 @@ fn large_float_cases(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<EncodedChun
 }
 
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn truncated_chunks_fail_alone_on_the_gpu() {
-    let Some(decoder) = decoder(GpuOptions::default()) else {
-        return;
-    };
+    let decoder = decoder(GpuOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let chunks = large_float_cases(dir.path(), |_| true);
     let clean = decode(&decoder, &chunks);
@@ -156,10 +153,9 @@ fn truncated_chunks_fail_alone_on_the_gpu() {
 /// writes out of bounds on corrupt entropy tables, so this holds for zstd without a checksum
 /// only because the decoder checks those tables first (`check_zstd_tables`, on by default).
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn scrambled_chunks_fail_alone_on_the_gpu() {
-    let Some(decoder) = decoder(GpuOptions::default()) else {
-        return;
-    };
+    let decoder = decoder(GpuOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let chunks = large_float_cases(dir.path(), |_| true);
     let clean = decode(&decoder, &chunks);
@@ -177,14 +173,13 @@ fn scrambled_chunks_fail_alone_on_the_gpu() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn small_temp_budgets_split_nvcomp_calls() {
     let options = GpuOptions {
         temp_budget: 1 << 16,
         ..GpuOptions::default()
     };
-    let Some(decoder) = decoder(options) else {
-        return;
-    };
+    let decoder = decoder(options);
     let dir = tempfile::tempdir().unwrap();
     let chunks = generated(dir.path(), 8, |case| {
         case.name.contains("zstd") && case.chunks[1] == 1000
@@ -194,14 +189,13 @@ fn small_temp_budgets_split_nvcomp_calls() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn strict_gpu_decoders_refuse_cpu_fallbacks() {
     let options = GpuOptions {
         strict: true,
         ..GpuOptions::default()
     };
-    let Some(decoder) = decoder(options) else {
-        return;
-    };
+    let decoder = decoder(options);
     let dir = tempfile::tempdir().unwrap();
     let chunks = generated(dir.path(), 2, |case| {
         case.name == "float32_blosc_blosclz_shuffle_20"
@@ -211,15 +205,14 @@ fn strict_gpu_decoders_refuse_cpu_fallbacks() {
 }
 
 #[test]
+#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
 fn pipelined_groups_decode_bit_identical_on_the_gpu() {
     // Groups of 256 KiB: a batch of generated cases runs as dozens of overlapped groups.
     let options = GpuOptions {
         group_bytes: 256 << 10,
         ..GpuOptions::default()
     };
-    let Some(decoder) = decoder(options) else {
-        return;
-    };
+    let decoder = decoder(options);
     let dir = tempfile::tempdir().unwrap();
     let chunks = large_float_cases(dir.path(), |_| true);
     let decoded = decode(&decoder, &chunks);

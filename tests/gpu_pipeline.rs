@@ -1,10 +1,12 @@
-//! The GPU pipeline against the CPU pipeline, bit for bit, for the same seed: zstd, blosc and
-//! sharded stores, shuffled patches with padded edges, forecasting pairs, normalisation with
-//! NaN handling, and bf16/f16 tensors against the CPU's values rounded by the `half` crate.
-//! Dropping the stream mid-epoch leaves no device memory behind; a corrupt chunk fails its
-//! batch and no other; with the `candle` feature, batches become candle tensors without a
-//! copy. Without a CUDA device (or without the `cuda` feature) each test prints
-//! why it was skipped. On a GPU host: `cargo test --release --features cuda --test gpu_pipeline`.
+//! Every combination of stages (CPU or GPU decoding, host or device tensors) against the CPU
+//! pipeline, bit for bit, for the same seed: zstd, blosc and sharded stores, shuffled patches
+//! with padded edges, forecasting pairs, normalisation with NaN handling, and bf16/f16
+//! tensors against the CPU's values rounded by the `half` crate. Dropping the stream
+//! mid-epoch leaves no device memory behind (that test has the device to itself: the others
+//! wait for it); a corrupt chunk fails its batch and no other; with the `candle` feature,
+//! batches become candle tensors without a copy. Built without `cuda`, the suite is one
+//! ignored test; built with it, a missing device fails each test with the reason. On a GPU
+//! host: `cargo test --release --features cuda --test gpu_pipeline`.
 
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
@@ -17,14 +19,27 @@ use zarrpipe::generate::{generate, Compression, GenerateOptions};
 use zarrpipe::pipeline::PipelineBuilder;
 use zarrpipe::prelude::*;
 
-/// Whether a GPU pipeline can run here; prints why not.
-fn gpu_present() -> bool {
-    match GpuDecoder::new(GpuOptions::default()) {
-        Ok(_) => true,
-        Err(error) => {
-            eprintln!("skipped: no CUDA device ({error})");
-            false
-        }
+/// The device is shared by the tests (read) except by those that measure its free memory
+/// (write), which must have it to themselves.
+static DEVICE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Shares the device with the other tests; fails, with the reason, where there is none.
+fn share_gpu() -> std::sync::RwLockReadGuard<'static, ()> {
+    let guard = DEVICE.read().unwrap_or_else(|poison| poison.into_inner());
+    require_gpu();
+    guard
+}
+
+/// Takes the device from every other test of this binary until dropped.
+fn own_gpu() -> std::sync::RwLockWriteGuard<'static, ()> {
+    let guard = DEVICE.write().unwrap_or_else(|poison| poison.into_inner());
+    require_gpu();
+    guard
+}
+
+fn require_gpu() {
+    if let Err(error) = GpuDecoder::new(GpuOptions::default()) {
+        panic!("these tests need a CUDA device and nvCOMP 6 (NVCOMP_LIB): {error}");
     }
 }
 
@@ -75,8 +90,14 @@ mod on_gpu {
         Option<Vec<f32>>,
     );
 
-    async fn gpu_batches(builder: PipelineBuilder) -> Vec<HostView> {
-        let batches = builder.build_gpu().await.unwrap();
+    /// Batches with device tensors, decoded on `decode`'s side.
+    async fn gpu_batches(builder: PipelineBuilder, decode: DecodeOn) -> Vec<HostView> {
+        let batches = builder
+            .decode_on(decode)
+            .collate_on_gpu()
+            .build()
+            .await
+            .unwrap();
         let batches: Vec<_> = batches.try_collect().await.unwrap();
         batches
             .iter()
@@ -127,11 +148,28 @@ mod on_gpu {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
     }
 
+    /// Every combination of stages against CPU decoding into host tensors: device tensors
+    /// from GPU and from CPU decoding, and (for float32) host tensors from GPU decoding.
     async fn check_equal(builder: impl Fn() -> PipelineBuilder, round: fn(f32) -> f32) {
-        let gpu = gpu_batches(builder()).await;
-        let cpu = cpu_batches(builder().collate_options(host_options(&builder())), round).await;
+        let host = |decode| builder().decode_on(decode).collate_options(host_options(&builder()));
+        let cpu = cpu_batches(host(DecodeOn::Cpu), round).await;
+        let mut combinations = vec![
+            ("GPU decode, GPU collate", gpu_batches(builder(), DecodeOn::Gpu).await),
+            ("CPU decode, GPU collate", gpu_batches(builder(), DecodeOn::Cpu).await),
+        ];
+        if builder().collate_options_ref().dtype == TensorDType::F32 {
+            let decoded_on_gpu = cpu_batches(host(DecodeOn::Gpu), |v| v).await;
+            combinations.push(("GPU decode, CPU collate", decoded_on_gpu));
+        }
+        for (name, gpu) in combinations {
+            eprintln!("  {name}");
+            same_batches(&gpu, &cpu);
+        }
+    }
+
+    fn same_batches(gpu: &[HostView], cpu: &[HostView]) {
         assert_eq!(gpu.len(), cpu.len(), "batch count");
-        for (number, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+        for (number, (g, c)) in gpu.iter().zip(cpu).enumerate() {
             assert_eq!(g.0, c.0, "samples of batch {number}");
             assert!(same_bits(&g.1, &c.1), "inputs of batch {number} differ");
             match (&g.2, &c.2) {
@@ -162,9 +200,7 @@ mod on_gpu {
 
     #[test]
     fn batches_equal_the_cpu_pipeline_bit_for_bit() {
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = share_gpu();
         let dir = tempfile::tempdir().unwrap();
         runtime().block_on(async {
             for (name, compression, shard) in [
@@ -181,34 +217,34 @@ mod on_gpu {
         });
     }
 
-    /// With a pinned budget smaller than any batch, each batch finishes before the next is
-    /// submitted (none is on the device when the next arrives), and the batches are unchanged.
+    /// With a pinned budget smaller than any batch, one batch decodes at a time, and the
+    /// batches are unchanged.
     #[test]
     fn a_pinned_memory_budget_holds_batches_back() {
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = share_gpu();
         let dir = tempfile::tempdir().unwrap();
         let url = store(dir.path(), Compression::Zstd, None);
-        let tight = || patches(&url).gpu_in_flight(8).gpu_pinned_memory(1);
+        let tight = || patches(&url).gpu_pinned_memory(1);
         runtime().block_on(async {
-            let mut batches = tight().build_gpu().await.unwrap();
+            let mut batches = tight()
+                .decode_on(DecodeOn::Gpu)
+                .collate_on_gpu()
+                .build()
+                .await
+                .unwrap();
             let mut count = 0;
             while let Some(batch) = batches.try_next().await.unwrap() {
                 batch.synchronize().unwrap();
                 count += 1;
             }
             assert!(count > 2, "{count} batches");
-            assert_eq!(batches.metrics().mean_on_device, 0.0);
             check_equal(tight, |value| value).await;
         });
     }
 
     #[test]
     fn normalised_masked_and_half_precision_tensors_match_the_cpu() {
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = share_gpu();
         let dir = tempfile::tempdir().unwrap();
         let url = store(dir.path(), Compression::Zstd, None);
         let normalization = Normalization {
@@ -242,9 +278,7 @@ mod on_gpu {
 
     #[test]
     fn a_corrupt_chunk_fails_its_batch_only() {
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = share_gpu();
         let dir = tempfile::tempdir().unwrap();
         let url = store(dir.path(), Compression::Zstd, None);
         std::fs::write(Path::new(&url).join("z/c/2/1/0/0"), b"not zstd at all").unwrap();
@@ -259,7 +293,9 @@ mod on_gpu {
             let batches = Pipeline::builder(&url)
                 .variables(["t2m", "z", "u"])
                 .batch_size(1)
-                .build_gpu()
+                .decode_on(DecodeOn::Gpu)
+                .collate_on_gpu()
+                .build()
                 .await
                 .unwrap();
             let outcomes: Vec<_> = batches.collect().await;
@@ -287,15 +323,15 @@ mod on_gpu {
 
     #[test]
     fn batches_leave_through_dlpack_without_a_copy() {
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = share_gpu();
         let dir = tempfile::tempdir().unwrap();
         let url = store(dir.path(), Compression::Zstd, None);
         runtime().block_on(async {
             let mut batches = Pipeline::builder(&url)
                 .batch_size(2)
-                .build_gpu()
+                .decode_on(DecodeOn::Gpu)
+                .collate_on_gpu()
+                .build()
                 .await
                 .unwrap();
             let batch = batches.try_next().await.unwrap().unwrap();
@@ -331,15 +367,18 @@ mod on_gpu {
     fn batches_become_candle_tensors_without_a_copy() {
         use zarrpipe::candle::{self, DType, Storage};
         use zarrpipe::codec::cudarc::driver::DevicePtr;
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = share_gpu();
         let dir = tempfile::tempdir().unwrap();
         let url = store(dir.path(), Compression::Zstd, None);
         let device = candle::Device::new_cuda(0).unwrap();
         runtime().block_on(async {
             let cpu = cpu_batches(patches(&url), |v| v).await;
-            let mut gpu = patches(&url).build_gpu().await.unwrap();
+            let mut gpu = patches(&url)
+                .decode_on(DecodeOn::Gpu)
+                .collate_on_gpu()
+                .build()
+                .await
+                .unwrap();
             let mut number = 0;
             while let Some(batch) = gpu.try_next().await.unwrap() {
                 let address = batch.inputs.device_ptr();
@@ -395,9 +434,7 @@ mod on_gpu {
 
     #[test]
     fn dropping_the_stream_mid_epoch_frees_the_device_memory() {
-        if !gpu_present() {
-            return;
-        }
+        let _gpu = own_gpu();
         let dir = tempfile::tempdir().unwrap();
         let options = GenerateOptions {
             time: 24,
@@ -418,7 +455,9 @@ mod on_gpu {
             let mut batches = Pipeline::builder(&url)
                 .batch_size(2)
                 .prefetch(4)
-                .build_gpu()
+                .decode_on(DecodeOn::Gpu)
+                .collate_on_gpu()
+                .build()
                 .await
                 .unwrap();
             let first = batches.try_next().await.unwrap().expect("a first batch");
@@ -454,6 +493,5 @@ mod on_gpu {
 
 #[cfg(not(feature = "cuda"))]
 #[test]
-fn gpu_pipeline_tests_need_the_cuda_feature() {
-    eprintln!("skipped: built without the `cuda` feature (cargo test --features cuda --test gpu_pipeline)");
-}
+#[ignore = "needs the `cuda` feature and a CUDA device: cargo test --features cuda --test gpu_pipeline"]
+fn gpu_pipeline_tests() {}

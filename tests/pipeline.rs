@@ -210,13 +210,19 @@ async fn dropping_the_stream_stops_the_work() {
 fn stages_are_send() {
     fn assert_send<T: Send>() {}
     type Requests = futures::stream::Iter<std::vec::IntoIter<ChunkRequest>>;
-    type Decoded = futures::stream::Iter<
-        std::vec::IntoIter<zarrpipe::collate::Result<zarrpipe::collate::DecodedBatch>>,
+    type Plans = futures::stream::Iter<
+        std::vec::IntoIter<zarrpipe::core::Staged<Vec<zarrpipe::batcher::Sample>, Vec<ChunkRequest>>>,
     >;
+    type Fetched = zarrpipe::store::FetchBatches<Plans, Vec<zarrpipe::batcher::Sample>>;
+    type Decoded = zarrpipe::codec::DecodeBatches<Fetched, Vec<zarrpipe::batcher::Sample>>;
+    type Collated = zarrpipe::collate::CollateBatches<Decoded, HostCollator>;
     assert_send::<BatchStream>();
     assert_send::<zarrpipe::store::Fetch<Requests>>();
     assert_send::<zarrpipe::codec::Decode<zarrpipe::store::Fetch<Requests>>>();
-    assert_send::<zarrpipe::collate::Collate<Decoded>>();
+    assert_send::<Fetched>();
+    assert_send::<Decoded>();
+    assert_send::<Collated>();
+    assert_send::<zarrpipe::pipeline::Prefetch<Collated>>();
 }
 
 /// Sample numbers delivered by a pipeline, batch by batch.

@@ -5,8 +5,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{
-    Batch, BatchStream, CollateOptions, Delivered, MetricsSnapshot, Pipeline, PipelineBuilder,
-    TensorDType,
+    Batch, BatchStream, CollateOptions, DecodeOn, MetricsSnapshot, Pipeline, PipelineBuilder,
+    Place, TensorDType,
 };
 use zarrpipe::prelude::TryStreamExt;
 use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
@@ -28,16 +28,21 @@ pub struct RunArgs {
     /// Batches loaded ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
-    /// On the GPU, batches submitted to the device and not yet finished.
-    #[arg(long, default_value_t = 4)]
-    gpu_in_flight: usize,
-    /// On the GPU, most stored bytes of those batches (held in pinned host memory), e.g. 2G;
-    /// past it older batches finish before the next is submitted.
+    /// On the GPU, most stored bytes of the batches being decoded (held in pinned host
+    /// memory), e.g. 2G; past it the next batch waits for older ones.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
     gpu_pinned_memory: String,
-    /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU).
+    /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU): the GPU the
+    /// GPU stages run on, and the stages' default side (both on the GPU for cuda:N).
     #[arg(long, default_value = "auto")]
     device: String,
+    /// Where chunks are decoded: cpu or gpu (default: the device's side).
+    #[arg(long, value_name = "SIDE")]
+    decode: Option<Side>,
+    /// Where batch tensors are made: cpu (host memory) or gpu (device memory; default: the
+    /// device's side).
+    #[arg(long, value_name = "SIDE")]
+    collate: Option<Side>,
     /// Timed epochs after one untimed warm-up epoch (default: one epoch, no warm-up, for
     /// `run`; 2 for `bench`); the best is reported.
     #[arg(long)]
@@ -58,7 +63,46 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 3)]
     gpu_decode_streams: usize,
     #[command(flatten)]
-    collate: CollateArgs,
+    values: CollateArgs,
+}
+
+/// Where a stage runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Side {
+    Cpu,
+    Gpu,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Cpu => "CPU",
+            Side::Gpu => "GPU",
+        })
+    }
+}
+
+/// The stages' sides and the GPU they use.
+#[derive(Clone, Copy, Debug)]
+struct Stages {
+    decode: Side,
+    collate: Side,
+    /// The GPU of the GPU stages.
+    ordinal: usize,
+}
+
+impl Stages {
+    fn uses_gpu(&self) -> bool {
+        self.decode == Side::Gpu || self.collate == Side::Gpu
+    }
+
+    /// Where the batches end up.
+    fn device(&self) -> Device {
+        match self.collate {
+            Side::Cpu => Device::Cpu,
+            Side::Gpu => Device::Cuda(self.ordinal),
+        }
+    }
 }
 
 /// What collation does to values.
@@ -112,22 +156,38 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => sample_with_progress()?,
     };
     let (device, why) = choose_device(&args.device)?;
+    let side = match device {
+        Device::Cpu => Side::Cpu,
+        Device::Cuda(_) => Side::Gpu,
+    };
+    let stages = Stages {
+        decode: args.decode.unwrap_or(side),
+        collate: args.collate.unwrap_or(side),
+        ordinal: match device {
+            Device::Cuda(ordinal) => ordinal,
+            Device::Cpu => 0,
+        },
+    };
     let dataset = Arc::new(args.store.open(&url).await?);
     if !args.json {
-        println!("device: {device} ({why})");
+        println!(
+            "device: {device} ({why}); decode on the {}, collate on the {}",
+            stages.decode, stages.collate
+        );
     }
-    let report = match device {
-        Device::Cpu => {
-            let build = || async { Ok(pipeline(&args, dataset.clone(), device)?.build().await?) };
+    let report = match stages.uses_gpu() {
+        false => {
+            let build =
+                || async { Ok(pipeline(&args, dataset.clone(), Side::Cpu)?.build().await?) };
             timed_passes(&args, build, |_| Ok(()), host_sum).await?
         }
-        Device::Cuda(_) => gpu_passes(&args, dataset.clone(), device).await?,
+        true => gpu_passes(&args, dataset.clone(), stages).await?,
     };
     let (seconds, metrics, checksum) = report;
     if args.json {
         print_json(
             &url,
-            device,
+            stages,
             seconds,
             &metrics,
             checksum,
@@ -145,54 +205,57 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// Seconds of the best pass, its counters, and the checksum when asked for.
 type Report = (f64, MetricsSnapshot, Option<f64>);
 
+/// Passes with at least one stage on the GPU.
 #[cfg(feature = "cuda")]
 async fn gpu_passes(
     args: &RunArgs,
     dataset: Arc<Dataset>,
-    device: Device,
+    stages: Stages,
 ) -> anyhow::Result<Report> {
     use zarrpipe::codec::GpuOptions;
-    use zarrpipe::pipeline::GpuDevice;
-    let Device::Cuda(ordinal) = device else {
-        unreachable!("GPU passes run on a CUDA device")
-    };
+    use zarrpipe::pipeline::{GpuBatch, GpuDevice};
     // One decoder and tensor pool for every pass, as a training loop keeps them across epochs.
     let options = GpuOptions {
-        device: ordinal,
+        device: stages.ordinal,
         check_zstd_tables: !args.skip_zstd_table_checks,
         decode_streams: args.gpu_decode_streams,
+        pinned_memory: super::store::parse_size(&args.gpu_pinned_memory)? as usize,
         ..Default::default()
     };
     let gpu = GpuDevice::open(options, 16 << 30)?;
-    let build = || async {
-        let builder = pipeline(args, dataset.clone(), device)?.gpu(gpu.clone());
-        Ok(builder.build_gpu().await?)
+    let builder = || -> anyhow::Result<PipelineBuilder> {
+        Ok(pipeline(args, dataset.clone(), stages.decode)?.gpu(gpu.clone()))
     };
+    if stages.collate == Side::Cpu {
+        let build = || async { Ok(builder()?.build().await?) };
+        return timed_passes(args, build, |_| Ok(()), host_sum).await;
+    }
+    let build = || async { Ok(builder()?.collate_on_gpu().build().await?) };
     // A batch counts as delivered once its tensors are complete on the device.
-    let ready = |batch: &zarrpipe::pipeline::GpuBatch| Ok(batch.synchronize()?);
-    let sum = |batch: &zarrpipe::pipeline::GpuBatch| -> anyhow::Result<f64> {
+    let ready = |batch: &GpuBatch| Ok(batch.synchronize()?);
+    let sum = |batch: &GpuBatch| -> anyhow::Result<f64> {
         Ok(nan_skipping_sum(batch.inputs.to_host_f32()?.iter()))
     };
     timed_passes(args, build, ready, sum).await
 }
 
 #[cfg(not(feature = "cuda"))]
-async fn gpu_passes(_: &RunArgs, _: Arc<Dataset>, device: Device) -> anyhow::Result<Report> {
-    anyhow::bail!("{device}: this zarrpipe was built without the `cuda` feature (cargo build --features cuda)")
+async fn gpu_passes(_: &RunArgs, _: Arc<Dataset>, _: Stages) -> anyhow::Result<Report> {
+    anyhow::bail!("GPU stages: this zarrpipe was built without the `cuda` feature (cargo build --features cuda)")
 }
 
 /// One untimed warm-up epoch and `--passes` timed ones (or one timed epoch), then the
 /// checksum epoch when asked for.
-async fn timed_passes<B, Build, Built>(
+async fn timed_passes<P, Build, Built>(
     args: &RunArgs,
     build: Build,
-    consume: impl Fn(&B) -> anyhow::Result<()>,
-    sum: impl Fn(&B) -> anyhow::Result<f64>,
+    consume: impl Fn(&Batch<P>) -> anyhow::Result<()>,
+    sum: impl Fn(&Batch<P>) -> anyhow::Result<f64>,
 ) -> anyhow::Result<Report>
 where
-    B: Delivered,
+    P: Place,
     Build: Fn() -> Built,
-    Built: std::future::Future<Output = anyhow::Result<BatchStream<B>>>,
+    Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
 {
     let (warm_up, timed) = match args.passes {
         Some(passes) => (1, passes.max(1)),
@@ -234,21 +297,18 @@ fn nan_skipping_sum<'a>(values: impl Iterator<Item = &'a f32>) -> f64 {
     values.filter(|v| !v.is_nan()).map(|&v| f64::from(v)).sum()
 }
 
-fn pipeline(
-    args: &RunArgs,
-    dataset: Arc<Dataset>,
-    device: Device,
-) -> anyhow::Result<PipelineBuilder> {
+fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, decode: Side) -> anyhow::Result<PipelineBuilder> {
     let mut builder = Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
         .epoch_options(args.windows.epoch_options()?)
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
-        .gpu_in_flight(args.gpu_in_flight)
-        .gpu_pinned_memory(super::store::parse_size(&args.gpu_pinned_memory)? as usize)
-        .device(device);
-    builder = args.collate.apply(builder)?;
+        .decode_on(match decode {
+            Side::Cpu => DecodeOn::Cpu,
+            Side::Gpu => DecodeOn::Gpu,
+        });
+    builder = args.values.apply(builder)?;
     for selection in &args.windows.select {
         builder = builder.select(
             selection.dim.clone(),
@@ -260,10 +320,10 @@ fn pipeline(
 }
 
 /// Streams one epoch, handing each batch to `consume`; returns its seconds and counters.
-async fn run_epoch<B: Delivered>(
-    batches: &mut BatchStream<B>,
+async fn run_epoch<P: Place>(
+    batches: &mut BatchStream<P>,
     progress: bool,
-    mut consume: impl FnMut(&B) -> anyhow::Result<()>,
+    mut consume: impl FnMut(&Batch<P>) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, MetricsSnapshot)> {
     let started = Instant::now();
     let bar = if progress {
@@ -285,15 +345,18 @@ async fn run_epoch<B: Delivered>(
 
 fn print_json(
     url: &str,
-    device: Device,
+    stages: Stages,
     seconds: f64,
     metrics: &MetricsSnapshot,
     checksum: Option<f64>,
     io: IoStats,
 ) {
+    let device = stages.device();
     let summary = serde_json::json!({
         "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
         "device": device.to_string(),
+        "decode": stages.decode.to_string().to_lowercase(),
+        "collate": stages.collate.to_string().to_lowercase(),
         "url": url,
         "seconds": seconds,
         "samples": metrics.samples,
@@ -309,8 +372,8 @@ fn print_json(
         "collate_busy_s": metrics.collate_busy.as_secs_f64(),
         "gpu_planning_busy_s": metrics.gpu_planning_busy.as_secs_f64(),
         "gpu_busy_s": metrics.gpu_busy.as_secs_f64(),
-        "mean_queue_depth": metrics.mean_queue_depth,
-        "mean_on_device": metrics.mean_on_device,
+        "cpu_decoded_chunks": metrics.cpu_decoded_chunks,
+        "gpu_decoded_chunks": metrics.gpu_decoded_chunks,
         "consumer_wait_s": metrics.consumer_wait.as_secs_f64(),
         "wait_fraction": metrics.wait_fraction(seconds),
         "checksum": checksum,
@@ -351,7 +414,7 @@ fn choose_device(requested: &str) -> anyhow::Result<(Device, &'static str)> {
     })
 }
 
-fn describe<B: Delivered>(batches: &BatchStream<B>) {
+fn describe<P: Place>(batches: &BatchStream<P>) {
     let layout = batches.layout();
     let channels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
     let first = channels
@@ -398,11 +461,12 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
     );
     if metrics.gpu_busy > std::time::Duration::ZERO {
         println!(
-            "GPU: planning and staging {:.2} s on the host, {:.2} s on the device (upload, decode, collate); on average {:.1} batches queued for the GPU, {:.1} on it",
+            "GPU: planning and staging {:.2} s on the host, {:.2} s on the device (upload, decode, collate), {:.1} ms per batch; chunks decoded: {} on the CPU, {} on the GPU",
             metrics.gpu_planning_busy.as_secs_f64(),
             metrics.gpu_busy.as_secs_f64(),
-            metrics.mean_queue_depth,
-            metrics.mean_on_device,
+            1e3 * metrics.gpu_busy.as_secs_f64() / metrics.batches.max(1) as f64,
+            metrics.cpu_decoded_chunks,
+            metrics.gpu_decoded_chunks,
         );
     }
 }

@@ -1,4 +1,6 @@
 use std::sync::Arc;
+use zarrpipe_core::Staged;
+use zarrpipe_store::ChunkRequest;
 
 use crate::{
     EpochSampler, Error, Ranks, Result, Sample, SampleLayout, SamplerSpec, SamplerState, Shuffle,
@@ -128,6 +130,18 @@ impl Batcher {
     pub fn batches(&self) -> impl Iterator<Item = (u64, Vec<Sample>)> + Send + 'static {
         let this = self.clone();
         (self.first..self.num_batches()).map(move |batch| (batch, this.batch(batch)))
+    }
+
+    /// The batches still to deliver, each with the chunks it needs: the head of a stage chain
+    /// (`stream::iter(batcher.read_plans()).fetch_batches(..)...`).
+    pub fn read_plans(
+        &self,
+    ) -> impl Iterator<Item = Staged<Vec<Sample>, Vec<ChunkRequest>>> + Send + 'static {
+        let layout = self.layout.clone();
+        self.batches().map(move |(index, samples)| {
+            let requests = layout.read_plan(&samples);
+            Staged::new(index, samples, requests)
+        })
     }
 
     /// The state to save after `delivered` batches of this epoch (counted from its start).

@@ -32,6 +32,13 @@ pub enum Error {
     #[error("the decoding thread pool stopped before chunk `{key}` of `{variable}` was decoded")]
     WorkerGone { variable: String, key: String },
 
+    #[error("the {stage} task of a batch panicked or was cancelled")]
+    StageTask {
+        stage: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+
     #[error("CUDA is not available: {reason}")]
     CudaUnavailable { reason: String },
 

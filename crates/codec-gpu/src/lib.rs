@@ -26,10 +26,12 @@
 // interpreter); without `cuda` only the tests use it.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod batch;
+mod batch_decoder;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod chain;
 mod cpu;
 mod decode;
+mod decode_batches;
 mod decoded;
 mod error;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -51,11 +53,14 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::Stream;
+use zarrpipe_core::Staged;
 use zarrpipe_store::EncodedChunk;
 
 pub use batch::DecodePath;
+pub use batch_decoder::{BatchDecoder, DecodedChunks};
 pub use cpu::{decode_on_cpu, CpuDecoder};
 pub use decode::Decode;
+pub use decode_batches::DecodeBatches;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};
@@ -89,3 +94,24 @@ pub trait DecodeExt: Stream<Item = zarrpipe_store::Result<EncodedChunk>> + Sized
 }
 
 impl<St: Stream<Item = zarrpipe_store::Result<EncodedChunk>>> DecodeExt for St {}
+
+/// The decode stage at batch level, for a stream of fetched batches
+/// ([`FetchBatchesExt::fetch_batches`](zarrpipe_store::FetchBatchesExt::fetch_batches)).
+pub trait DecodeBatchesExt<M, E>:
+    Stream<Item = std::result::Result<Staged<M, Vec<EncodedChunk>>, E>> + Sized
+{
+    /// Decodes each batch with `decoder` (the CPU's, the GPU's, or a split of both), a few
+    /// batches at once as the decoder asks, in order. Errors before this stage pass through.
+    fn decode_batches(self, decoder: Arc<dyn BatchDecoder>) -> DecodeBatches<Self, M>
+    where
+        M: Send + 'static,
+        E: Into<Error> + Send + 'static,
+    {
+        decode_batches::decode_batches(self, decoder)
+    }
+}
+
+impl<M, E, St> DecodeBatchesExt<M, E> for St where
+    St: Stream<Item = std::result::Result<Staged<M, Vec<EncodedChunk>>, E>>
+{
+}

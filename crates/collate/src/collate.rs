@@ -1,62 +1,17 @@
-use std::pin::Pin;
+//! Host collation off the async runtime's threads.
+
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use futures::channel::oneshot;
-use futures::future::{self, BoxFuture, Either, Ready};
-use futures::stream::{FusedStream, Stream};
-use zarrpipe_core::InFlight;
+use futures::future::BoxFuture;
 
-use crate::{DecodedBatch, Error, HostBatch, HostCollator, Result};
-
-type CollateFuture = Either<BoxFuture<'static, Result<HostBatch>>, Ready<Result<HostBatch>>>;
-type MakeCollate = Box<dyn FnMut(Result<DecodedBatch>) -> CollateFuture + Send>;
-
-pin_project_lite::pin_project! {
-    /// Stream returned by [`CollateExt::collate`](crate::CollateExt::collate).
-    #[must_use = "streams do nothing unless polled"]
-    pub struct Collate<St: Stream<Item = Result<DecodedBatch>>> {
-        #[pin]
-        inner: InFlight<St, MakeCollate, CollateFuture>,
-    }
-}
-
-impl<St: Stream<Item = Result<DecodedBatch>>> Collate<St> {
-    pub(crate) fn new(stream: St, collator: Arc<HostCollator>) -> Self {
-        let make: MakeCollate = Box::new(move |batch| match batch {
-            Ok(batch) => Either::Left(collate_on_rayon(collator.clone(), batch)),
-            Err(error) => Either::Right(future::ready(Err(error))),
-        });
-        // One batch at a time: collation already uses every core.
-        Self {
-            inner: InFlight::new(stream, 1, make),
-        }
-    }
-}
-
-impl<St: Stream<Item = Result<DecodedBatch>>> Stream for Collate<St> {
-    type Item = Result<HostBatch>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.project().inner.poll_next(cx)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.inner.size_hint()
-    }
-}
-
-impl<St: Stream<Item = Result<DecodedBatch>>> FusedStream for Collate<St> {
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
-    }
-}
+use crate::{Batch, DecodedBatch, Error, HostCollator, Result};
 
 /// Collates on rayon's pool, off the async runtime's threads.
 pub fn collate_on_rayon(
     collator: Arc<HostCollator>,
     batch: DecodedBatch,
-) -> BoxFuture<'static, Result<HostBatch>> {
+) -> BoxFuture<'static, Result<Batch>> {
     let (sender, receiver) = oneshot::channel();
     rayon::spawn(move || {
         if sender.is_canceled() {

@@ -5,36 +5,12 @@ use std::sync::Arc;
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
-use zarrpipe_codec_gpu::DecodedChunk;
+use zarrpipe_codec_gpu::{DecodedChunk, DecodedChunks};
 use zarrpipe_core::convert_to_f32;
 
 use crate::gather::{destination_strides, missing_chunk, variable_number, window_boxes, WindowBox};
 use crate::options::{finish_on_host, CollateOptions, TensorDType};
-use crate::{Error, Result};
-
-/// A batch in host memory: `[batch, channel, window...]` float32, C order.
-#[derive(Clone, Debug)]
-pub struct HostBatch {
-    pub tensor: ArrayD<f32>,
-    /// With forecasting pairs: `[batch, leads x channels, window...]`.
-    pub targets: Option<ArrayD<f32>>,
-    pub samples: Vec<Sample>,
-    /// With padded windows: `[batch, window...]`, 1 where the element exists in the data and 0
-    /// where it is padding (the same for every channel). `None` otherwise.
-    pub mask: Option<ArrayD<u8>>,
-    /// With [`CollateOptions::nan_mask`]: the inputs' shape, 1 where the value was a number
-    /// and 0 where it was NaN.
-    pub nan_mask: Option<ArrayD<u8>>,
-    /// With [`CollateOptions::latitude_weights`]: `[batch, latitude window]`.
-    pub latitude_weights: Option<ArrayD<f32>>,
-}
-
-/// The decoded chunks a batch needs, with its samples: the input of collation.
-#[derive(Clone, Debug)]
-pub struct DecodedBatch {
-    pub samples: Vec<Sample>,
-    pub chunks: Vec<DecodedChunk>,
-}
+use crate::{Batch, DecodedBatch, Error, Result};
 
 /// Gathers the windows of a batch from decoded chunks into one contiguous float32 tensor on
 /// the CPU, samples in parallel.
@@ -72,13 +48,26 @@ impl HostCollator {
     }
 
     /// Builds the `[batch, channel, window...]` input tensor of `batch`, and with forecasting
-    /// the target tensor.
-    pub fn collate(&self, batch: DecodedBatch) -> Result<HostBatch> {
-        let index = self.index_chunks(&batch.chunks)?;
-        let mut tensor = self.gather_steps(&batch.samples, self.layout.input_offsets(), &index)?;
+    /// the target tensor. Chunks decoded on the GPU are copied to the host first.
+    pub fn collate(&self, batch: DecodedBatch) -> Result<Batch> {
+        let DecodedBatch {
+            index: batch_index,
+            samples,
+            payload,
+            stats,
+        } = batch;
+        let chunks = match payload {
+            DecodedChunks::Host(chunks) => chunks,
+            DecodedChunks::Device(decoded) => decoded
+                .into_host()?
+                .into_iter()
+                .collect::<zarrpipe_codec_gpu::Result<_>>()?,
+        };
+        let index = self.index_chunks(&chunks)?;
+        let mut tensor = self.gather_steps(&samples, self.layout.input_offsets(), &index)?;
         let mut targets = match self.layout.target_offsets() {
             [] => None,
-            leads => Some(self.gather_steps(&batch.samples, leads, &index)?),
+            leads => Some(self.gather_steps(&samples, leads, &index)?),
         };
         let (plane, channels) = (self.plane_len(), self.layout.channels().len());
         let nan_mask = self.finish(&mut tensor, plane, channels);
@@ -88,18 +77,21 @@ impl HostCollator {
         let nan_mask = nan_mask.map(|mask| {
             ArrayD::from_shape_vec(tensor.raw_dim(), mask).expect("mask matches the tensor")
         });
-        let mask = self.layout.padded().then(|| self.mask(&batch.samples));
+        let mask = self.layout.padded().then(|| self.mask(&samples));
         let latitude_weights = match &self.options.latitude_weights {
-            Some(weights) => Some(weights.batch(&self.layout, &batch.samples)?),
+            Some(weights) => Some(weights.batch(&self.layout, &samples)?),
             None => None,
         };
-        Ok(HostBatch {
-            tensor,
+        Ok(Batch {
+            index: batch_index,
+            inputs: tensor,
             targets,
-            samples: batch.samples,
             mask,
             nan_mask,
             latitude_weights,
+            samples,
+            ready: (),
+            stats,
         })
     }
 

@@ -4,35 +4,35 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use futures::{stream, StreamExt, TryStreamExt};
+//! use futures::{stream, TryStreamExt};
 //! use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
-//! use zarrpipe_codec_gpu::{CpuDecoder, DecodeExt};
-//! use zarrpipe_collate::{CollateExt, DecodedBatch, HostCollator};
-//! use zarrpipe_store::{Dataset, FetchExt};
+//! use zarrpipe_codec_gpu::{CpuDecoder, DecodeBatchesExt};
+//! use zarrpipe_collate::{Batch, CollateBatchesExt, HostCollator};
+//! use zarrpipe_store::{Dataset, FetchBatchesExt};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let dataset = Dataset::open("data/sample.zarr").await?;
 //! let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &WindowSpec::new())?);
-//! let samples = Batcher::new(layout.clone(), 2, false)?.batch(0);
-//! let chunks = stream::iter(layout.read_plan(&samples))
-//!     .fetch(16)
-//!     .decode(Arc::new(CpuDecoder::new()), 16)
+//! let batcher = Batcher::new(layout.clone(), 2, false)?;
+//! let batches: Vec<Batch> = stream::iter(batcher.read_plans())
+//!     .fetch_batches(2, 64)                           // 2 batches at once, 64 reads each
+//!     .decode_batches(Arc::new(CpuDecoder::new()))    // or the GPU's decoder
+//!     .collate_batches(Arc::new(HostCollator::new(layout)))
 //!     .try_collect()
 //!     .await?;
-//! let batch = stream::iter([Ok(DecodedBatch { samples, chunks })])
-//!     .collate(Arc::new(HostCollator::new(layout)))
-//!     .next()
-//!     .await
-//!     .unwrap()?;
-//! println!("{:?}", batch.tensor.shape()); // [2, 14, 128, 256]
+//! println!("{:?}", batches[0].inputs.shape()); // [2, 14, 128, 256]
 //! # Ok(()) }
 //! ```
 //!
-//! With the `cuda` feature, [`DeviceCollator`] gathers the same windows from chunks decoded on
-//! the GPU into device tensors in one kernel launch (float32, bfloat16 or float16), from the
-//! same [`GatherPlan`].
+//! [`BatchCollator`] is the stage's swap point. With the `cuda` feature, `DeviceCollator`
+//! gathers the same windows into device tensors in one kernel launch (float32, bfloat16 or
+//! float16), from the same [`GatherPlan`], from chunks decoded on the GPU or uploaded from the
+//! CPU through reused pinned buffers; [`HostCollator`] takes chunks decoded on either side too.
 
+mod batch;
+mod batch_collator;
 mod collate;
+mod collate_batches;
 #[cfg(feature = "cuda")]
 mod device;
 pub mod dlpack;
@@ -47,20 +47,32 @@ use futures::Stream;
 
 #[cfg(feature = "candle")]
 pub use candle_core;
-pub use collate::{collate_on_rayon, Collate};
+pub use batch::{Batch, DecodedBatch, Host, Place};
+pub use batch_collator::BatchCollator;
+pub use collate::collate_on_rayon;
+pub use collate_batches::CollateBatches;
+#[cfg(feature = "candle")]
+pub use device::Candle;
 #[cfg(feature = "cuda")]
-pub use device::{DeviceCollator, DeviceTensor, DeviceTensors, TensorPool};
+pub use device::{DeviceCollator, DeviceTensor, Gpu, TensorPool};
 pub use error::{Error, Result};
 pub use gather::{GatherPlan, Piece, MAX_AXES};
-pub use host::{DecodedBatch, HostBatch, HostCollator};
+pub use host::HostCollator;
 pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType};
 
-/// Stream adapters of the collate stage.
-pub trait CollateExt: Stream<Item = Result<DecodedBatch>> + Sized {
-    /// Collates each batch into a host tensor, on rayon's pool, in order.
-    fn collate(self, collator: Arc<HostCollator>) -> Collate<Self> {
-        Collate::new(self, collator)
+/// The collate stage at batch level, for a stream of decoded batches
+/// ([`DecodeBatchesExt::decode_batches`](zarrpipe_codec_gpu::DecodeBatchesExt::decode_batches)).
+pub trait CollateBatchesExt<E>: Stream<Item = std::result::Result<DecodedBatch, E>> + Sized {
+    /// Collates each batch with `collator` ([`HostCollator`] for host tensors, or
+    /// `DeviceCollator` for device tensors), a few at once as the collator asks, in order.
+    /// Errors before this stage pass through.
+    fn collate_batches<C>(self, collator: Arc<C>) -> CollateBatches<Self, C>
+    where
+        C: BatchCollator + ?Sized + 'static,
+        E: Into<Error> + Send + 'static,
+    {
+        collate_batches::collate_batches(self, collator)
     }
 }
 
-impl<St: Stream<Item = Result<DecodedBatch>>> CollateExt for St {}
+impl<E, St: Stream<Item = std::result::Result<DecodedBatch, E>>> CollateBatchesExt<E> for St {}

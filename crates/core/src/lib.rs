@@ -13,7 +13,11 @@
 mod device;
 mod dtype;
 mod in_flight;
+mod stage_stream;
+mod staged;
 
 pub use device::{Device, ParseDeviceError};
 pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;
+pub use stage_stream::StageStream;
+pub use staged::{BatchStats, Staged};

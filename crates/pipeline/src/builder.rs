@@ -1,16 +1,21 @@
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use zarrpipe_batcher::{
     Batcher, EpochOptions, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
-use zarrpipe_codec_gpu::{ChunkDecoder, CpuDecoder};
+use futures::stream;
+use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt};
+use zarrpipe_collate::{
+    BatchCollator, CollateBatchesExt, CollateOptions, Host, HostCollator, LatitudeWeights,
+    Normalization, Place,
+};
 use zarrpipe_core::Device;
-use zarrpipe_store::{Dataset, StoreOptions};
+use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
 use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
-use crate::stream::{BatchStream, StageConfig};
-use crate::{Error, Result};
-use zarrpipe_collate::{CollateOptions, LatitudeWeights, Normalization};
+use crate::stream::BatchStream;
+use crate::{Error, PipelineExt, Result};
 
 /// Where a pipeline reads from: a URL to open, or a dataset already open.
 #[derive(Debug)]
@@ -19,11 +24,29 @@ enum Source {
     Dataset(Arc<Dataset>),
 }
 
+/// Where chunks are decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeOn {
+    /// On every CPU core, with zarrs' codecs (the default).
+    #[default]
+    Cpu,
+    /// On the GPU, in batches (nvCOMP and zarrpipe's kernels; feature `cuda`).
+    Gpu,
+}
+
 /// Configures a pipeline; [`build`](PipelineBuilder::build) opens the dataset and returns the
-/// stream of batches.
+/// stream of batches. `P` is where the batches' tensors are made: [`Host`] by default,
+/// [`Gpu`](zarrpipe_collate::Gpu) after [`collate_on_gpu`](PipelineBuilder::collate_on_gpu).
 #[derive(Debug)]
 #[must_use = "a builder does nothing until built"]
-pub struct PipelineBuilder {
+pub struct PipelineBuilder<P: CollateOn = Host> {
+    config: Config,
+    place: PhantomData<P>,
+}
+
+/// Everything a builder holds but the place of the tensors.
+#[derive(Debug)]
+struct Config {
     source: Source,
     variables: Vec<String>,
     spec: WindowSpec,
@@ -32,16 +55,15 @@ pub struct PipelineBuilder {
     resume: Option<SamplerState>,
     prefetch: usize,
     fetch_concurrency: usize,
-    decode_concurrency: usize,
     device: Device,
-    decoder: Option<Arc<dyn ChunkDecoder>>,
+    decode_on: DecodeOn,
+    decoder: Option<Arc<dyn BatchDecoder>>,
     selections: Vec<Selection>,
     store_options: StoreOptions,
     collate: CollateOptions,
     stats_json: Option<String>,
     latitude_dim: Option<String>,
     gpu_tensor_memory: usize,
-    gpu_in_flight: usize,
     gpu_pinned_memory: usize,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
@@ -65,8 +87,7 @@ impl Pipeline {
 
 impl PipelineBuilder {
     fn new(source: Source) -> Self {
-        let threads = rayon::current_num_threads();
-        Self {
+        let config = Config {
             source,
             variables: Vec::new(),
             spec: WindowSpec::new(),
@@ -75,8 +96,8 @@ impl PipelineBuilder {
             resume: None,
             prefetch: 4,
             fetch_concurrency: 64,
-            decode_concurrency: 2 * threads,
             device: Device::Cpu,
+            decode_on: DecodeOn::Cpu,
             decoder: None,
             selections: Vec::new(),
             store_options: StoreOptions::default(),
@@ -84,35 +105,41 @@ impl PipelineBuilder {
             stats_json: None,
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
-            gpu_in_flight: 4,
             gpu_pinned_memory: 8 << 30,
             #[cfg(feature = "cuda")]
             gpu: None,
+        };
+        Self {
+            config,
+            place: PhantomData,
         }
     }
+}
+
+impl<P: CollateOn> PipelineBuilder<P> {
 
     /// The variables stacked as channels, in this order (default: every data variable).
     pub fn variables<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
-        self.variables = names.into_iter().map(Into::into).collect();
+        self.config.variables = names.into_iter().map(Into::into).collect();
         self
     }
 
     /// A window of `size` along `dim`, moved by `stride`.
     pub fn window(mut self, dim: impl Into<String>, size: u64, stride: u64) -> Self {
-        self.spec = self.spec.window(dim, size, stride);
+        self.config.spec = self.config.spec.window(dim, size, stride);
         self
     }
 
     /// The whole window specification at once.
     pub fn window_spec(mut self, spec: WindowSpec) -> Self {
-        self.spec = spec;
+        self.config.spec = spec;
         self
     }
 
     /// Forecasting pairs: inputs of `history` steps ending at each sample's step, targets at
     /// each of `leads` steps ahead (see [`zarrpipe_batcher::Forecast`]).
     pub fn forecast(mut self, history: u64, leads: impl IntoIterator<Item = u64>) -> Self {
-        self.spec = self.spec.forecast(history, leads);
+        self.config.spec = self.config.spec.forecast(history, leads);
         self
     }
 
@@ -121,14 +148,14 @@ impl PipelineBuilder {
     /// [`concat_input_dims`](Self::concat_input_dims), the windows inside a block. The layout
     /// then fixes the batches and [`batch_size`](Self::batch_size) is not used.
     pub fn batch_dim(mut self, dim: impl Into<String>, size: u64) -> Self {
-        self.spec = self.spec.batch_dim(dim, size);
+        self.config.spec = self.config.spec.batch_dim(dim, size);
         self
     }
 
     /// Every window position of a batch's block in that batch (xbatcher's
     /// `concat_input_dims`); without batch dims, one batch of the whole epoch.
     pub fn concat_input_dims(mut self, concat: bool) -> Self {
-        self.spec = self.spec.concat_input_dims(concat);
+        self.config.spec = self.config.spec.concat_input_dims(concat);
         self
     }
 
@@ -142,7 +169,7 @@ impl PipelineBuilder {
         from: impl Into<CoordValue>,
         to: impl Into<CoordValue>,
     ) -> Self {
-        self.selections.push(Selection {
+        self.config.selections.push(Selection {
             dim: dim.into(),
             from: from.into(),
             to: to.into(),
@@ -153,76 +180,70 @@ impl PipelineBuilder {
     /// Samples per batch (default 4); not used when batch dims or `concat_input_dims` fix the
     /// batches.
     pub fn batch_size(mut self, batch_size: usize) -> Self {
-        self.batch_size = batch_size;
+        self.config.batch_size = batch_size;
         self
     }
 
     /// Drops a last, short batch (default: keep it).
     pub fn drop_last(mut self, drop_last: bool) -> Self {
-        self.epoch.drop_last = drop_last;
+        self.config.epoch.drop_last = drop_last;
         self
     }
 
     /// Sample order: natural (default), a full seeded permutation, or chunk-aware blocks.
     pub fn shuffle(mut self, shuffle: Shuffle) -> Self {
-        self.epoch.shuffle = shuffle;
+        self.config.epoch.shuffle = shuffle;
         self
     }
 
     /// The shuffling seed; each epoch shuffles with `seed + epoch` (default 0).
     pub fn seed(mut self, seed: u64) -> Self {
-        self.epoch.seed = seed;
+        self.config.epoch.seed = seed;
         self
     }
 
     /// The epoch number (default 0).
     pub fn epoch(mut self, epoch: u64) -> Self {
-        self.epoch.epoch = epoch;
+        self.config.epoch.epoch = epoch;
         self
     }
 
     /// This process's share of each epoch (default: the only rank; see
     /// [`Ranks::from_env`] for torchrun's variables).
     pub fn ranks(mut self, ranks: Ranks) -> Self {
-        self.epoch.ranks = ranks;
+        self.config.epoch.ranks = ranks;
         self
     }
 
     /// When samples don't divide evenly across ranks: pad by repeating samples (default) or drop.
     pub fn uneven(mut self, uneven: Uneven) -> Self {
-        self.epoch.uneven = uneven;
+        self.config.epoch.uneven = uneven;
         self
     }
 
     /// Every epoch option at once (order, seed, epoch, ranks, uneven, drop_last).
     pub fn epoch_options(mut self, options: EpochOptions) -> Self {
-        self.epoch = options;
+        self.config.epoch = options;
         self
     }
 
     /// Continues an epoch from a saved [`BatchStream::state`] with exactly the batches not yet
     /// delivered. The other options must be those of the saved run (checked).
     pub fn resume(mut self, state: SamplerState) -> Self {
-        self.resume = Some(state);
+        self.config.resume = Some(state);
         self
     }
 
     /// Batches loaded ahead of the consumer (default 4). Memory is bounded by this many
     /// batches' chunks and tensors.
     pub fn prefetch(mut self, batches: usize) -> Self {
-        self.prefetch = batches.max(1);
+        self.config.prefetch = batches.max(1);
         self
     }
 
     /// Chunk reads in flight per batch (default 64).
     pub fn fetch_concurrency(mut self, reads: usize) -> Self {
-        self.fetch_concurrency = reads.max(1);
-        self
-    }
-
-    /// Chunk decodes in flight per batch (default: twice the rayon threads).
-    pub fn decode_concurrency(mut self, decodes: usize) -> Self {
-        self.decode_concurrency = decodes.max(1);
+        self.config.fetch_concurrency = reads.max(1);
         self
     }
 
@@ -230,131 +251,241 @@ impl PipelineBuilder {
     /// ...), retries, timeouts, the request limit, the chunk cache (see [`StoreOptions`]).
     /// Used when the pipeline opens the dataset from a URL.
     pub fn store_options(mut self, options: StoreOptions) -> Self {
-        self.store_options = options;
+        self.config.store_options = options;
         self
     }
 
     /// Keeps fetched chunks in `dir` on local disk, at most `max_bytes` (least recently used
     /// first out), so later epochs over a remote store read locally.
     pub fn cache_dir(mut self, dir: impl Into<std::path::PathBuf>, max_bytes: u64) -> Self {
-        self.store_options = self.store_options.cache(dir, max_bytes);
+        self.config.store_options = self.config.store_options.cache(dir, max_bytes);
         self
     }
 
-    /// Where batches are delivered (default: the CPU).
+    /// The GPU that GPU stages run on, as `Device::Cuda(ordinal)` (default `cuda:0`); the
+    /// stages themselves are chosen with [`decode_on`](Self::decode_on) and
+    /// [`collate_on_gpu`](Self::collate_on_gpu).
     pub fn device(mut self, device: Device) -> Self {
-        self.device = device;
+        self.config.device = device;
         self
     }
 
-    /// Replaces the chunk decoder (default: [`CpuDecoder`] on rayon's global pool).
-    pub fn decoder(mut self, decoder: Arc<dyn ChunkDecoder>) -> Self {
-        self.decoder = Some(decoder);
+    /// Where chunks are decoded (default: the CPU). Either side feeds either collator: a
+    /// batch is the same bit for bit.
+    pub fn decode_on(mut self, decode_on: DecodeOn) -> Self {
+        self.config.decode_on = decode_on;
         self
+    }
+
+    /// Replaces the decode stage with `decoder` (a [`CpuDecoder`] on a pool of its own, a
+    /// `GpuDecoder`, or a decoder of your own); it overrides [`decode_on`](Self::decode_on).
+    pub fn decoder(mut self, decoder: Arc<dyn BatchDecoder>) -> Self {
+        self.config.decoder = Some(decoder);
+        self
+    }
+
+    /// Makes the batches' tensors in GPU memory: the builder then builds a
+    /// `BatchStream<Gpu>` of device tensors (f32, bf16 or f16; feature `cuda`).
+    #[cfg(feature = "cuda")]
+    pub fn collate_on_gpu(self) -> PipelineBuilder<zarrpipe_collate::Gpu> {
+        self.collate_on()
+    }
+
+    /// Makes the batches' tensors in host memory (the default): float32 `ndarray`s.
+    pub fn collate_on_host(self) -> PipelineBuilder<Host> {
+        self.collate_on()
+    }
+
+    /// Makes the batches' tensors in `Q`'s memory.
+    pub fn collate_on<Q: CollateOn>(self) -> PipelineBuilder<Q> {
+        PipelineBuilder {
+            config: self.config,
+            place: PhantomData,
+        }
     }
 
     /// Normalisation, NaN handling and (on the GPU) the tensor type; see [`CollateOptions`].
     pub fn collate_options(mut self, options: CollateOptions) -> Self {
-        self.collate = options;
+        self.config.collate = options;
         self
     }
 
     /// Also deliver latitude weights (cos(latitude) over its mean, from the 1-D coordinate of
     /// `dim`, in degrees) per batch as `[batch, latitude window]`.
     pub fn latitude_weights(mut self, dim: impl Into<String>) -> Self {
-        self.latitude_dim = Some(dim.into());
+        self.config.latitude_dim = Some(dim.into());
         self
     }
 
     /// The collate options set so far.
     pub fn collate_options_ref(&self) -> &CollateOptions {
-        &self.collate
+        &self.config.collate
     }
 
     /// Normalises each channel with its variable's `mean` and `std` from `zarrpipe stats
     /// --json` output (resolved against the layout when the pipeline is built).
     pub fn normalize_with_stats(mut self, stats_json: impl Into<String>) -> Self {
-        self.stats_json = Some(stats_json.into());
+        self.config.stats_json = Some(stats_json.into());
         self
     }
 
-    /// GPU pipeline: run on this device's decoder and tensor pool (see
+    /// GPU stages: run on this device's decoder and tensor pool (see
     /// [`GpuDevice`](crate::GpuDevice)), kept across epochs, instead of opening the device
-    /// anew at `build_gpu`. Its ordinal overrides [`device`](Self::device).
+    /// anew at `build`. Its ordinal overrides [`device`](Self::device).
     #[cfg(feature = "cuda")]
     pub fn gpu(mut self, device: Arc<crate::GpuDevice>) -> Self {
-        self.gpu = Some(device);
+        self.config.gpu = Some(device);
         self
     }
 
-    /// GPU pipeline: most device bytes in batch tensors at once (default 16 GiB). Tensors the
+    /// GPU collation, when the builder opens the device: most device bytes in batch tensors
+    /// at once (default 16 GiB). Tensors the
     /// consumer still holds count, so the pipeline waits for dropped batches once there.
     pub fn gpu_tensor_memory(mut self, bytes: usize) -> Self {
-        self.gpu_tensor_memory = bytes;
+        self.config.gpu_tensor_memory = bytes;
         self
     }
 
-    /// GPU pipeline: batches submitted to the device and not yet finished (default 4, at
-    /// least 1): one more than the decoder's streams (`GpuOptions::decode_streams`, 3), so
-    /// the next batch plans and uploads while every stream decodes. With fewer, host and
-    /// device work alternate more than they overlap.
-    pub fn gpu_in_flight(mut self, batches: usize) -> Self {
-        self.gpu_in_flight = batches.max(1);
-        self
-    }
-
-    /// GPU pipeline: most stored bytes of the batches on the device at once (default 8 GiB),
-    /// which sit in pinned host memory until their batch finishes; past it the worker finishes
-    /// older batches before it submits the next (one batch always goes through).
+    /// GPU decoding, when the builder opens the device: most stored bytes of the batches
+    /// being decoded at once (default 8 GiB), which sit in pinned host memory until their batch
+    /// is decoded; past it the next batch waits (one batch always goes through).
     pub fn gpu_pinned_memory(mut self, bytes: usize) -> Self {
-        self.gpu_pinned_memory = bytes;
+        self.config.gpu_pinned_memory = bytes;
         self
     }
 
-    /// Opens the dataset, checks the layout, and returns the stream of batches in host
-    /// memory. Must be called inside a Tokio runtime. For [`Device::Cuda`], use
-    /// `build_gpu` (feature `cuda`).
-    pub async fn build(self) -> Result<BatchStream> {
-        if let Device::Cuda(_) = self.device {
-            return Err(Error::UnsupportedDevice {
-                device: self.device,
-                reason:
-                    "host batches come from `build`; GPU batches from `build_gpu` (feature `cuda`)",
-            });
-        }
-        let (runtime, dataset, batcher, stages) = self.prepare().await?;
-        BatchStream::start(runtime, dataset, batcher, stages)
+    /// Opens the dataset, checks the layout, opens the GPU if a stage runs there, and returns
+    /// the stream of batches: read plans, then `fetch_batches`, `decode_batches`,
+    /// `collate_batches` and `prefetch`, the chain a user can also compose by hand. Must be
+    /// called inside a Tokio runtime.
+    pub async fn build(mut self) -> Result<BatchStream<P>> {
+        let gpu = self.open_gpu_if_used()?;
+        let decoder = self.stage_decoder(&gpu)?;
+        let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
+        let (dataset, batcher, collate) = self.config.prepare().await?;
+        let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
+        let device = P::device(&gpu);
+        let chain = stream::iter(batcher.read_plans())
+            .fetch_batches(prefetch, reads)
+            .decode_batches(decoder)
+            .collate_batches(collator)
+            .prefetch(prefetch);
+        Ok(BatchStream::new(chain, dataset, batcher, device))
     }
 
-    /// Opens the dataset and returns the stream of batches decoded and collated on the GPU
-    /// chosen with [`device`](Self::device) (default `cuda:0`), in device memory.
-    #[cfg(feature = "cuda")]
-    pub async fn build_gpu(mut self) -> Result<BatchStream<crate::GpuBatch>> {
-        let ordinal = match self.device {
-            Device::Cuda(ordinal) => ordinal,
-            Device::Cpu => 0,
-        };
-        let gpu = match self.gpu.take() {
-            Some(gpu) => gpu,
-            None => {
-                let options = zarrpipe_codec_gpu::GpuOptions {
-                    device: ordinal,
-                    ..Default::default()
-                };
-                crate::GpuDevice::open(options, self.gpu_tensor_memory)?
+    /// The GPU, when a stage runs there: the one given, or opened on `device`.
+    fn open_gpu_if_used(&mut self) -> Result<StageGpu> {
+        let needed = self.config.decode_on == DecodeOn::Gpu || P::NEEDS_GPU;
+        #[cfg(feature = "cuda")]
+        if needed {
+            if let Some(gpu) = self.config.gpu.take() {
+                return Ok(Some(gpu));
             }
-        };
-        self.device = Device::Cuda(gpu.decoder().stream().context().ordinal());
-        let limits = crate::gpu::InFlightLimits {
-            batches: self.gpu_in_flight,
-            pinned_bytes: self.gpu_pinned_memory,
-        };
-        let (runtime, dataset, batcher, stages) = self.prepare().await?;
-        crate::gpu::start(runtime, dataset, batcher, stages, gpu, limits)
+            let ordinal = match self.config.device {
+                Device::Cuda(ordinal) => ordinal,
+                Device::Cpu => 0,
+            };
+            let options = zarrpipe_codec_gpu::GpuOptions {
+                device: ordinal,
+                pinned_memory: self.config.gpu_pinned_memory,
+                ..Default::default()
+            };
+            return Ok(Some(crate::GpuDevice::open(
+                options,
+                self.config.gpu_tensor_memory,
+            )?));
+        }
+        match needed {
+            true => Err(Error::UnsupportedDevice {
+                device: self.config.device,
+                reason: "GPU stages need the `cuda` feature",
+            }),
+            false => Ok(StageGpu::default()),
+        }
     }
 
-    async fn prepare(self) -> Result<(tokio::runtime::Handle, Arc<Dataset>, Batcher, StageConfig)> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    fn stage_decoder(&self, gpu: &StageGpu) -> Result<Arc<dyn BatchDecoder>> {
+        if let Some(decoder) = &self.config.decoder {
+            return Ok(decoder.clone());
+        }
+        match self.config.decode_on {
+            DecodeOn::Cpu => Ok(Arc::new(CpuDecoder::new())),
+            #[cfg(feature = "cuda")]
+            DecodeOn::Gpu => Ok(gpu.as_ref().expect("opened for GPU decoding").decoder()),
+            #[cfg(not(feature = "cuda"))]
+            DecodeOn::Gpu => {
+                let _ = gpu;
+                unreachable!("refused when the GPU was opened")
+            }
+        }
+    }
+}
+
+/// The GPU the stages use, if any.
+#[cfg(feature = "cuda")]
+pub(crate) type StageGpu = Option<Arc<crate::GpuDevice>>;
+/// Without `cuda`, no stage runs on a GPU.
+#[cfg(not(feature = "cuda"))]
+pub(crate) type StageGpu = ();
+
+/// Where a pipeline collates: the places a builder can make tensors in ([`Host`], and
+/// [`Gpu`](zarrpipe_collate::Gpu) with the `cuda` feature).
+pub trait CollateOn: Place + Sized {
+    /// Whether collating here needs the GPU.
+    const NEEDS_GPU: bool;
+
+    /// The collator for `layout` with `options`.
+    #[doc(hidden)]
+    fn collator(
+        layout: Arc<SampleLayout>,
+        options: CollateOptions,
+        gpu: &StageGpu,
+    ) -> Result<Arc<dyn BatchCollator<Place = Self>>>;
+
+    /// Where the batches end up.
+    #[doc(hidden)]
+    fn device(gpu: &StageGpu) -> Device;
+}
+
+impl CollateOn for Host {
+    const NEEDS_GPU: bool = false;
+
+    fn collator(
+        layout: Arc<SampleLayout>,
+        options: CollateOptions,
+        _gpu: &StageGpu,
+    ) -> Result<Arc<dyn BatchCollator<Place = Host>>> {
+        Ok(Arc::new(HostCollator::with_options(layout, options)?))
+    }
+
+    fn device(_gpu: &StageGpu) -> Device {
+        Device::Cpu
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl CollateOn for zarrpipe_collate::Gpu {
+    const NEEDS_GPU: bool = true;
+
+    fn collator(
+        layout: Arc<SampleLayout>,
+        options: CollateOptions,
+        gpu: &StageGpu,
+    ) -> Result<Arc<dyn BatchCollator<Place = Self>>> {
+        let gpu = gpu.as_ref().expect("opened for GPU collation");
+        Ok(Arc::new(gpu.collator(layout, options)?))
+    }
+
+    fn device(gpu: &StageGpu) -> Device {
+        let gpu = gpu.as_ref().expect("opened for GPU collation");
+        Device::Cuda(gpu.decoder().context().ordinal())
+    }
+}
+
+impl Config {
+    /// Opens the dataset and resolves the layout, the batcher and the collate options.
+    async fn prepare(self) -> Result<(Arc<Dataset>, Batcher, CollateOptions)> {
+        tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let dataset = match self.source {
             Source::Url(url) => Arc::new(Dataset::open_with(&url, &self.store_options).await?),
             Source::Dataset(dataset) => dataset,
@@ -378,14 +509,6 @@ impl PipelineBuilder {
             let latitudes = coordinate_values(&dataset, dim).await?;
             collate.latitude_weights = Some(LatitudeWeights::from_degrees(dim, &latitudes));
         }
-        let stages = StageConfig {
-            decoder: self.decoder.unwrap_or_else(|| Arc::new(CpuDecoder::new())),
-            fetch_concurrency: self.fetch_concurrency,
-            decode_concurrency: self.decode_concurrency,
-            prefetch: self.prefetch,
-            device: self.device,
-            collate,
-        };
-        Ok((runtime, dataset, batcher, stages))
+        Ok((dataset, batcher, collate))
     }
 }

@@ -1,9 +1,14 @@
-//! Compose the stages (fetch, decode, collate) into one stream of training batches, with
-//! batches loaded ahead of the consumer as Tokio tasks, bounded memory, and metrics.
+//! Compose the stages into one stream of training batches: read plans
+//! ([`Batcher::read_plans`](zarrpipe_batcher::Batcher::read_plans)), `fetch_batches`
+//! (zarrpipe-store), `decode_batches` (zarrpipe-codec-gpu), `collate_batches`
+//! (zarrpipe-collate) and [`prefetch`](PipelineExt::prefetch), ended by a [`BatchStream`] that
+//! keeps metrics and the epoch's resumable state. Each stage runs on the CPU or the GPU:
+//! decoding by a value ([`DecodeOn`], or any `Arc<dyn BatchDecoder>`), collation by the place
+//! of the tensors ([`Host`], or `Gpu` with the `cuda` feature).
 //!
 //! ```no_run
 //! use futures::TryStreamExt;
-//! use zarrpipe_pipeline::Pipeline;
+//! use zarrpipe_pipeline::{DecodeOn, Pipeline};
 //!
 //! # async fn demo() -> zarrpipe_pipeline::Result<()> {
 //! let mut batches = Pipeline::builder("data/sample.zarr")
@@ -11,7 +16,8 @@
 //!     .window("latitude", 64, 64)
 //!     .window("longitude", 64, 64)
 //!     .batch_size(8)
-//!     .build()
+//!     .decode_on(DecodeOn::Cpu) // DecodeOn::Gpu with the `cuda` feature
+//!     .build()                  // `.collate_on_gpu().build()` for tensors in GPU memory
 //!     .await?;
 //! while let Some(batch) = batches.try_next().await? {
 //!     println!("batch {} {:?}", batch.index, batch.inputs.shape());
@@ -20,27 +26,71 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`PipelineBuilder::build`] delivers batches to host memory. With the `cuda` feature,
-//! [`PipelineBuilder::build_gpu`] decodes and collates on a GPU and delivers [`GpuBatch`]es in
-//! device memory.
+//! The same chain by hand, with metrics and a resumable state:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use futures::{stream, TryStreamExt};
+//! use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+//! use zarrpipe_codec_gpu::{CpuDecoder, DecodeBatchesExt};
+//! use zarrpipe_collate::{CollateBatchesExt, HostCollator};
+//! use zarrpipe_core::Device;
+//! use zarrpipe_pipeline::{BatchStream, PipelineExt};
+//! use zarrpipe_store::{Dataset, FetchBatchesExt};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let dataset = Arc::new(Dataset::open("data/sample.zarr").await?);
+//! let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &WindowSpec::new())?);
+//! let batcher = Batcher::new(layout.clone(), 8, false)?;
+//! let chain = stream::iter(batcher.read_plans())
+//!     .fetch_batches(4, 64)
+//!     .decode_batches(Arc::new(CpuDecoder::new()))
+//!     .collate_batches(Arc::new(HostCollator::new(layout)))
+//!     .prefetch(4);
+//! let mut batches = BatchStream::new(chain, dataset, batcher, Device::Cpu);
+//! while let Some(batch) = batches.try_next().await? {
+//!     let _resume_from = batches.state();
+//! }
+//! # Ok(()) }
+//! ```
 
 mod builder;
-#[cfg(feature = "candle")]
-mod candle;
 mod error;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod metrics;
+mod prefetch;
 mod select;
 mod stream;
 
-pub use builder::{Pipeline, PipelineBuilder};
-#[cfg(feature = "candle")]
-pub use candle::CandleBatch;
+pub use builder::{CollateOn, DecodeOn, Pipeline, PipelineBuilder};
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};
 pub use metrics::{Metrics, MetricsSnapshot};
+pub use prefetch::Prefetch;
 pub use select::{index_range, resolve_selections, CoordValue, Selection};
-pub use stream::{Batch, BatchStream, Delivered};
-pub use zarrpipe_collate::{CollateOptions, Normalization, TensorDType};
+pub use stream::BatchStream;
+#[cfg(feature = "candle")]
+pub use zarrpipe_collate::Candle;
+#[cfg(feature = "cuda")]
+pub use zarrpipe_collate::Gpu;
+pub use zarrpipe_collate::{Batch, CollateOptions, Host, Normalization, Place, TensorDType};
+
+/// A batch handed to candle (feature `candle`, see `GpuBatch::into_candle`).
+#[cfg(feature = "candle")]
+pub type CandleBatch = Batch<Candle>;
+
+/// The prefetch stage, for any chain.
+pub trait PipelineExt: futures::Stream + Sized + Send + 'static
+where
+    Self::Item: Send,
+{
+    /// Runs the chain on its own Tokio task, up to `batches` items ahead of the consumer.
+    /// Poll it inside a Tokio runtime; dropping it stops the chain.
+    fn prefetch(self, batches: usize) -> Prefetch<Self> {
+        Prefetch::new(self, batches)
+    }
+}
+
+impl<St: futures::Stream + Send + 'static> PipelineExt for St where St::Item: Send {}

@@ -1,6 +1,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use zarrpipe_core::BatchStats;
+
 /// Counters a pipeline updates as it runs; read them with [`Metrics::snapshot`].
 ///
 /// Busy times add up the time each chunk or batch spent in a stage, so with many chunks in
@@ -20,9 +22,8 @@ pub struct Metrics {
     batches: AtomicU64,
     gpu_planning_nanos: AtomicU64,
     gpu_nanos: AtomicU64,
-    queue_depth_sum: AtomicU64,
-    on_device_sum: AtomicU64,
-    queue_samples: AtomicU64,
+    cpu_decoded_chunks: AtomicU64,
+    gpu_decoded_chunks: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -41,16 +42,17 @@ pub struct MetricsSnapshot {
     pub delivered_bytes: u64,
     pub samples: u64,
     pub batches: u64,
-    /// GPU pipeline: host time planning and staging batches for the GPU.
+    /// Host time planning and staging batches for the GPU decoder.
     pub gpu_planning_busy: Duration,
-    /// GPU pipeline: device time from a batch's start on its decode stream to its collated
-    /// tensors (upload wait, decompression, kernels, collation), summed over batches; two
-    /// batches decode at once, so this can exceed the wall-clock time.
+    /// Device time batches took on the GPU, summed over batches: for GPU decoding, from a
+    /// batch's submission until its decoded chunks were checked (waits behind other batches
+    /// included); for GPU collation, from its first upload or kernel to its last (measured
+    /// with CUDA events). Batches overlap, so this can exceed the wall-clock time.
     pub gpu_busy: Duration,
-    /// GPU pipeline: mean number of batches read and waiting for the GPU worker, and mean
-    /// number on the GPU, seen each time the worker took a batch.
-    pub mean_queue_depth: f64,
-    pub mean_on_device: f64,
+    /// Chunks decoded on the CPU (a GPU decoder's CPU fallbacks included).
+    pub cpu_decoded_chunks: u64,
+    /// Chunks decoded on the GPU.
+    pub gpu_decoded_chunks: u64,
 }
 
 impl MetricsSnapshot {
@@ -67,58 +69,35 @@ fn add(counter: &AtomicU64, value: u64) {
     counter.fetch_add(value, Ordering::Relaxed);
 }
 
-fn mean(sum: u64, count: u64) -> f64 {
-    if count == 0 {
-        0.0
-    } else {
-        sum as f64 / count as f64
-    }
-}
-
 fn nanos(duration: Duration) -> u64 {
     duration.as_nanos().min(u64::MAX as u128) as u64
 }
 
 impl Metrics {
-    pub(crate) fn add_fetch(&self, busy: Duration, stored: usize, missing: bool) {
-        add(&self.fetch_nanos, nanos(busy));
-        add(&self.chunks, 1);
-        add(&self.stored_bytes, stored as u64);
-        add(&self.missing_chunks, missing as u64);
-    }
-
-    pub(crate) fn add_decode(&self, busy: Duration, decoded: usize) {
-        add(&self.decode_nanos, nanos(busy));
-        add(&self.decoded_bytes, decoded as u64);
-    }
-
-    pub(crate) fn add_collate(&self, busy: Duration) {
-        add(&self.collate_nanos, nanos(busy));
-    }
-
-    pub(crate) fn add_delivered(&self, samples: usize, bytes: usize, waited: Duration) {
+    /// Counts a delivered batch: what its stages cost, its samples and tensor bytes, and how
+    /// long the consumer waited for it.
+    pub(crate) fn add_batch(
+        &self,
+        stats: &BatchStats,
+        samples: usize,
+        tensor_bytes: usize,
+        waited: Duration,
+    ) {
+        add(&self.fetch_nanos, nanos(stats.fetch_busy));
+        add(&self.chunks, stats.chunks);
+        add(&self.stored_bytes, stats.stored_bytes);
+        add(&self.missing_chunks, stats.missing_chunks);
+        add(&self.decode_nanos, nanos(stats.decode_busy));
+        add(&self.decoded_bytes, stats.decoded_bytes);
+        add(&self.collate_nanos, nanos(stats.collate_busy));
+        add(&self.gpu_planning_nanos, nanos(stats.gpu_planning));
+        add(&self.gpu_nanos, nanos(stats.gpu_busy));
+        add(&self.cpu_decoded_chunks, stats.cpu_decoded_chunks);
+        add(&self.gpu_decoded_chunks, stats.gpu_decoded_chunks);
         add(&self.samples, samples as u64);
         add(&self.batches, 1);
-        add(&self.delivered_bytes, bytes as u64);
+        add(&self.delivered_bytes, tensor_bytes as u64);
         add(&self.wait_nanos, nanos(waited));
-    }
-
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn add_gpu_planning(&self, busy: Duration) {
-        add(&self.gpu_planning_nanos, nanos(busy));
-    }
-
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn add_gpu(&self, busy: Duration, decoded: usize) {
-        add(&self.gpu_nanos, nanos(busy));
-        add(&self.decoded_bytes, decoded as u64);
-    }
-
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn add_queue_depth(&self, waiting: usize, on_device: usize) {
-        add(&self.queue_depth_sum, waiting as u64);
-        add(&self.on_device_sum, on_device as u64);
-        add(&self.queue_samples, 1);
     }
 
     pub fn snapshot(&self) -> MetricsSnapshot {
@@ -138,8 +117,8 @@ impl Metrics {
             batches: load(&self.batches),
             gpu_planning_busy: time(&self.gpu_planning_nanos),
             gpu_busy: time(&self.gpu_nanos),
-            mean_queue_depth: mean(load(&self.queue_depth_sum), load(&self.queue_samples)),
-            mean_on_device: mean(load(&self.on_device_sum), load(&self.queue_samples)),
+            cpu_decoded_chunks: load(&self.cpu_decoded_chunks),
+            gpu_decoded_chunks: load(&self.gpu_decoded_chunks),
         }
     }
 }

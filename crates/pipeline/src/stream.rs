@@ -1,79 +1,24 @@
+//! [`BatchStream`]: the end of a chain, whether the builder made it or a user composed it. It
+//! counts what the consumer receives into [`Metrics`] (each batch carries what its stages
+//! cost) and knows the epoch's position, so any chain gets metrics and a resumable state.
+
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use futures::stream::{self, BoxStream, FusedStream, Stream, StreamExt, TryStreamExt};
-use ndarray::ArrayD;
-use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
-use zarrpipe_batcher::{Batcher, Sample, SampleLayout, SamplerState};
-use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
-use zarrpipe_collate::{collate_on_rayon, CollateOptions, DecodedBatch, HostCollator};
+use futures::stream::{BoxStream, FusedStream, Stream, StreamExt};
+use zarrpipe_batcher::{Batcher, SampleLayout, SamplerState};
+use zarrpipe_collate::{Batch, Host, Place};
 use zarrpipe_core::Device;
-use zarrpipe_store::{Dataset, FetchExt};
+use zarrpipe_store::Dataset;
 
 use crate::{Error, Metrics, MetricsSnapshot, Result};
 
-/// One batch of samples: `inputs` is `[batch, channel, window...]` float32 in host memory.
-#[derive(Clone, Debug)]
-pub struct Batch {
-    /// The batch's number in the epoch.
-    pub index: u64,
-    pub inputs: ArrayD<f32>,
-    /// With forecasting pairs: `[batch, leads x channels, window...]`, the same windows at each
-    /// lead time.
-    pub targets: Option<ArrayD<f32>>,
-    /// With padded windows ([`Edge::Pad`](zarrpipe_batcher::Edge)): `[batch, window...]`, 1
-    /// where `inputs` holds data, 0 where it holds the pad value.
-    pub mask: Option<ArrayD<u8>>,
-    /// With [`CollateOptions::nan_mask`]: the inputs' shape, 0 where the value was NaN.
-    pub nan_mask: Option<ArrayD<u8>>,
-    /// With [`CollateOptions::latitude_weights`]: `[batch, latitude window]`.
-    pub latitude_weights: Option<ArrayD<f32>>,
-    pub samples: Vec<Sample>,
-}
-
-/// What a stream delivers: host [`Batch`]es, or device batches with the `cuda` feature.
-pub trait Delivered: Send + 'static {
-    /// The batch's number in the epoch.
-    fn index(&self) -> u64;
-    fn num_samples(&self) -> usize;
-    /// Bytes of the input and target tensors.
-    fn tensor_bytes(&self) -> usize;
-}
-
-impl Delivered for Batch {
-    fn index(&self) -> u64 {
-        self.index
-    }
-
-    fn num_samples(&self) -> usize {
-        self.samples.len()
-    }
-
-    fn tensor_bytes(&self) -> usize {
-        let targets = self.targets.as_ref().map_or(0, |targets| targets.len());
-        (self.inputs.len() + targets) * std::mem::size_of::<f32>()
-    }
-}
-
-/// How the stages run.
-#[derive(Clone, Debug)]
-pub(crate) struct StageConfig {
-    pub decoder: Arc<dyn ChunkDecoder>,
-    pub fetch_concurrency: usize,
-    pub decode_concurrency: usize,
-    pub prefetch: usize,
-    pub device: Device,
-    pub collate: CollateOptions,
-}
-
-/// The stream of batches of one epoch. Batches are loaded `prefetch` ahead as Tokio tasks;
-/// dropping the stream aborts them, and queued decode work is skipped.
+/// The stream of batches of one epoch. Dropping it stops the chain behind it.
 #[must_use = "streams do nothing unless polled"]
-pub struct BatchStream<B: Delivered = Batch> {
-    inner: BoxStream<'static, Result<B>>,
+pub struct BatchStream<P: Place = Host> {
+    inner: BoxStream<'static, Result<Batch<P>>>,
     dataset: Arc<Dataset>,
     layout: Arc<SampleLayout>,
     batcher: Batcher,
@@ -86,7 +31,7 @@ pub struct BatchStream<B: Delivered = Batch> {
     done: bool,
 }
 
-impl<B: Delivered> std::fmt::Debug for BatchStream<B> {
+impl<P: Place> std::fmt::Debug for BatchStream<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BatchStream")
             .field("dataset", &self.dataset.url())
@@ -97,87 +42,29 @@ impl<B: Delivered> std::fmt::Debug for BatchStream<B> {
     }
 }
 
-/// Aborts the batch's task when the stream drops it before it finished.
-struct AbortOnDrop<T>(JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Runs batch `index`'s loading as a Tokio task; the returned future gives its result, and
-/// dropping that future (the stream dropped the batch) aborts the task.
-pub(crate) fn spawn_batch<T: Send + 'static>(
-    runtime: &Handle,
-    index: u64,
-    load: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) -> impl std::future::Future<Output = Result<T>> {
-    let mut task = AbortOnDrop(runtime.spawn(load));
-    async move {
-        (&mut task.0).await.map_err(|source| Error::TaskFailed {
-            batch: index,
-            source,
-        })?
-    }
-}
-
-impl BatchStream<Batch> {
-    pub(crate) fn start(
-        runtime: Handle,
-        dataset: Arc<Dataset>,
-        batcher: Batcher,
-        stages: StageConfig,
-    ) -> Result<Self> {
-        let layout = batcher.layout().clone();
-        let metrics = Arc::new(Metrics::default());
-        let collator = Arc::new(HostCollator::with_options(
-            layout.clone(),
-            stages.collate.clone(),
-        )?);
-        let prefetch = stages.prefetch;
-        let device = stages.device;
-        let task_metrics = metrics.clone();
-        let batches = batcher.batches();
-        let inner = stream::iter(batches)
-            .map(move |(index, samples)| {
-                let load = load_batch(
-                    index,
-                    samples,
-                    stages.clone(),
-                    collator.clone(),
-                    task_metrics.clone(),
-                );
-                spawn_batch(&runtime, index, load)
-            })
-            .buffered(prefetch)
-            .boxed();
-        Ok(Self::new(inner, dataset, batcher, device, metrics))
-    }
-}
-
-impl<B: Delivered> BatchStream<B> {
-    pub(crate) fn new(
-        inner: BoxStream<'static, Result<B>>,
-        dataset: Arc<Dataset>,
-        batcher: Batcher,
-        device: Device,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+impl<P: Place> BatchStream<P> {
+    /// Wraps a chain that delivers the batches of `batcher`'s epoch, in order, from
+    /// `dataset`, into `device`'s memory (see the crate's example).
+    pub fn new<St, E>(batches: St, dataset: Arc<Dataset>, batcher: Batcher, device: Device) -> Self
+    where
+        St: Stream<Item = std::result::Result<Batch<P>, E>> + Send + 'static,
+        E: Into<Error>,
+    {
         Self {
-            inner,
+            inner: batches.map(|batch| batch.map_err(Into::into)).boxed(),
             dataset,
             layout: batcher.layout().clone(),
             num_batches: batcher.num_batches(),
             delivered: batcher.first_batch(),
             batcher,
             device,
-            metrics,
+            metrics: Arc::new(Metrics::default()),
             waiting_since: None,
             done: false,
         }
     }
 
+    /// The dataset the batches come from.
     pub fn dataset(&self) -> &Arc<Dataset> {
         &self.dataset
     }
@@ -193,7 +80,8 @@ impl<B: Delivered> BatchStream<B> {
     }
 
     /// What to save to resume this epoch later with exactly the batches not yet delivered
-    /// (pass it to [`PipelineBuilder::resume`](crate::PipelineBuilder::resume)).
+    /// (pass it to [`PipelineBuilder::resume`](crate::PipelineBuilder::resume) or
+    /// [`Batcher::resume`]).
     pub fn state(&self) -> SamplerState {
         self.batcher.state(self.delivered)
     }
@@ -214,8 +102,8 @@ impl<B: Delivered> BatchStream<B> {
     }
 }
 
-impl<B: Delivered> Stream for BatchStream<B> {
-    type Item = Result<B>;
+impl<P: Place> Stream for BatchStream<P> {
+    type Item = Result<Batch<P>>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.done {
@@ -228,9 +116,13 @@ impl<B: Delivered> Stream for BatchStream<B> {
             self.waiting_since = None;
             match item {
                 Some(Ok(batch)) => {
-                    self.delivered = batch.index() + 1;
-                    self.metrics
-                        .add_delivered(batch.num_samples(), batch.tensor_bytes(), waited);
+                    self.delivered = batch.index + 1;
+                    self.metrics.add_batch(
+                        &batch.stats,
+                        batch.samples.len(),
+                        batch.tensor_bytes(),
+                        waited,
+                    );
                 }
                 Some(Err(_)) => {}
                 None => self.done = true,
@@ -244,40 +136,8 @@ impl<B: Delivered> Stream for BatchStream<B> {
     }
 }
 
-impl<B: Delivered> FusedStream for BatchStream<B> {
+impl<P: Place> FusedStream for BatchStream<P> {
     fn is_terminated(&self) -> bool {
         self.done
     }
-}
-
-/// Reads, decodes and collates one batch.
-async fn load_batch(
-    index: u64,
-    samples: Vec<Sample>,
-    stages: StageConfig,
-    collator: Arc<HostCollator>,
-    metrics: Arc<Metrics>,
-) -> Result<Batch> {
-    let requests = collator.layout().read_plan(&samples);
-    let chunks: Vec<DecodedChunk> = stream::iter(requests)
-        .fetch(stages.fetch_concurrency)
-        .decode(stages.decoder.clone(), stages.decode_concurrency)
-        .inspect_ok(|chunk| {
-            metrics.add_fetch(chunk.fetch_time, chunk.stored_len, chunk.missing);
-            metrics.add_decode(chunk.decode_time, chunk.bytes.len());
-        })
-        .try_collect()
-        .await?;
-    let started = Instant::now();
-    let collated = collate_on_rayon(collator, DecodedBatch { samples, chunks }).await?;
-    metrics.add_collate(started.elapsed());
-    Ok(Batch {
-        index,
-        inputs: collated.tensor,
-        targets: collated.targets,
-        mask: collated.mask,
-        nan_mask: collated.nan_mask,
-        latitude_weights: collated.latitude_weights,
-        samples: collated.samples,
-    })
 }

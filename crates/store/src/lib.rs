@@ -27,6 +27,7 @@ mod cloud;
 mod dataset;
 mod error;
 mod fetch;
+mod fetch_batches;
 mod io;
 mod location;
 mod metadata;
@@ -35,12 +36,14 @@ mod ranges;
 mod variable;
 
 use futures::Stream;
+use zarrpipe_core::Staged;
 
 pub use cache::DiskCache;
 pub use chunk::{ChunkRequest, EncodedChunk};
 pub use dataset::Dataset;
 pub use error::{Error, Result};
 pub use fetch::{fetch_chunk, Fetch};
+pub use fetch_batches::FetchBatches;
 pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
@@ -56,3 +59,19 @@ pub trait FetchExt: Stream<Item = ChunkRequest> + Sized {
 }
 
 impl<St: Stream<Item = ChunkRequest>> FetchExt for St {}
+
+/// The fetch stage at batch level: for a stream of batches (each a [`Staged`] holding its
+/// chunk requests, as a batcher's read plans give them).
+pub trait FetchBatchesExt<M>: Stream<Item = Staged<M, Vec<ChunkRequest>>> + Sized {
+    /// Reads each batch's chunks, `batches_at_once` batches at once and up to
+    /// `reads_per_batch` chunks of each, in order; the batch's stats count the chunks, their
+    /// stored bytes and read time.
+    fn fetch_batches(self, batches_at_once: usize, reads_per_batch: usize) -> FetchBatches<Self, M>
+    where
+        M: Send + 'static,
+    {
+        fetch_batches::fetch_batches(self, batches_at_once, reads_per_batch)
+    }
+}
+
+impl<M, St: Stream<Item = Staged<M, Vec<ChunkRequest>>>> FetchBatchesExt<M> for St {}

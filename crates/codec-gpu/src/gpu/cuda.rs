@@ -47,6 +47,16 @@ pub struct GpuDecoder {
     /// Set when the device faulted: CUDA errors of that kind stick to the context, so every
     /// later batch is refused with this reason.
     fault: Mutex<Option<String>>,
+    /// Pinned staging memory for batches being decoded, in units of [`PINNED_UNIT`] bytes.
+    pinned: Arc<tokio::sync::Semaphore>,
+}
+
+/// The granularity of the pinned-memory budget.
+const PINNED_UNIT: usize = 1 << 16;
+
+/// The pinned-memory budget in units (a `u32` count, as the semaphore takes them).
+fn pinned_units(options: &GpuOptions) -> usize {
+    (options.pinned_memory / PINNED_UNIT).clamp(1, u32::MAX as usize)
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -277,6 +287,7 @@ impl GpuDecoder {
             .new_stream()
             .map_err(cuda_error("creating a stream"))?;
         let kernels = Kernels::load(&context)?;
+        let pinned_units = pinned_units(&options);
         Ok(Self {
             context,
             lanes,
@@ -287,6 +298,7 @@ impl GpuDecoder {
             options,
             slots: SlotPool::default(),
             fault: Mutex::new(None),
+            pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
         })
     }
 
@@ -295,6 +307,24 @@ impl GpuDecoder {
         self.context
             .name()
             .unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// How the decoder runs.
+    pub fn options(&self) -> &GpuOptions {
+        &self.options
+    }
+
+    /// Waits until `stored` bytes of pinned staging memory are free for a batch (at once when
+    /// no other batch holds any, however large this one is); dropping the permit frees them.
+    pub(crate) async fn reserve_pinned(&self, stored: usize) -> tokio::sync::OwnedSemaphorePermit {
+        let units = stored
+            .div_ceil(PINNED_UNIT)
+            .clamp(1, pinned_units(&self.options)) as u32;
+        self.pinned
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .expect("the semaphore is never closed")
     }
 
     /// Where nvCOMP was loaded from.
@@ -890,6 +920,12 @@ impl DeviceBatch {
     /// The device buffer holding every chunk (see [`DeviceChunk::offset`]).
     pub fn buffer(&self) -> &CudaSlice<u8> {
         &self.buffer
+    }
+
+    /// The stream that decoded the chunks: work reading them goes there (or waits on it),
+    /// and the buffer is freed in its order.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// Decoded bytes in the batch's buffer.

@@ -10,6 +10,8 @@ use crate::DecodePath;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
+mod decode_stage;
+#[cfg(feature = "cuda")]
 mod kernels;
 #[cfg(feature = "cuda")]
 mod nvcomp;
@@ -47,6 +49,9 @@ pub struct GpuOptions {
     /// one thread block, so a call over few large chunks leaves most of the GPU idle; batches
     /// on other streams fill it. Each stream keeps its own nvCOMP scratch memory.
     pub decode_streams: usize,
+    /// Most stored bytes of the batches being decoded at once, which sit in pinned host
+    /// memory until their batch is decoded (one batch always goes through, however large).
+    pub pinned_memory: usize,
 }
 
 impl Default for GpuOptions {
@@ -58,6 +63,7 @@ impl Default for GpuOptions {
             check_zstd_tables: true,
             group_bytes: 1 << 30,
             decode_streams: 3,
+            pinned_memory: 8 << 30,
         }
     }
 }

@@ -11,12 +11,27 @@ use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaStream};
 use super::cuda_error;
 use super::pool::DeviceTensor;
 use crate::options::TensorDType;
-use crate::{Error, Result};
+use super::Gpu;
+use crate::{Batch, Error, Result};
 
 fn candle_error(what: &str) -> impl FnOnce(candle_core::Error) -> Error + '_ {
     move |error| Error::Cuda {
         what: what.into(),
         source: Box::new(error),
+    }
+}
+
+/// candle's memory: candle `Tensor`s on the pipeline's GPU, complete in candle's stream order.
+#[derive(Clone, Copy, Debug)]
+pub struct Candle;
+
+impl crate::Place for Candle {
+    type Tensor = Tensor;
+    type Mask = Tensor;
+    type Ready = ();
+
+    fn tensor_bytes(tensor: &Tensor) -> usize {
+        tensor.elem_count() * tensor.dtype().size_in_bytes()
     }
 }
 
@@ -86,5 +101,27 @@ impl Handoff<'_> {
                 .upgrade_device_ptr::<T>(self.address, self.bytes / std::mem::size_of::<T>())
         };
         CudaStorage::wrap_cuda_slice(slice, self.device.clone())
+    }
+}
+
+impl Batch<Gpu> {
+    /// Hands the batch to candle on `device`, the `candle_core::Device` the model runs on (it
+    /// must be on the pipeline's GPU). candle's stream waits for the batch on the device, so
+    /// this does not block. The tensors leave the pipeline's pool: candle frees them.
+    pub fn into_candle(self, device: &candle_core::Device) -> Result<Batch<Candle>> {
+        let ready = &self.ready;
+        let hand = |tensor: DeviceTensor| tensor.into_candle(device, ready);
+        let optional = |tensor: Option<DeviceTensor>| tensor.map(hand).transpose();
+        Ok(Batch {
+            index: self.index,
+            inputs: hand(self.inputs)?,
+            targets: optional(self.targets)?,
+            mask: optional(self.mask)?,
+            nan_mask: optional(self.nan_mask)?,
+            latitude_weights: optional(self.latitude_weights)?,
+            samples: self.samples,
+            ready: (),
+            stats: self.stats,
+        })
     }
 }

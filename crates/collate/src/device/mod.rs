@@ -5,6 +5,8 @@
 
 #[cfg(feature = "candle")]
 mod candle;
+mod collate_stage;
+mod gpu_place;
 mod pool;
 mod staging;
 
@@ -12,12 +14,15 @@ use std::sync::Arc;
 
 use zarrpipe_batcher::{Sample, SampleLayout};
 use zarrpipe_codec_gpu::cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use zarrpipe_codec_gpu::{kernel, load_module};
 use zarrpipe_core::DType;
 use zarrpipe_store::ChunkRequest;
 
+#[cfg(feature = "candle")]
+pub use candle::Candle;
+pub use gpu_place::Gpu;
 pub use pool::{DeviceTensor, TensorPool};
 use staging::Staging;
 
@@ -37,22 +42,9 @@ fn cuda_error(
     }
 }
 
-/// A batch collated on the device. Its tensors are complete once `ready` has completed:
-/// make the consumer's stream wait on it (or synchronise it) before reading them.
-#[derive(Debug)]
-pub struct DeviceTensors {
-    pub inputs: DeviceTensor,
-    pub targets: Option<DeviceTensor>,
-    /// Padding mask `[batch, window...]` (u8), as on the host.
-    pub mask: Option<DeviceTensor>,
-    /// With [`CollateOptions::nan_mask`]: the inputs' shape, u8, 0 where the value was NaN.
-    pub nan_mask: Option<DeviceTensor>,
-    /// With [`CollateOptions::latitude_weights`]: `[batch, latitude window]`, f32.
-    pub latitude_weights: Option<DeviceTensor>,
-    pub ready: CudaEvent,
-}
-
-/// Gathers batches from chunks decoded on the GPU, on the stream that decoded them.
+/// Collates batches into device tensors: chunks decoded on the GPU are gathered on the
+/// stream that decoded them; chunks decoded on the CPU are first uploaded, through reused
+/// pinned buffers, on the collator's own stream.
 pub struct DeviceCollator {
     /// For the padding mask, computed on the host.
     host: HostCollator,
@@ -64,6 +56,8 @@ pub struct DeviceCollator {
     statistics: Option<CudaSlice<f32>>,
     pool: TensorPool,
     staging: Staging,
+    /// Uploads of chunks decoded on the CPU, and their gathers.
+    stream: Arc<CudaStream>,
 }
 
 impl std::fmt::Debug for DeviceCollator {
@@ -75,7 +69,8 @@ impl std::fmt::Debug for DeviceCollator {
 }
 
 impl DeviceCollator {
-    /// Collates into tensors from `pool`; `stream` uploads the normalisation statistics.
+    /// Collates into tensors from `pool`; `stream` uploads the normalisation statistics and
+    /// the chunks decoded on the CPU.
     pub fn new(
         layout: Arc<SampleLayout>,
         options: CollateOptions,
@@ -107,6 +102,7 @@ impl DeviceCollator {
             staging: Staging::new(stream.context().clone()),
             statistics,
             pool,
+            stream,
         })
     }
 
@@ -118,14 +114,16 @@ impl DeviceCollator {
         self.host.layout()
     }
 
-    /// Enqueues the collation of `samples` from decoded chunks at device addresses.
-    pub fn collate(
+    /// Enqueues the collation of `samples` from decoded chunks at device addresses, on
+    /// `stream`, which orders the chunks' writes before (the caller keeps their buffers alive
+    /// until the returned batch's `ready`).
+    fn enqueue(
         &self,
         samples: &[Sample],
-        chunks: &[(ChunkRequest, u64)],
+        chunks: &[(&ChunkRequest, u64)],
         stream: &Arc<CudaStream>,
-    ) -> Result<DeviceTensors> {
-        let requests: Vec<&ChunkRequest> = chunks.iter().map(|(request, _)| request).collect();
+    ) -> Result<Tensors> {
+        let requests: Vec<&ChunkRequest> = chunks.iter().map(|&(request, _)| request).collect();
         let addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
         let plan = GatherPlan::new(self.layout(), samples, &requests)?;
         let (inputs, nan_mask) =
@@ -146,16 +144,12 @@ impl DeviceCollator {
             }
             None => None,
         };
-        let ready = stream
-            .record_event(None)
-            .map_err(cuda_error("recording the batch's event"))?;
-        Ok(DeviceTensors {
+        Ok(Tensors {
             inputs,
             targets,
             mask,
             nan_mask,
             latitude_weights,
-            ready,
         })
     }
 
@@ -303,6 +297,15 @@ impl DeviceCollator {
         self.staging.upload_to(tensor.device_ptr(), bytes, stream)?;
         Ok(tensor)
     }
+}
+
+/// A batch's tensors, enqueued.
+struct Tensors {
+    inputs: DeviceTensor,
+    targets: Option<DeviceTensor>,
+    mask: Option<DeviceTensor>,
+    nan_mask: Option<DeviceTensor>,
+    latitude_weights: Option<DeviceTensor>,
 }
 
 fn elementwise(len: u64) -> LaunchConfig {

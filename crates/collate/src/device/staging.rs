@@ -8,7 +8,12 @@ use zarrpipe_codec_gpu::cudarc::driver::{
     result, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
 
+use rayon::prelude::*;
+
 use super::cuda_error;
+
+/// Alignment of each part of [`Staging::upload_parts`] in its buffer.
+pub(super) const PART_ALIGN: usize = 256;
 use crate::Result;
 
 pub(super) struct Staging {
@@ -36,31 +41,91 @@ impl Staging {
 
     /// Uploads `bytes` to device address `dst`, in stream order.
     pub fn upload_to(&self, dst: u64, bytes: &[u8], stream: &Arc<CudaStream>) -> Result<()> {
-        if bytes.is_empty() {
+        self.upload_parts_to(dst, &[bytes], &[0], stream)
+    }
+
+    /// Uploads `parts` into one new device buffer, each at an offset aligned to
+    /// [`PART_ALIGN`], in stream order; returns the buffer and the offsets. The parts are
+    /// copied into one pinned buffer on every core, then uploaded in one copy.
+    pub fn upload_parts(
+        &self,
+        parts: &[&[u8]],
+        stream: &Arc<CudaStream>,
+    ) -> Result<(CudaSlice<u8>, Vec<usize>)> {
+        let mut offsets = Vec::with_capacity(parts.len());
+        let mut len = 0;
+        for part in parts {
+            offsets.push(len);
+            len = (len + part.len()).next_multiple_of(PART_ALIGN);
+        }
+        // SAFETY: written by the upload below before the stream reads it; the gaps between
+        // parts are never read.
+        let buffer = unsafe { stream.alloc::<u8>(len.max(1)) }
+            .map_err(cuda_error("allocating an upload buffer"))?;
+        self.upload_parts_to(buffer.device_ptr(stream).0, parts, &offsets, stream)?;
+        Ok((buffer, offsets))
+    }
+
+    /// Uploads each part to `dst` plus its offset, in one copy through a pinned buffer.
+    fn upload_parts_to(
+        &self,
+        dst: u64,
+        parts: &[&[u8]],
+        offsets: &[usize],
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let len = parts
+            .iter()
+            .zip(offsets)
+            .map(|(part, offset)| offset + part.len())
+            .max()
+            .unwrap_or(0);
+        if len == 0 {
             return Ok(());
         }
-        let mut buffers = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
-        let reusable = buffers
-            .iter()
-            .position(|(buffer, done)| buffer.len() >= bytes.len() && done.is_complete());
-        let mut pinned = match reusable {
-            Some(index) => buffers.swap_remove(index).0,
-            // SAFETY: host memory; every byte uploaded is written first.
-            None => unsafe { self.context.alloc_pinned::<u8>(bytes.len().max(1 << 16)) }
-                .map_err(cuda_error("allocating pinned memory"))?,
-        };
+        let mut pinned = self.take_pinned(len)?;
         let host = pinned
             .as_mut_slice()
             .map_err(cuda_error("mapping pinned memory"))?;
-        host[..bytes.len()].copy_from_slice(bytes);
+        let mut targets = Vec::with_capacity(parts.len());
+        let mut rest = &mut host[..len];
+        let mut at = 0;
+        for (part, &offset) in parts.iter().zip(offsets) {
+            let (_, tail) = rest.split_at_mut(offset - at);
+            let (target, tail) = tail.split_at_mut(part.len());
+            targets.push((target, *part));
+            rest = tail;
+            at = offset + part.len();
+        }
+        targets
+            .into_par_iter()
+            .for_each(|(target, part)| target.copy_from_slice(part));
         // SAFETY: `host` is pinned and not written again before `done` completes; `dst`
-        // holds `bytes.len()` bytes (the caller's buffer).
-        unsafe { result::memcpy_htod_async(dst, &host[..bytes.len()], stream.cu_stream()) }
+        // holds `len` bytes (the caller's buffer).
+        unsafe { result::memcpy_htod_async(dst, &host[..len], stream.cu_stream()) }
             .map_err(cuda_error("uploading to the device"))?;
         let done = stream
             .record_event(None)
             .map_err(cuda_error("recording an upload event"))?;
-        buffers.push((pinned, done));
+        self.buffers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((pinned, done));
         Ok(())
+    }
+
+    /// A pinned buffer of at least `len` bytes whose last upload has finished.
+    fn take_pinned(&self, len: usize) -> Result<PinnedHostSlice<u8>> {
+        let mut buffers = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        // The smallest free one that fits, so small uploads leave the large buffers alone.
+        let reusable = (0..buffers.len())
+            .filter(|&i| buffers[i].0.len() >= len && buffers[i].1.is_complete())
+            .min_by_key(|&i| buffers[i].0.len());
+        match reusable {
+            Some(index) => Ok(buffers.swap_remove(index).0),
+            // SAFETY: host memory; every byte uploaded is written first.
+            None => unsafe { self.context.alloc_pinned::<u8>(len.max(1 << 16)) }
+                .map_err(cuda_error("allocating pinned memory")),
+        }
     }
 }

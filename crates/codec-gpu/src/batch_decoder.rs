@@ -1,0 +1,95 @@
+//! The decode stage's swap point: a [`BatchDecoder`] turns one batch's encoded chunks into
+//! decoded chunks, in host memory ([`CpuDecoder`]) or in device memory (`GpuDecoder`, feature
+//! `cuda`). Collators take either, so a user swaps the decoder by swapping a value.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use zarrpipe_core::BatchStats;
+use zarrpipe_store::EncodedChunk;
+
+use crate::{ChunkDecoder, CpuDecoder, DecodePath, DecodedChunk, DeviceBatch, Result};
+
+/// One batch's decoded chunks, where the decoder left them.
+#[derive(Debug)]
+pub enum DecodedChunks {
+    /// In host memory, one buffer per chunk, in the order of the batch's chunks.
+    Host(Vec<DecodedChunk>),
+    /// In device memory: one buffer that owns the chunks and the stream that wrote them, so
+    /// work on them is ordered after the decoding and the buffer outlives it.
+    Device(DeviceBatch),
+}
+
+impl DecodedChunks {
+    /// Number of chunks.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Host(chunks) => chunks.len(),
+            Self::Device(batch) => batch.chunks.len(),
+        }
+    }
+
+    /// True when the batch has no chunk.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What decoding cost: decoded bytes, chunks per side, CPU and GPU time.
+    pub fn stats(&self) -> BatchStats {
+        let mut stats = BatchStats::default();
+        match self {
+            Self::Host(chunks) => {
+                for chunk in chunks {
+                    stats.decoded_bytes += chunk.bytes.len() as u64;
+                    stats.decode_busy += chunk.decode_time;
+                    stats.cpu_decoded_chunks += 1;
+                }
+            }
+            Self::Device(batch) => {
+                for chunk in batch.chunks.iter().flatten() {
+                    stats.decoded_bytes += chunk.len as u64;
+                    match chunk.path {
+                        DecodePath::CpuFallback { .. } => stats.cpu_decoded_chunks += 1,
+                        DecodePath::Gpu | DecodePath::Fill => stats.gpu_decoded_chunks += 1,
+                    }
+                }
+                stats.gpu_planning = batch.timings.plan + batch.timings.stage;
+                stats.gpu_busy = batch.timings.device;
+            }
+        }
+        stats
+    }
+}
+
+/// Decodes whole batches. Implemented by [`CpuDecoder`] (host memory) and, with the `cuda`
+/// feature, by `GpuDecoder` (device memory); a pipeline holds an `Arc<dyn BatchDecoder>`.
+pub trait BatchDecoder: Send + Sync + std::fmt::Debug {
+    /// Decodes `chunks` (one batch's, in its order). A chunk that fails fails the batch, with
+    /// the chunk's variable and key in the error.
+    fn decode_chunks(self: Arc<Self>, chunks: Vec<EncodedChunk>)
+        -> BoxFuture<'static, Result<DecodedChunks>>;
+
+    /// Batches worth decoding at once to keep this decoder busy.
+    fn batches_in_flight(&self) -> usize {
+        2
+    }
+}
+
+impl BatchDecoder for CpuDecoder {
+    /// Every chunk of the batch is queued on the decoder's rayon pool at once.
+    fn decode_chunks(
+        self: Arc<Self>,
+        chunks: Vec<EncodedChunk>,
+    ) -> BoxFuture<'static, Result<DecodedChunks>> {
+        let decodes: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| ChunkDecoder::decode(&*self, chunk))
+            .collect();
+        async move {
+            let chunks = futures::future::try_join_all(decodes).await?;
+            Ok(DecodedChunks::Host(chunks))
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,38 @@
+//! The decode stage at batch level: each batch's encoded chunks become decoded chunks, on
+//! whichever side the [`BatchDecoder`] decodes.
+
+use std::sync::Arc;
+
+use futures::stream::Stream;
+use futures::FutureExt;
+use zarrpipe_core::{StageStream, Staged};
+use zarrpipe_store::EncodedChunk;
+
+use crate::{BatchDecoder, DecodedChunks, Error, Result};
+
+/// Stream returned by [`DecodeBatchesExt::decode_batches`](crate::DecodeBatchesExt::decode_batches).
+pub type DecodeBatches<St, M> = StageStream<St, Result<Staged<M, DecodedChunks>>>;
+
+pub(crate) fn decode_batches<St, M, E>(
+    batches: St,
+    decoder: Arc<dyn BatchDecoder>,
+) -> DecodeBatches<St, M>
+where
+    St: Stream<Item = std::result::Result<Staged<M, Vec<EncodedChunk>>, E>>,
+    M: Send + 'static,
+    E: Into<Error> + Send + 'static,
+{
+    let limit = decoder.batches_in_flight();
+    StageStream::new(batches, limit, move |batch| {
+        let decoder = decoder.clone();
+        async move {
+            let mut batch = batch.map_err(Into::into)?;
+            let chunks = std::mem::take(&mut batch.payload);
+            let decoded = decoder.decode_chunks(chunks).await?;
+            let mut batch = batch.with_payload(decoded);
+            batch.stats += batch.payload.stats();
+            Ok(batch)
+        }
+        .boxed()
+    })
+}

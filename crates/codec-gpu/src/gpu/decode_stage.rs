@@ -1,0 +1,46 @@
+//! [`GpuDecoder`] as the decode stage: each batch is planned, staged, uploaded and decoded on
+//! a blocking thread of Tokio's pool (several batches at once, one per decode stream plus one
+//! planning and uploading), and handed on once the device is done with it, its chunks checked.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use zarrpipe_store::EncodedChunk;
+
+use super::cuda::GpuDecoder;
+use crate::{BatchDecoder, DecodedChunks, Error, Result};
+
+impl BatchDecoder for GpuDecoder {
+    fn decode_chunks(
+        self: Arc<Self>,
+        chunks: Vec<EncodedChunk>,
+    ) -> BoxFuture<'static, Result<DecodedChunks>> {
+        async move {
+            // The batch's stored bytes sit in pinned staging memory until it is decoded.
+            let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
+            let _pinned = self.reserve_pinned(stored).await;
+            let decoded = tokio::task::spawn_blocking(move || {
+                let planned = self.plan(chunks);
+                let pending = self.submit_planned(planned)?;
+                self.complete(pending)
+            })
+            .await
+            .map_err(|source| Error::StageTask {
+                stage: "GPU decode",
+                source,
+            })??;
+            if let Some(failed) = decoded.chunks.iter().position(Result::is_err) {
+                let mut chunks = decoded.chunks;
+                return Err(chunks.swap_remove(failed).expect_err("a failed chunk"));
+            }
+            Ok(DecodedChunks::Device(decoded))
+        }
+        .boxed()
+    }
+
+    /// One batch per decode stream, and one more planning and uploading.
+    fn batches_in_flight(&self) -> usize {
+        self.options().decode_streams.max(1) + 1
+    }
+}

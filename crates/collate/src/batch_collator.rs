@@ -1,0 +1,43 @@
+//! The collate stage's swap point: a [`BatchCollator`] turns a batch's decoded chunks (from
+//! the CPU or the GPU) into its tensors, in host memory ([`HostCollator`]) or in device memory
+//! (`DeviceCollator`, feature `cuda`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use crate::{collate_on_rayon, Batch, DecodedBatch, HostCollator, Place, Result};
+
+/// Collates whole batches into tensors in `Self::Place`'s memory, whichever side decoded
+/// their chunks.
+pub trait BatchCollator: Send + Sync + std::fmt::Debug {
+    /// Where the tensors are made.
+    type Place: Place;
+
+    /// Collates `batch`: its index, samples and stats carry over into the [`Batch`].
+    fn collate_batch(self: Arc<Self>, batch: DecodedBatch)
+        -> BoxFuture<'static, Result<Batch<Self::Place>>>;
+
+    /// Batches worth collating at once to keep this collator busy.
+    fn batches_in_flight(&self) -> usize {
+        1
+    }
+}
+
+impl BatchCollator for HostCollator {
+    type Place = crate::Host;
+
+    /// On rayon's pool (chunks decoded on the GPU are copied to the host first). One batch at a
+    /// time: a batch already uses every core.
+    fn collate_batch(self: Arc<Self>, batch: DecodedBatch) -> BoxFuture<'static, Result<Batch>> {
+        async move {
+            let started = Instant::now();
+            let mut batch = collate_on_rayon(self, batch).await?;
+            batch.stats.collate_busy += started.elapsed();
+            Ok(batch)
+        }
+        .boxed()
+    }
+}
