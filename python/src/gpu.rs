@@ -16,7 +16,7 @@ use pyo3::types::PyDict;
 use zarrpipe::codec::cudarc::driver::{result, sys, CudaEvent};
 use zarrpipe::codec::GpuOptions;
 use zarrpipe::collate::{DeviceTensor, TensorDType};
-use zarrpipe::pipeline::{BatchStream, GpuBatch, GpuDevice, PipelineBuilder};
+use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
 
 use crate::errors::GpuError;
 use crate::options::Config;
@@ -26,8 +26,8 @@ use crate::options::Config;
 #[derive(Default)]
 pub(crate) struct GpuHandle(Mutex<Option<Arc<GpuDevice>>>);
 
-/// Builds one epoch's GPU stream on `cuda:ordinal`: chunks decoded and batches collated on
-/// the GPU, in device memory.
+/// Builds one epoch's GPU stream on `cuda:ordinal`: chunks decoded on the GPU (or the CPU,
+/// `decode_on`) and batches collated there, in device memory.
 ///
 /// This is the one place that speaks the Rust GPU pipeline API.
 pub(crate) async fn build(
@@ -35,16 +35,19 @@ pub(crate) async fn build(
     config: &Config,
     ordinal: usize,
     handle: &GpuHandle,
-) -> zarrpipe::pipeline::Result<BatchStream<GpuBatch>> {
+) -> zarrpipe::pipeline::Result<BatchStream<Gpu>> {
     let gpu = {
         let mut slot = handle.0.lock().unwrap_or_else(|p| p.into_inner());
         match &*slot {
             Some(gpu) => gpu.clone(),
             None => {
-                let options = GpuOptions {
+                let mut options = GpuOptions {
                     device: ordinal,
                     ..Default::default()
                 };
+                if let Some(bytes) = config.gpu_pinned_memory {
+                    options.pinned_memory = bytes;
+                }
                 let memory = config.gpu_tensor_memory.unwrap_or(16 << 30);
                 let gpu = GpuDevice::open(options, memory)?;
                 *slot = Some(gpu.clone());
@@ -52,16 +55,12 @@ pub(crate) async fn build(
             }
         }
     };
-    if config.decode_on.as_deref().is_some_and(|on| on != "gpu") {
-        return Err(zarrpipe::pipeline::Error::UnsupportedDevice {
-            device: config.device,
-            reason: "this zarrpipe decodes GPU batches on the GPU only (decode_on=\"gpu\")",
-        });
-    }
     builder
         .device(config.device)
         .gpu(gpu)
-        .build_gpu()
+        .decode_on(config.decode_on)
+        .collate_on_gpu()
+        .build()
         .await
 }
 

@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use zarrpipe::batcher::{Edge, EpochOptions, Ranks, SamplerState, Shuffle, Uneven, WindowSpec};
 use zarrpipe::collate::{CollateOptions, TensorDType};
 use zarrpipe::core::Device;
-use zarrpipe::pipeline::{Pipeline, PipelineBuilder};
+use zarrpipe::pipeline::{DecodeOn, Pipeline, PipelineBuilder};
 use zarrpipe::store::{Dataset, StoreOptions};
 
 use crate::errors;
@@ -43,13 +43,13 @@ pub(crate) struct Config {
     pub uneven: Uneven,
     pub store: StoreOptions,
     pub fetch_concurrency: Option<usize>,
-    pub decode_concurrency: Option<usize>,
-    pub gpu_tensor_memory: Option<usize>,
-    pub gpu_in_flight: Option<usize>,
-    pub gpu_pinned_memory: Option<usize>,
-    /// GPU pipelines: where chunks are decoded (`"gpu"`, the default, or `"cpu"`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub decode_on: Option<String>,
+    pub gpu_tensor_memory: Option<usize>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub gpu_pinned_memory: Option<usize>,
+    /// GPU pipelines: where chunks are decoded (default: the GPU).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub decode_on: DecodeOn,
 }
 
 const KEYS: &[&str] = &[
@@ -83,9 +83,7 @@ const KEYS: &[&str] = &[
     "timeout",
     "retries",
     "fetch_concurrency",
-    "decode_concurrency",
     "gpu_tensor_memory",
-    "gpu_in_flight",
     "gpu_pinned_memory",
     "decode_on",
 ];
@@ -171,6 +169,12 @@ impl Config {
                 ("float16", TensorDType::F16),
             ],
         )?;
+        let decode_on: String = get(options, "decode_on")?.unwrap_or_else(|| "gpu".into());
+        let decode_on = choice(
+            "decode_on",
+            &decode_on,
+            &[("gpu", DecodeOn::Gpu), ("cpu", DecodeOn::Cpu)],
+        )?;
         let device: String = get(options, "device")?.unwrap_or_else(|| "cpu".into());
         let device: Device = device
             .parse()
@@ -227,11 +231,9 @@ impl Config {
             uneven,
             store,
             fetch_concurrency: get(options, "fetch_concurrency")?,
-            decode_concurrency: get(options, "decode_concurrency")?,
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
-            gpu_in_flight: get(options, "gpu_in_flight")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
-            decode_on: get(options, "decode_on")?,
+            decode_on,
         };
         if config.history.is_some() && config.leads.is_empty() {
             return Err(PyValueError::new_err(
@@ -262,8 +264,8 @@ impl Config {
         Ok(spec.concat_input_dims(self.concat_input_dims))
     }
 
-    /// The builder for one epoch over `dataset` (opened once per Python `Pipeline`), on the CPU
-    /// whatever `device` says (the GPU glue in `gpu.rs` adds its part).
+    /// The builder for one epoch over `dataset` (opened once per Python `Pipeline`): decoding
+    /// and collating on the CPU whatever `device` says (`gpu.rs` moves the stages to the GPU).
     pub fn builder(
         &self,
         dataset: &Arc<Dataset>,
@@ -301,18 +303,6 @@ impl Config {
         }
         if let Some(reads) = self.fetch_concurrency {
             builder = builder.fetch_concurrency(reads);
-        }
-        if let Some(decodes) = self.decode_concurrency {
-            builder = builder.decode_concurrency(decodes);
-        }
-        if let Some(bytes) = self.gpu_tensor_memory {
-            builder = builder.gpu_tensor_memory(bytes);
-        }
-        if let Some(batches) = self.gpu_in_flight {
-            builder = builder.gpu_in_flight(batches);
-        }
-        if let Some(bytes) = self.gpu_pinned_memory {
-            builder = builder.gpu_pinned_memory(bytes);
         }
         if let Some(state) = resume {
             builder = builder.resume(state);

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use zarrpipe::batcher::{SampleLayout, SamplerState};
 use zarrpipe::core::Device;
-use zarrpipe::pipeline::{Batch, BatchStream};
+use zarrpipe::pipeline::{Batch, BatchStream, Host};
 use zarrpipe::store::Dataset;
 
 use crate::errors;
@@ -23,9 +23,9 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 /// One epoch's batches, on the host or (feature `cuda`) on a GPU.
 pub(crate) enum Batches {
-    Host(BatchStream<Batch>),
+    Host(BatchStream<Host>),
     #[cfg(feature = "cuda")]
-    Gpu(BatchStream<zarrpipe::pipeline::GpuBatch>),
+    Gpu(BatchStream<zarrpipe::pipeline::Gpu>),
 }
 
 /// A batch as it left the stream.

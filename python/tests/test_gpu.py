@@ -122,7 +122,7 @@ def test_freed_tensors_go_back_to_the_pool(torch):
     batch_bytes = first.inputs.numel() * 4
     del first
     # The pool holds two batches: the pipeline can only go on if torch's frees return memory.
-    pipe = zarrpipe.Pipeline(store("xr_v3"), device="cuda:0", prefetch=1, gpu_in_flight=1,
+    pipe = zarrpipe.Pipeline(store("xr_v3"), device="cuda:0", prefetch=1,
                              gpu_tensor_memory=2 * batch_bytes, **OPTIONS)
     for epoch in range(3):
         pipe.set_epoch(epoch)

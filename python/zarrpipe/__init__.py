@@ -220,10 +220,13 @@ class Pipeline:
     - ``normalize``: per-variable ``mean`` and ``std``: a path to ``zarrpipe stats --json``
       output, that JSON, the list :func:`stats` returns, or True to compute it now (reads
       every chunk). Then ``nan_fill``, ``nan_mask``, ``latitude_weights`` (a dim name).
-    - ``device``: ``"cpu"`` or ``"cuda:N"`` (decode and collate on that GPU; needs a build
-      with the ``cuda`` feature). ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the
-      GPU (a ``torch.dtype`` or its name).
-    - ``prefetch``: batches loaded ahead. Store access: ``store_options`` (``{"anonymous":
+    - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
+      build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there) or ``"cpu"``.
+      ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
+      its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
+      device / of stored chunks staged in pinned memory at once.
+    - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight per
+      batch. Store access: ``store_options`` (``{"anonymous":
       True, "endpoint": ...}``), ``cache_dir`` / ``cache_size`` (bytes), ``max_requests``,
       ``timeout`` (seconds), ``retries``.
     - ``tensors``: ``"auto"`` (torch tensors if torch is installed), ``"torch"`` or ``"raw"``
@@ -268,9 +271,7 @@ class Pipeline:
         timeout: float | None = None,
         retries: int | None = None,
         fetch_concurrency: int | None = None,
-        decode_concurrency: int | None = None,
         gpu_tensor_memory: int | None = None,
-        gpu_in_flight: int | None = None,
         gpu_pinned_memory: int | None = None,
         decode_on: str | None = None,
         tensors: str = "auto",
@@ -286,6 +287,9 @@ class Pipeline:
             ranks = _distributed_ranks()
             if ranks is not None:
                 rank, world_size = ranks
+        device = _device_text(device)
+        if decode_on is not None and decode_on != "cpu" and not device.startswith("cuda"):
+            raise ValueError(f'decode_on={decode_on!r} needs device="cuda:N"')
         if isinstance(shuffle, bool):
             shuffle = "full" if shuffle else "none"
         if isinstance(leads, int):
@@ -312,7 +316,7 @@ class Pipeline:
             "nan_mask": nan_mask,
             "latitude_weights": latitude_weights,
             "dtype": _dtype_text(dtype),
-            "device": _device_text(device),
+            "device": device,
             "prefetch": prefetch,
             "drop_last": drop_last,
             "rank": rank,
@@ -325,9 +329,7 @@ class Pipeline:
             "timeout": timeout,
             "retries": retries,
             "fetch_concurrency": fetch_concurrency,
-            "decode_concurrency": decode_concurrency,
             "gpu_tensor_memory": gpu_tensor_memory,
-            "gpu_in_flight": gpu_in_flight,
             "gpu_pinned_memory": gpu_pinned_memory,
             "decode_on": decode_on,
         }
