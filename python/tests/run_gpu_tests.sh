@@ -55,6 +55,6 @@ export ZARRPIPE_FIXTURES=$repo/tests/fixtures
 cd "$work"
 "$python" -c 'import zarrpipe, sys; print("zarrpipe", zarrpipe.__version__, "from", zarrpipe.__file__, "cuda build:", zarrpipe.cuda_available())'
 status=0
-"$python" -m pytest -p no:cacheprovider -rs -v --rootdir "$here" "$here" "$@" || status=$?
+timeout "${TIMEOUT:-1200}" "$python" -m pytest -p no:cacheprovider -rs -v --rootdir "$here" "$here" "$@" || status=$?
 # 5: nothing collected (a -k that matches nothing); anything else is the tests' verdict.
 exit $status

@@ -6,7 +6,7 @@ skips, with the reason, where there is no CUDA build, no torch or no GPU.
   CPU's float32 rounded to nearest even;
 - torch's stream waits for a batch on the device (no host synchronisation), also on a side
   stream;
-- memory: a tensor torch frees goes back to zarrpipe's pool (a pool that holds two batches
+- memory: a tensor torch frees goes back to zarrpipe's pool (a pool that holds three batches
   runs whole epochs), and nothing is left on the device once the pipeline and tensors are
   gone.
 """
@@ -121,9 +121,9 @@ def test_freed_tensors_go_back_to_the_pool(torch):
     first = next(iter(zarrpipe.Pipeline(store("xr_v3"), device="cuda:0", **OPTIONS)))
     batch_bytes = first.inputs.numel() * 4
     del first
-    # The pool holds two batches: the pipeline can only go on if torch's frees return memory.
+    # The pool holds three batches: the pipeline can only go on if torch's frees return memory.
     pipe = zarrpipe.Pipeline(store("xr_v3"), device="cuda:0", prefetch=1,
-                             gpu_tensor_memory=2 * batch_bytes, **OPTIONS)
+                             gpu_tensor_memory=3 * batch_bytes, **OPTIONS)
     for epoch in range(3):
         pipe.set_epoch(epoch)
         assert sum(1 for _ in pipe) == len(pipe)
