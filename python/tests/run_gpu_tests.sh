@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's GPU tests on a GPU host, from a wheel built elsewhere:
 #
-#   python/tests/run_gpu_tests.sh dist/zarrpipe-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl [pytest args]
+#   python/tests/run_gpu_tests.sh dist/zarrpipe-0.1.0-cp310-abi3-manylinux_2_34_x86_64.whl [pytest args]
 #
 # The wheel (built with `maturin build --release --features cuda`, see python/README.md) is
 # installed with `pip install --no-deps --target` into a temporary folder: nothing is fetched
@@ -9,9 +9,9 @@
 # cupy), numpy and pytest; if pytest is missing, its wheels are taken from `pytest-wheels/`
 # beside the wheel. zarrpipe loads NVRTC and nvCOMP 6 at run time: NVCOMP_LIB (default:
 # libnvcomp.so.6 beside the wheel, in .device/ or .device/bin/ of the repository, or in an
-# installed nvidia-libnvcomp wheel) and CUDA's library folder on LD_LIBRARY_PATH (added when
-# /usr/local/cuda has one). The CPU tests run too (`-k gpu` for the GPU ones alone); a GPU test
-# that skips prints why.
+# installed nvidia-libnvcomp wheel) and NVRTC on LD_LIBRARY_PATH (added: /usr/local/cuda's
+# library folder, else the folder of torch's nvidia wheels that holds libnvrtc). The CPU tests
+# run too (`-k gpu` for the GPU ones alone); a GPU test that skips prints why.
 set -euo pipefail
 if [ $# -lt 1 ] || [ ! -f "$1" ]; then
   echo "usage: $0 WHEEL [pytest args...]" >&2
@@ -45,9 +45,20 @@ PY
   done
 fi
 echo "NVCOMP_LIB=${NVCOMP_LIB:-(not found: GPU decoding of compressed chunks will fail)}"
-for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib64; do
-  if [ -d "$d" ]; then export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d; break; fi
+# NVRTC for zarrpipe's kernels: CUDA's library folder, else the one torch's nvidia wheels bring.
+cuda_lib=
+for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib64 \
+         $("$python" - <<'PY' 2>/dev/null || true
+import glob, os, site
+for base in site.getsitepackages():
+    for path in sorted(glob.glob(base + "/nvidia/**/libnvrtc.so.*", recursive=True)):
+        print(os.path.dirname(path))
+PY
+); do
+  if [ -d "$d" ]; then cuda_lib=$d; break; fi
 done
+if [ -n "$cuda_lib" ]; then export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$cuda_lib; fi
+echo "CUDA libraries (NVRTC): ${cuda_lib:-(none found; set LD_LIBRARY_PATH)}"
 
 export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
 export ZARRPIPE_FIXTURES=$repo/tests/fixtures
