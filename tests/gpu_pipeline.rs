@@ -342,7 +342,8 @@ mod on_gpu {
             let dl = managed.validate().unwrap();
             assert_eq!(dl.data_ptr() as u64, address, "no copy");
             assert_eq!(dl.device(), dlpark::ffi::DLDevice::cuda(0));
-            assert_eq!(dl.shape(), shape.iter().map(|&n| n as i64).collect::<Vec<_>>());
+            let dims: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+            assert_eq!(dl.shape(), dims);
             let mut host = vec![0f32; expected.len()];
             // SAFETY: `host` holds the tensor's bytes; the tensor is complete (synchronised).
             unsafe {

@@ -174,7 +174,10 @@ fn of_pipeline(error: &pipeline::Error, context: &mut Context) {
 
 /// The Python exception for `error`; `url` fills in the dataset's URL where the error itself
 /// names none (chunk decoding errors name the variable and key only).
-pub(crate) fn to_py_with_url(error: &(dyn std::error::Error + 'static), url: Option<&str>) -> PyErr {
+pub(crate) fn to_py_with_url(
+    error: &(dyn std::error::Error + 'static),
+    url: Option<&str>,
+) -> PyErr {
     let mut context = Context::default();
     if let Some(error) = error.downcast_ref::<pipeline::Error>() {
         of_pipeline(error, &mut context);

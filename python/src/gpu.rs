@@ -134,8 +134,16 @@ impl DlpackExporter for CudaTensor {
         // SAFETY: `stream` is the consumer's live stream on this tensor's device (DLPack's
         // contract for `__dlpack__(stream=...)`) or a default-stream sentinel, and the event
         // is alive (held by `self`) for the call; a wait on an event needs nothing after it.
-        unsafe { result::stream::wait_event(stream, self.ready.cu_event(), sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-            .map_err(cuda_error("making the consumer's stream wait for the batch"))
+        unsafe {
+            result::stream::wait_event(
+                stream,
+                self.ready.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(cuda_error(
+            "making the consumer's stream wait for the batch",
+        ))
     }
 
     fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {

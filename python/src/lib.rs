@@ -77,10 +77,11 @@ fn stats_json(
             let concurrency = 2 * rayon_threads();
             let mut all = Vec::new();
             for name in &names {
-                let variable = dataset.variable(name).map_err(zarrpipe::codec::Error::from)?;
+                let variable = dataset
+                    .variable(name)
+                    .map_err(zarrpipe::codec::Error::from)?;
                 all.push(
-                    zarrpipe::stats::variable_stats(variable, decoder.clone(), concurrency)
-                        .await?,
+                    zarrpipe::stats::variable_stats(variable, decoder.clone(), concurrency).await?,
                 );
             }
             Ok::<_, zarrpipe::codec::Error>(all)

@@ -151,7 +151,11 @@ impl Config {
         let edge = choice(
             "edge",
             &edge,
-            &[("drop", Edge::Drop), ("pad", Edge::Pad), ("shift", Edge::Shift)],
+            &[
+                ("drop", Edge::Drop),
+                ("pad", Edge::Pad),
+                ("shift", Edge::Shift),
+            ],
         )?;
         let uneven: String = get(options, "uneven")?.unwrap_or_else(|| "pad".into());
         let uneven = choice(

@@ -54,10 +54,7 @@ impl Batches {
 
     async fn next(&mut self) -> Option<zarrpipe::pipeline::Result<Delivered>> {
         match self {
-            Batches::Host(stream) => stream
-                .next()
-                .await
-                .map(|batch| batch.map(Delivered::Host)),
+            Batches::Host(stream) => stream.next().await.map(|batch| batch.map(Delivered::Host)),
             #[cfg(feature = "cuda")]
             Batches::Gpu(stream) => stream.next().await.map(|batch| batch.map(Delivered::Gpu)),
         }
@@ -172,7 +169,9 @@ impl NativePipeline {
         let resume = state
             .map(serde_json::from_str::<SamplerState>)
             .transpose()
-            .map_err(|error| PyValueError::new_err(format!("not a saved zarrpipe state: {error}")))?;
+            .map_err(|error| {
+                PyValueError::new_err(format!("not a saved zarrpipe state: {error}"))
+            })?;
         let epoch = resume.as_ref().map_or(epoch, |state| state.epoch);
         let builder = self.config.builder(&self.dataset, epoch, resume)?;
         let url = self.url.clone();
@@ -264,7 +263,11 @@ impl NativeEpoch {
 
     /// Stops the epoch: batches being loaded are dropped and their work cancelled.
     fn close(&self, py: Python<'_>) {
-        let batches = self.batches.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let batches = self
+            .batches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         // Dropping the stream aborts its tasks; the GPU path may wait for its worker.
         py.detach(move || drop(batches));
     }
@@ -277,7 +280,13 @@ pub(crate) fn samples<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let pairs = samples.iter().map(|sample| {
         let origin = PyTuple::new(py, &sample.origin)?;
-        PyTuple::new(py, [sample.index.into_pyobject(py)?.into_any(), origin.into_any()])
+        PyTuple::new(
+            py,
+            [
+                sample.index.into_pyobject(py)?.into_any(),
+                origin.into_any(),
+            ],
+        )
     });
     PyList::new(py, pairs.collect::<PyResult<Vec<_>>>()?)
 }
@@ -298,7 +307,9 @@ fn host_batch(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
     )?;
     dict.set_item(
         "latitude_weights",
-        batch.latitude_weights.map(|a| PyArray::from_owned_array(py, a)),
+        batch
+            .latitude_weights
+            .map(|a| PyArray::from_owned_array(py, a)),
     )?;
     dict.set_item("samples", samples(py, &batch.samples)?)?;
     Ok(dict)

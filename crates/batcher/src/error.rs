@@ -37,7 +37,11 @@ pub enum Error {
     OverlapWithoutWindow { dim: String },
 
     #[error("overlap {overlap} of `{dim}` must be smaller than its window size {size}")]
-    OverlapTooLarge { dim: String, overlap: u64, size: u64 },
+    OverlapTooLarge {
+        dim: String,
+        overlap: u64,
+        size: u64,
+    },
 
     #[error("dimension `{dim}` is named twice in the window specification")]
     DuplicateDimension { dim: String },

@@ -124,11 +124,23 @@ mod tests {
         let data = bytes.as_mut_ptr().cast();
         // SAFETY: 6 u8 elements that outlive both tensors (`bytes` lives to the end).
         let legacy: dlpark::legacy::Dlpack = unsafe {
-            export(Counted(drops.clone()), data, DLDevice::CPU, &[2, 3], DLDataType::U8)
+            export(
+                Counted(drops.clone()),
+                data,
+                DLDevice::CPU,
+                &[2, 3],
+                DLDataType::U8,
+            )
         };
         // SAFETY: as above.
         let versioned: dlpark::versioned::Dlpack = unsafe {
-            export(Counted(drops.clone()), data, DLDevice::CPU, &[6], DLDataType::U8)
+            export(
+                Counted(drops.clone()),
+                data,
+                DLDevice::CPU,
+                &[6],
+                DLDataType::U8,
+            )
         };
         assert_eq!(versioned.validate().unwrap().shape(), [6]);
         assert_eq!(drops.load(Ordering::SeqCst), 0);
