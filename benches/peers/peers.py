@@ -50,7 +50,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SURFACE = ["t2m", "u10", "v10", "msl"]
 LEVEL = ["z", "t", "u"]
-DEFAULT_PEERS = ["zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp"]
+DEFAULT_PEERS = [
+    "zarrpipe-python", "zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp"
+]
 ALL_PEERS = DEFAULT_PEERS + ["chunks-cpu"]
 NO_CHUNK = 2**64 - 1  # sharding_indexed's marker of an absent inner chunk
 
@@ -646,6 +648,36 @@ class NvcompPeer(Peer):
             yield out
 
 
+class ZarrpipePythonPeer(Peer):
+    """zarrpipe's own Python package (python/): the Rust pipeline behind `zarrpipe.Pipeline`,
+    batches as torch tensors without a copy (on a GPU, decoded and collated there; torch's
+    stream waits on each batch's event). One pipeline for every pass, as a training loop keeps
+    it across epochs."""
+
+    id = "zarrpipe-python"
+    packages = ["zarrpipe"]
+
+    @property
+    def label(self):
+        return f"zarrpipe {version('zarrpipe')} Python package (torch tensors, no copy)"
+
+    def open(self):
+        zarrpipe = need("zarrpipe")
+        if self.device.is_cuda and not zarrpipe.cuda_available():
+            raise Skip("this zarrpipe wheel was built without the `cuda` feature")
+        self.pipeline = zarrpipe.Pipeline(
+            self.store.path,
+            variables=self.store.names,
+            batch_size=self.args.batch_size,
+            device=self.device.spec if self.device.is_cuda else "cpu",
+            tensors="torch" if self.device.torch is not None else "raw",
+        )
+
+    def batches(self):
+        for batch in self.pipeline:
+            yield batch.inputs
+
+
 PEERS = {
     "zarr": ZarrPeer,
     "zarr-gpu": ZarrGpuPeer,
@@ -655,6 +687,7 @@ PEERS = {
     "xbatcher": XbatcherPeer,
     "nvcomp": NvcompPeer,
     "chunks-cpu": ChunksCpuPeer,
+    "zarrpipe-python": ZarrpipePythonPeer,
 }
 
 

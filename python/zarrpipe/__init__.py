@@ -198,6 +198,37 @@ def _distributed_ranks() -> tuple[int, int] | None:
     return None
 
 
+def _find_cuda_libraries() -> None:
+    """Before a GPU pipeline: zarrpipe loads NVRTC and nvCOMP 6 at run time. Where the system
+    has no NVRTC on the library path, take the one pip's nvidia wheels bring (torch depends on
+    them), and where ``NVCOMP_LIB`` is unset, an installed ``nvidia-libnvcomp`` wheel's."""
+    import ctypes
+    import glob
+    import site
+
+    bases = [*site.getsitepackages(), site.getusersitepackages()]
+
+    def find(name: str) -> str | None:
+        for base in bases:
+            for folder in ("lib", "lib64"):
+                hits = sorted(glob.glob(os.path.join(base, "nvidia", "*", folder, name)))
+                if hits:
+                    return hits[-1]
+        return None
+
+    try:
+        ctypes.CDLL("libnvrtc.so")
+    except OSError:
+        nvrtc = find("libnvrtc.so.1[0-9]")
+        if nvrtc is not None:
+            # Loaded once, globally: zarrpipe's dlopen of `libnvrtc.so.<major>` finds it.
+            ctypes.CDLL(nvrtc, mode=ctypes.RTLD_GLOBAL)
+    if "NVCOMP_LIB" not in os.environ:
+        nvcomp = find("libnvcomp.so.6")
+        if nvcomp is not None:
+            os.environ["NVCOMP_LIB"] = nvcomp
+
+
 class Pipeline:
     """An iterable of :class:`Batch` es over a Zarr dataset, one epoch per ``iter()``.
 
@@ -288,6 +319,8 @@ class Pipeline:
             if ranks is not None:
                 rank, world_size = ranks
         device = _device_text(device)
+        if device.startswith("cuda"):
+            _find_cuda_libraries()
         if decode_on is not None and decode_on != "cpu" and not device.startswith("cuda"):
             raise ValueError(f'decode_on={decode_on!r} needs device="cuda:N"')
         if isinstance(shuffle, bool):
