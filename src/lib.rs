@@ -48,7 +48,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// The names most programs need.
 pub mod prelude {
-    pub use futures::{StreamExt, TryStreamExt};
+    pub use futures::{stream, StreamExt, TryStreamExt};
     pub use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
     pub use zarrpipe_codec_gpu::GpuOptions;
     pub use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, DecodeExt};

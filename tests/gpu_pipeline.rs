@@ -1,5 +1,5 @@
-//! Every combination of stages (CPU or GPU decoding, host or device tensors) against the CPU
-//! pipeline, bit for bit, for the same seed: zstd, blosc and sharded stores, shuffled patches
+//! Every combination of stages (CPU, GPU, split or auto decoding; host or device tensors)
+//! against the CPU pipeline, bit for bit, for the same seed: zstd, blosc and sharded stores, shuffled patches
 //! with padded edges, forecasting pairs, normalisation with NaN handling, and bf16/f16
 //! tensors against the CPU's values rounded by the `half` crate. Dropping the stream
 //! mid-epoch leaves no device memory behind (that test has the device to itself: the others
@@ -153,13 +153,19 @@ mod on_gpu {
     async fn check_equal(builder: impl Fn() -> PipelineBuilder, round: fn(f32) -> f32) {
         let host = |decode| builder().decode_on(decode).collate_options(host_options(&builder()));
         let cpu = cpu_batches(host(DecodeOn::Cpu), round).await;
+        let split = DecodeOn::Split;
+        let auto = DecodeOn::Auto { gpu_share: None };
         let mut combinations = vec![
             ("GPU decode, GPU collate", gpu_batches(builder(), DecodeOn::Gpu).await),
             ("CPU decode, GPU collate", gpu_batches(builder(), DecodeOn::Cpu).await),
+            ("split decode, GPU collate", gpu_batches(builder(), split).await),
+            ("auto decode, GPU collate", gpu_batches(builder(), auto).await),
         ];
         if builder().collate_options_ref().dtype == TensorDType::F32 {
             let decoded_on_gpu = cpu_batches(host(DecodeOn::Gpu), |v| v).await;
             combinations.push(("GPU decode, CPU collate", decoded_on_gpu));
+            let split_to_host = cpu_batches(host(split), |v| v).await;
+            combinations.push(("split decode, CPU collate", split_to_host));
         }
         for (name, gpu) in combinations {
             eprintln!("  {name}");

@@ -36,9 +36,15 @@ pub struct RunArgs {
     /// GPU stages run on, and the stages' default side (both on the GPU for cuda:N).
     #[arg(long, default_value = "auto")]
     device: String,
-    /// Where chunks are decoded: cpu or gpu (default: the device's side).
-    #[arg(long, value_name = "SIDE")]
-    decode: Option<Side>,
+    /// Where chunks are decoded: cpu, gpu, split (each batch on both, shared out by their
+    /// measured rates) or auto (the CPU first, the GPU only while the consumer waits, within
+    /// --gpu-share). Default: the device's side.
+    #[arg(long, value_name = "WHERE")]
+    decode: Option<Decode>,
+    /// With --decode auto: most of the GPU's time decoding may take, e.g. 0.05, or auto (as
+    /// much as the consumer's pace asks for).
+    #[arg(long, default_value = "auto", value_name = "SHARE")]
+    gpu_share: String,
     /// Where batch tensors are made: cpu (host memory) or gpu (device memory; default: the
     /// device's side).
     #[arg(long, value_name = "SIDE")]
@@ -47,6 +53,11 @@ pub struct RunArgs {
     /// `run`; 2 for `bench`); the best is reported.
     #[arg(long)]
     pub(crate) passes: Option<u32>,
+    /// Stand in for a training loop that takes batch tensors at this many bytes per second
+    /// (e.g. 3.2G): after each batch the consumer is busy for the batch's bytes over this rate.
+    /// Shows what the loader needs of the CPU and GPU beside such a consumer.
+    #[arg(long, value_name = "BYTES_PER_S")]
+    consumer_rate: Option<String>,
     /// Also sum every delivered value (in an extra, untimed epoch) to compare with peers.
     #[arg(long)]
     checksum: bool,
@@ -73,6 +84,26 @@ pub enum Side {
     Gpu,
 }
 
+/// Where chunks are decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Decode {
+    Cpu,
+    Gpu,
+    Split,
+    Auto,
+}
+
+impl std::fmt::Display for Decode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Decode::Cpu => "CPU",
+            Decode::Gpu => "GPU",
+            Decode::Split => "CPU and GPU (split)",
+            Decode::Auto => "CPU, and GPU when needed (auto)",
+        })
+    }
+}
+
 impl std::fmt::Display for Side {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -85,7 +116,7 @@ impl std::fmt::Display for Side {
 /// The stages' sides and the GPU they use.
 #[derive(Clone, Copy, Debug)]
 struct Stages {
-    decode: Side,
+    decode: Decode,
     collate: Side,
     /// The GPU of the GPU stages.
     ordinal: usize,
@@ -93,7 +124,7 @@ struct Stages {
 
 impl Stages {
     fn uses_gpu(&self) -> bool {
-        self.decode == Side::Gpu || self.collate == Side::Gpu
+        self.decode != Decode::Cpu || self.collate == Side::Gpu
     }
 
     /// Where the batches end up.
@@ -161,7 +192,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Device::Cuda(_) => Side::Gpu,
     };
     let stages = Stages {
-        decode: args.decode.unwrap_or(side),
+        decode: args.decode.unwrap_or(match side {
+            Side::Cpu => Decode::Cpu,
+            Side::Gpu => Decode::Gpu,
+        }),
         collate: args.collate.unwrap_or(side),
         ordinal: match device {
             Device::Cuda(ordinal) => ordinal,
@@ -178,7 +212,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let report = match stages.uses_gpu() {
         false => {
             let build =
-                || async { Ok(pipeline(&args, dataset.clone(), Side::Cpu)?.build().await?) };
+                || async { Ok(pipeline(&args, dataset.clone(), Decode::Cpu)?.build().await?) };
             timed_passes(&args, build, |_| Ok(()), host_sum).await?
         }
         true => gpu_passes(&args, dataset.clone(), stages).await?,
@@ -244,6 +278,17 @@ async fn gpu_passes(_: &RunArgs, _: Arc<Dataset>, _: Stages) -> anyhow::Result<R
     anyhow::bail!("GPU stages: this zarrpipe was built without the `cuda` feature (cargo build --features cuda)")
 }
 
+/// `--gpu-share`: a fraction in (0, 1], or auto (no cap).
+fn gpu_share(value: &str) -> anyhow::Result<Option<f64>> {
+    if value == "auto" {
+        return Ok(None);
+    }
+    match value.parse::<f64>() {
+        Ok(share) if share > 0.0 && share <= 1.0 => Ok(Some(share)),
+        _ => anyhow::bail!("--gpu-share {value}: give a fraction of the GPU's time in (0, 1], e.g. 0.05, or auto"),
+    }
+}
+
 /// One untimed warm-up epoch and `--passes` timed ones (or one timed epoch), then the
 /// checksum epoch when asked for.
 async fn timed_passes<P, Build, Built>(
@@ -261,13 +306,18 @@ where
         Some(passes) => (1, passes.max(1)),
         None => (0, 1),
     };
+    let consumer_rate = match &args.consumer_rate {
+        Some(rate) => Some(super::store::parse_size(rate)? as f64),
+        None => None,
+    };
     let mut best: Option<(f64, MetricsSnapshot)> = None;
     for pass in 0..warm_up + timed {
         let mut batches = build().await?;
         if pass == 0 && !args.json {
             describe(&batches);
         }
-        let (seconds, metrics) = run_epoch(&mut batches, !args.json, &consume).await?;
+        let (seconds, metrics) =
+            run_epoch(&mut batches, !args.json, consumer_rate, &consume).await?;
         let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
         if pass >= warm_up && faster {
             best = Some((seconds, metrics));
@@ -277,7 +327,7 @@ where
     let checksum = if args.checksum {
         let mut batches = build().await?;
         let total = std::cell::Cell::new(0f64);
-        run_epoch(&mut batches, false, |batch| {
+        run_epoch(&mut batches, false, None, |batch| {
             total.set(total.get() + sum(batch)?);
             Ok(())
         })
@@ -297,7 +347,11 @@ fn nan_skipping_sum<'a>(values: impl Iterator<Item = &'a f32>) -> f64 {
     values.filter(|v| !v.is_nan()).map(|&v| f64::from(v)).sum()
 }
 
-fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, decode: Side) -> anyhow::Result<PipelineBuilder> {
+fn pipeline(
+    args: &RunArgs,
+    dataset: Arc<Dataset>,
+    decode: Decode,
+) -> anyhow::Result<PipelineBuilder> {
     let mut builder = Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
         .epoch_options(args.windows.epoch_options()?)
@@ -305,8 +359,12 @@ fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, decode: Side) -> anyhow::Resu
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
         .decode_on(match decode {
-            Side::Cpu => DecodeOn::Cpu,
-            Side::Gpu => DecodeOn::Gpu,
+            Decode::Cpu => DecodeOn::Cpu,
+            Decode::Gpu => DecodeOn::Gpu,
+            Decode::Split => DecodeOn::Split,
+            Decode::Auto => DecodeOn::Auto {
+                gpu_share: gpu_share(&args.gpu_share)?,
+            },
         });
     builder = args.values.apply(builder)?;
     for selection in &args.windows.select {
@@ -323,6 +381,7 @@ fn pipeline(args: &RunArgs, dataset: Arc<Dataset>, decode: Side) -> anyhow::Resu
 async fn run_epoch<P: Place>(
     batches: &mut BatchStream<P>,
     progress: bool,
+    consumer_rate: Option<f64>,
     mut consume: impl FnMut(&Batch<P>) -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, MetricsSnapshot)> {
     let started = Instant::now();
@@ -337,6 +396,10 @@ async fn run_epoch<P: Place>(
     while let Some(batch) = batches.try_next().await? {
         // A training step would consume `batch.inputs` here.
         consume(std::hint::black_box(&batch))?;
+        if let Some(rate) = consumer_rate {
+            let busy = batch.tensor_bytes() as f64 / rate;
+            tokio::time::sleep(std::time::Duration::from_secs_f64(busy)).await;
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -355,7 +418,7 @@ fn print_json(
     let summary = serde_json::json!({
         "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
         "device": device.to_string(),
-        "decode": stages.decode.to_string().to_lowercase(),
+        "decode": format!("{:?}", stages.decode).to_lowercase(),
         "collate": stages.collate.to_string().to_lowercase(),
         "url": url,
         "seconds": seconds,

@@ -1,7 +1,8 @@
 //! Cut samples out of Zarr variables by named dimensions and group them into batches:
 //! windows with a size and stride per dimension, iterated dimensions (one sample per step,
 //! `time` by default), every other dimension stacked as channels, and for each batch the
-//! deduplicated set of chunks it needs. xbatcher's `batch_dims` and `concat_input_dims` let the
+//! deduplicated set of chunks it needs ([`Batcher::read_plans`], the head of a stage chain).
+//! xbatcher's `batch_dims` and `concat_input_dims` let the
 //! layout fix the batches instead of a batch size (blocks of steps or of windows).
 //!
 //! ```no_run

@@ -19,14 +19,33 @@ pub enum DecodedChunks {
     /// In device memory: one buffer that owns the chunks and the stream that wrote them, so
     /// work on them is ordered after the decoding and the buffer outlives it.
     Device(DeviceBatch),
+    /// Decoded by several decoders (a [`SplitDecoder`](crate::SplitDecoder)): each part
+    /// where its decoder left it. Chunks are found by their request, so order does not matter.
+    Split(Vec<DecodedChunks>),
 }
 
 impl DecodedChunks {
+    /// Moves every chunk to host memory (chunks decoded on the GPU are copied back).
+    pub fn into_host(self) -> Result<Vec<DecodedChunk>> {
+        match self {
+            Self::Host(chunks) => Ok(chunks),
+            Self::Device(batch) => batch.into_host()?.into_iter().collect(),
+            Self::Split(parts) => {
+                let mut chunks = Vec::new();
+                for part in parts {
+                    chunks.extend(part.into_host()?);
+                }
+                Ok(chunks)
+            }
+        }
+    }
+
     /// Number of chunks.
     pub fn len(&self) -> usize {
         match self {
             Self::Host(chunks) => chunks.len(),
             Self::Device(batch) => batch.chunks.len(),
+            Self::Split(parts) => parts.iter().map(Self::len).sum(),
         }
     }
 
@@ -55,7 +74,12 @@ impl DecodedChunks {
                     }
                 }
                 stats.gpu_planning = batch.timings.plan + batch.timings.stage;
-                stats.gpu_busy = batch.timings.device;
+                stats.gpu_busy = batch.timings.gpu;
+            }
+            Self::Split(parts) => {
+                for part in parts {
+                    stats += part.stats();
+                }
             }
         }
         stats

@@ -1,26 +1,33 @@
 //! Decode Zarr chunks: on the CPU with zarrs' codecs (bytes, transpose, zstd, gzip, blosc,
 //! crc32c, sharding_indexed and the numcodecs codecs zarrs supports), in parallel on every
-//! core; the GPU decoder (feature `cuda`, nvCOMP plus own kernels) plugs in behind the same
-//! [`ChunkDecoder`] trait.
+//! core ([`CpuDecoder`]); on the GPU in batches with nvCOMP 6 and zarrpipe's own kernels
+//! ([`GpuDecoder`], feature `cuda`); or both at once, each batch shared out by measured rates
+//! ([`SplitDecoder`]). The swap point is [`BatchDecoder`]: each decodes a batch into
+//! [`DecodedChunks`] in host or device memory, and both collators take either.
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //! use futures::{stream, TryStreamExt};
-//! use zarrpipe_codec_gpu::{CpuDecoder, DecodeExt};
-//! use zarrpipe_store::{ChunkRequest, Dataset, FetchExt};
+//! use zarrpipe_batcher::{Batcher, SampleLayout, WindowSpec};
+//! use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, DecodedChunks};
+//! use zarrpipe_store::{Dataset, FetchBatchesExt};
 //!
-//! # async fn demo() -> Result<(), zarrpipe_codec_gpu::Error> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let dataset = Dataset::open("data/sample.zarr").await?;
-//! let t2m = dataset.variable("t2m")?.clone();
-//! let requests = (0..4).map(|t| ChunkRequest::new(t2m.clone(), vec![t, 0, 0]));
-//! let decoded: Vec<_> = stream::iter(requests)
-//!     .fetch(16)
-//!     .decode(Arc::new(CpuDecoder::new()), 16)
+//! let layout = Arc::new(SampleLayout::new(&dataset, &["t2m"], &WindowSpec::new())?);
+//! let batcher = Batcher::new(layout, 4, false)?;
+//! // With `cuda`: `Arc::new(GpuDecoder::new(GpuOptions::default())?)` decodes on the GPU.
+//! let decoder: Arc<dyn BatchDecoder> = Arc::new(CpuDecoder::new());
+//! let batches: Vec<_> = stream::iter(batcher.read_plans())
+//!     .fetch_batches(2, 64)
+//!     .decode_batches(decoder)
 //!     .try_collect()
 //!     .await?;
-//! assert_eq!(decoded[0].bytes.len() as u64, t2m.decoded_chunk_bytes());
+//! assert!(matches!(batches[0].payload, DecodedChunks::Host(_)));
 //! # Ok(()) }
 //! ```
+//!
+//! Chunk by chunk, [`DecodeExt::decode`] decodes a stream of encoded chunks on the CPU.
 
 // Planning GPU batches is plain Rust, built and unit-tested everywhere (against a CPU
 // interpreter); without `cuda` only the tests use it.
@@ -42,6 +49,7 @@ mod interpret;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 mod read;
+mod split;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(test)]
@@ -70,14 +78,7 @@ pub use gpu::{
     BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch, PlannedBatch,
 };
 pub use read::{decode_every_chunk, read_array};
-
-/// `ZARRPIPE_TRACE_GPU=1` prints, on stderr, when each GPU batch is submitted and completed
-/// and how long each nvCOMP call took to enqueue (a call that waits for its stream shows here).
-#[doc(hidden)]
-pub fn trace() -> bool {
-    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TRACE.get_or_init(|| std::env::var_os("ZARRPIPE_TRACE_GPU").is_some())
-}
+pub use split::{SplitDecoder, SplitPolicy};
 
 /// Something that turns a chunk's stored bytes into its decoded elements.
 pub trait ChunkDecoder: Send + Sync + std::fmt::Debug {

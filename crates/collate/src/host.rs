@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
-use zarrpipe_codec_gpu::{DecodedChunk, DecodedChunks};
+use zarrpipe_codec_gpu::DecodedChunk;
 use zarrpipe_core::convert_to_f32;
 
 use crate::gather::{destination_strides, missing_chunk, variable_number, window_boxes, WindowBox};
@@ -56,13 +56,7 @@ impl HostCollator {
             payload,
             stats,
         } = batch;
-        let chunks = match payload {
-            DecodedChunks::Host(chunks) => chunks,
-            DecodedChunks::Device(decoded) => decoded
-                .into_host()?
-                .into_iter()
-                .collect::<zarrpipe_codec_gpu::Result<_>>()?,
-        };
+        let chunks = payload.into_host()?;
         let index = self.index_chunks(&chunks)?;
         let mut tensor = self.gather_steps(&samples, self.layout.input_offsets(), &index)?;
         let mut targets = match self.layout.target_offsets() {

@@ -1,6 +1,8 @@
 //! Shared types of zarrpipe: element types ([`DType`]), devices ([`Device`]), the conversion of
-//! decoded chunk bytes to `f32`, and a small ordered-concurrency stream helper that the stage
-//! adapters build on.
+//! decoded chunk bytes to `f32`, the envelope a batch travels in between stages ([`Staged`],
+//! with what each stage cost in [`BatchStats`]), the ordered-concurrency stream the stage
+//! adapters are built on ([`InFlight`], [`StageStream`]), and the consumer's [`Pace`], which
+//! adaptive stages read.
 //!
 //! ```
 //! use zarrpipe_core::{DType, Device};
@@ -13,11 +15,13 @@
 mod device;
 mod dtype;
 mod in_flight;
+mod pace;
 mod stage_stream;
 mod staged;
 
 pub use device::{Device, ParseDeviceError};
 pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;
+pub use pace::{Pace, PaceDelta};
 pub use stage_stream::StageStream;
 pub use staged::{BatchStats, Staged};

@@ -5,12 +5,14 @@ use zarrpipe_batcher::{
     Batcher, EpochOptions, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
 use futures::stream;
-use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt};
+use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, SplitPolicy};
+#[cfg(feature = "cuda")]
+use zarrpipe_codec_gpu::SplitDecoder;
 use zarrpipe_collate::{
     BatchCollator, CollateBatchesExt, CollateOptions, Host, HostCollator, LatitudeWeights,
     Normalization, Place,
 };
-use zarrpipe_core::Device;
+use zarrpipe_core::{Device, Pace};
 use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
 use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
@@ -25,13 +27,24 @@ enum Source {
 }
 
 /// Where chunks are decoded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub enum DecodeOn {
     /// On every CPU core, with zarrs' codecs (the default).
     #[default]
     Cpu,
     /// On the GPU, in batches (nvCOMP and zarrpipe's kernels; feature `cuda`).
     Gpu,
+    /// Each batch on both at once, shared out by their measured rates so both finish
+    /// together: the most this host decodes ([`SplitPolicy::Balanced`]; feature `cuda`).
+    Split,
+    /// The CPU first; the GPU takes a share of each batch only while the consumer waits, and,
+    /// with `gpu_share`, only while the GPU time spent decoding stays under that fraction of
+    /// the wall-clock time ([`SplitPolicy::Auto`]; feature `cuda`).
+    Auto {
+        /// Most of the GPU's time decoding may take (e.g. `Some(0.05)`); `None`: as much as
+        /// the consumer's pace asks for.
+        gpu_share: Option<f64>,
+    },
 }
 
 /// Configures a pipeline; [`build`](PipelineBuilder::build) opens the dataset and returns the
@@ -360,7 +373,8 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
         let gpu = self.open_gpu_if_used()?;
-        let decoder = self.stage_decoder(&gpu)?;
+        let pace = Arc::new(Pace::default());
+        let decoder = self.stage_decoder(&gpu, &pace)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
         let (dataset, batcher, collate) = self.config.prepare().await?;
         let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
@@ -370,12 +384,12 @@ impl<P: CollateOn> PipelineBuilder<P> {
             .decode_batches(decoder)
             .collate_batches(collator)
             .prefetch(prefetch);
-        Ok(BatchStream::new(chain, dataset, batcher, device))
+        Ok(BatchStream::new(chain, dataset, batcher, device).with_pace(pace))
     }
 
     /// The GPU, when a stage runs there: the one given, or opened on `device`.
     fn open_gpu_if_used(&mut self) -> Result<StageGpu> {
-        let needed = self.config.decode_on == DecodeOn::Gpu || P::NEEDS_GPU;
+        let needed = self.config.decode_on != DecodeOn::Cpu || P::NEEDS_GPU;
         #[cfg(feature = "cuda")]
         if needed {
             if let Some(gpu) = self.config.gpu.take() {
@@ -404,19 +418,41 @@ impl<P: CollateOn> PipelineBuilder<P> {
         }
     }
 
-    fn stage_decoder(&self, gpu: &StageGpu) -> Result<Arc<dyn BatchDecoder>> {
+    /// The decode stage; split decoders read the consumer's pace from `pace`.
+    fn stage_decoder(&self, gpu: &StageGpu, pace: &Arc<Pace>) -> Result<Arc<dyn BatchDecoder>> {
         if let Some(decoder) = &self.config.decoder {
             return Ok(decoder.clone());
         }
-        match self.config.decode_on {
-            DecodeOn::Cpu => Ok(Arc::new(CpuDecoder::new())),
-            #[cfg(feature = "cuda")]
-            DecodeOn::Gpu => Ok(gpu.as_ref().expect("opened for GPU decoding").decoder()),
-            #[cfg(not(feature = "cuda"))]
-            DecodeOn::Gpu => {
-                let _ = gpu;
-                unreachable!("refused when the GPU was opened")
-            }
+        let policy = match self.config.decode_on {
+            DecodeOn::Cpu => return Ok(Arc::new(CpuDecoder::new())),
+            DecodeOn::Gpu => None,
+            DecodeOn::Split => Some(SplitPolicy::Balanced),
+            DecodeOn::Auto { gpu_share } => Some(SplitPolicy::Auto { gpu_share }),
+        };
+        #[cfg(feature = "cuda")]
+        {
+            let gpu = gpu.as_ref().expect("opened for GPU decoding").decoder();
+            let Some(policy) = policy else {
+                return Ok(gpu);
+            };
+            // The CPU side decodes on a pool of its own, so the GPU side's planning (on
+            // rayon's global pool) never queues behind its chunks.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .thread_name(|n| format!("zarrpipe-split-cpu{n}"))
+                .build()
+                .map_err(|error| Error::Gpu {
+                    what: "starting the split decoder's CPU threads".into(),
+                    source: Box::new(error),
+                })?;
+            let cpu = Arc::new(CpuDecoder::with_pool(Arc::new(pool)));
+            Ok(Arc::new(
+                SplitDecoder::new(cpu, gpu, policy).with_pace(pace.clone()),
+            ))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (gpu, pace, policy);
+            unreachable!("refused when the GPU was opened")
         }
     }
 }

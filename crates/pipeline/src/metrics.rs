@@ -44,10 +44,10 @@ pub struct MetricsSnapshot {
     pub batches: u64,
     /// Host time planning and staging batches for the GPU decoder.
     pub gpu_planning_busy: Duration,
-    /// Device time batches took on the GPU, summed over batches: for GPU decoding, from a
-    /// batch's submission until its decoded chunks were checked (waits behind other batches
-    /// included); for GPU collation, from its first upload or kernel to its last (measured
-    /// with CUDA events). Batches overlap, so this can exceed the wall-clock time.
+    /// GPU time the batches took, summed over batches and measured with CUDA events on their
+    /// streams: decoding from its first kernel to its last, collation from its first upload
+    /// or kernel to its last. Batches on different streams overlap, so this can exceed the
+    /// wall-clock time; over the wall time it says how much of the GPU the loader held.
     pub gpu_busy: Duration,
     /// Chunks decoded on the CPU (a GPU decoder's CPU fallbacks included).
     pub cpu_decoded_chunks: u64,

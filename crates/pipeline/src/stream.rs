@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::stream::{BoxStream, FusedStream, Stream, StreamExt};
 use zarrpipe_batcher::{Batcher, SampleLayout, SamplerState};
 use zarrpipe_collate::{Batch, Host, Place};
-use zarrpipe_core::Device;
+use zarrpipe_core::{Device, Pace};
 use zarrpipe_store::Dataset;
 
 use crate::{Error, Metrics, MetricsSnapshot, Result};
@@ -27,6 +27,7 @@ pub struct BatchStream<P: Place = Host> {
     num_batches: u64,
     device: Device,
     metrics: Arc<Metrics>,
+    pace: Arc<Pace>,
     waiting_since: Option<Instant>,
     done: bool,
 }
@@ -59,9 +60,17 @@ impl<P: Place> BatchStream<P> {
             batcher,
             device,
             metrics: Arc::new(Metrics::default()),
+            pace: Arc::new(Pace::default()),
             waiting_since: None,
             done: false,
         }
+    }
+
+    /// Records in `pace` whether the consumer waited for each batch, for the stages that
+    /// adapt to it (a [`SplitDecoder`](zarrpipe_codec_gpu::SplitDecoder) in `Auto`).
+    pub fn with_pace(mut self, pace: Arc<Pace>) -> Self {
+        self.pace = pace;
+        self
     }
 
     /// The dataset the batches come from.
@@ -117,6 +126,7 @@ impl<P: Place> Stream for BatchStream<P> {
             match item {
                 Some(Ok(batch)) => {
                     self.delivered = batch.index + 1;
+                    self.pace.record(waited);
                     self.metrics.add_batch(
                         &batch.stats,
                         batch.samples.len(),

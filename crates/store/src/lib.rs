@@ -1,6 +1,7 @@
 //! Open Zarr v2 and v3 datasets the way xarray sees them (variables, dimension names,
 //! coordinates, attributes) on local disk or object storage, and fetch encoded chunks
-//! concurrently as a `futures::Stream`.
+//! concurrently as a `futures::Stream`: chunk by chunk ([`FetchExt::fetch`]) or batch by
+//! batch, the first stage of a chain ([`FetchBatchesExt::fetch_batches`]).
 //!
 //! ```no_run
 //! use futures::{stream, TryStreamExt};

@@ -54,6 +54,13 @@ pub struct GpuDecoder {
 /// The granularity of the pinned-memory budget.
 const PINNED_UNIT: usize = 1 << 16;
 
+/// An event that can be timed against another.
+fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
+    stream
+        .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda_error("recording an event"))
+}
+
 /// The pinned-memory budget in units (a `u32` count, as the semaphore takes them).
 fn pinned_units(options: &GpuOptions) -> usize {
     (options.pinned_memory / PINNED_UNIT).clamp(1, u32::MAX as usize)
@@ -168,6 +175,10 @@ pub struct PendingBatch {
     timings: BatchTimings,
     started: Instant,
     pool: SlotPool,
+    /// Timed events on the decode stream: after the first group's upload, after the last
+    /// group's work (the batch's device time lies between).
+    begun: Option<CudaEvent>,
+    ended: Option<CudaEvent>,
 }
 
 /// A batch planned on the CPU ([`GpuDecoder::plan`]): frames read and checked, CPU
@@ -430,6 +441,7 @@ impl GpuDecoder {
         batch.timings.plan += retry.timings.plan;
         batch.timings.stage += retry.timings.stage;
         batch.timings.device += retry.timings.device;
+        batch.timings.gpu += retry.timings.gpu;
         Ok(batch)
     }
 
@@ -484,6 +496,8 @@ impl GpuDecoder {
             },
             started,
             pool: self.slots.clone(),
+            begun: None,
+            ended: None,
         };
         let mut next = match groups.next() {
             Some(group) => {
@@ -505,6 +519,9 @@ impl GpuDecoder {
                 Some((chunk.request.clone(), region.offset))
             }));
             self.send(&upload, &mut slot, stream)?;
+            if pending.begun.is_none() {
+                pending.begun = Some(timed_event(stream)?);
+            }
             while pending.running.len() >= SLOTS - 1 {
                 let oldest = pending.running.pop_front().expect("a running group");
                 let chunks = self.finish(oldest)?;
@@ -525,6 +542,7 @@ impl GpuDecoder {
                 let following = staging.map(|thread| thread.join().expect("staging thread"));
                 (following, done)
             });
+            pending.ended = Some(timed_event(stream)?);
             pending.running.push_back(InFlight {
                 prepared,
                 tables: upload.tables,
@@ -547,6 +565,12 @@ impl GpuDecoder {
             .started
             .elapsed()
             .saturating_sub(timings.plan + timings.stage);
+        if let (Some(begun), Some(ended)) = (&pending.begun, &pending.ended) {
+            let ms = begun
+                .elapsed_ms(ended)
+                .map_err(cuda_error("timing a batch"))?;
+            timings.gpu = std::time::Duration::from_secs_f32(ms.max(0.0) / 1e3);
+        }
         // SAFETY: a zero-length placeholder, never read; the real buffer moves out.
         let empty = unsafe { pending.stream.alloc::<u8>(0) }.map_err(cuda_error("allocating"))?;
         Ok(DeviceBatch {
@@ -813,12 +837,11 @@ impl GpuDecoder {
                     cu_stream,
                 )?;
             }
-            if crate::trace() {
-                eprintln!(
-                    "[gpu] nvCOMP {codec:?} call of {count} chunks enqueued in {:.2} ms",
-                    enqueue.elapsed().as_secs_f64() * 1e3
-                );
-            }
+            tracing::debug!(
+                target: "zarrpipe::gpu",
+                "nvCOMP {codec:?} call of {count} chunks enqueued in {:.2} ms",
+                enqueue.elapsed().as_secs_f64() * 1e3
+            );
         }
         Ok(())
     }

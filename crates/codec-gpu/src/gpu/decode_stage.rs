@@ -21,9 +21,22 @@ impl BatchDecoder for GpuDecoder {
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;
             let decoded = tokio::task::spawn_blocking(move || {
+                let count = chunks.len();
                 let planned = self.plan(chunks);
                 let pending = self.submit_planned(planned)?;
-                self.complete(pending)
+                tracing::debug!(target: "zarrpipe::gpu", "batch of {count} chunks submitted");
+                let decoded = self.complete(pending);
+                if let Ok(batch) = &decoded {
+                    tracing::debug!(
+                        target: "zarrpipe::gpu",
+                        "batch of {count} chunks decoded: plan {:?}, stage {:?}, device {:?}, GPU {:?}",
+                        batch.timings.plan,
+                        batch.timings.stage,
+                        batch.timings.device,
+                        batch.timings.gpu
+                    );
+                }
+                decoded
             })
             .await
             .map_err(|source| Error::StageTask {

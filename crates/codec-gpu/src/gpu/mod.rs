@@ -88,6 +88,10 @@ pub struct BatchTimings {
     pub plan: Duration,
     /// Filling the pinned staging buffer.
     pub stage: Duration,
-    /// Upload, decompression and kernels, until the stream finished.
+    /// Upload, decompression and kernels, until the stream finished (host clock, waits
+    /// behind other batches included).
     pub device: Duration,
+    /// The GPU time the batch's decoding took on its stream, from its first kernel to its
+    /// last (CUDA events): what it took from other work on the GPU.
+    pub gpu: Duration,
 }

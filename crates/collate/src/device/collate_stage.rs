@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use zarrpipe_codec_gpu::cudarc::driver::sys::CUevent_flags;
 use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use zarrpipe_codec_gpu::{DecodedChunks, DeviceBatch};
+use zarrpipe_codec_gpu::{DecodedChunk, DecodedChunks, DeviceBatch};
 use zarrpipe_core::Staged;
 use zarrpipe_store::ChunkRequest;
 
@@ -59,38 +59,36 @@ impl DeviceCollator {
             payload,
             mut stats,
         } = batch;
-        let mut requests: Vec<ChunkRequest> = Vec::with_capacity(payload.len());
-        let mut offsets: Vec<usize> = Vec::with_capacity(payload.len());
-        let (memory, stream, begun) = match payload {
-            DecodedChunks::Device(mut decoded) => {
-                let stream = decoded.stream().clone();
-                let begun = timed_event(&stream)?;
-                for chunk in std::mem::take(&mut decoded.chunks) {
-                    let chunk = chunk?;
-                    offsets.push(chunk.offset);
-                    requests.push(chunk.request);
-                }
-                (ChunkMemory::Decoded(decoded), stream, begun)
-            }
-            DecodedChunks::Host(chunks) => {
-                let stream = self.stream.clone();
-                let begun = timed_event(&stream)?;
-                let parts: Vec<&[u8]> = chunks.iter().map(|chunk| chunk.bytes.as_slice()).collect();
-                let (buffer, uploaded) = self.staging.upload_parts(&parts, &stream)?;
-                offsets = uploaded;
-                requests.extend(chunks.into_iter().map(|chunk| chunk.request));
-                (ChunkMemory::Uploaded(buffer), stream, begun)
-            }
+        let (mut decoded, mut host) = (Vec::new(), Vec::new());
+        sort_parts(payload, &mut decoded, &mut host);
+        // Chunks decoded on the GPU are complete (the decode stage waited for them); the
+        // batch's work goes on the first one's stream, uploads of CPU-decoded chunks too.
+        let stream = match decoded.first() {
+            Some(first) => first.stream().clone(),
+            None => self.stream.clone(),
         };
-        let base = match &memory {
-            ChunkMemory::Decoded(decoded) => decoded.buffer().device_ptr(&stream).0,
-            ChunkMemory::Uploaded(buffer) => buffer.device_ptr(&stream).0,
-        };
-        let chunks: Vec<(&ChunkRequest, u64)> = requests
-            .iter()
-            .zip(&offsets)
-            .map(|(request, &offset)| (request, base + offset as u64))
-            .collect();
+        let begun = timed_event(&stream)?;
+        let mut requests: Vec<ChunkRequest> = Vec::with_capacity(host.len());
+        let mut addresses: Vec<u64> = Vec::with_capacity(host.len());
+        let mut memory = Vec::with_capacity(decoded.len() + 1);
+        for mut part in decoded.drain(..) {
+            let base = part.buffer().device_ptr(&stream).0;
+            for chunk in std::mem::take(&mut part.chunks) {
+                let chunk = chunk?;
+                addresses.push(base + chunk.offset as u64);
+                requests.push(chunk.request);
+            }
+            memory.push(ChunkMemory::Decoded(part));
+        }
+        if !host.is_empty() {
+            let parts: Vec<&[u8]> = host.iter().map(|chunk| chunk.bytes.as_slice()).collect();
+            let (buffer, offsets) = self.staging.upload_parts(&parts, &stream)?;
+            let base = buffer.device_ptr(&stream).0;
+            addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
+            requests.extend(host.drain(..).map(|chunk| chunk.request));
+            memory.push(ChunkMemory::Uploaded(buffer));
+        }
+        let chunks: Vec<(&ChunkRequest, u64)> = requests.iter().zip(addresses).collect();
         let tensors = self.enqueue(&samples, &chunks, &stream)?;
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
@@ -115,6 +113,19 @@ impl DeviceCollator {
             ready,
             stats,
         })
+    }
+}
+
+/// Sorts a batch's parts into those decoded on the GPU and the chunks decoded on the CPU.
+fn sort_parts(payload: DecodedChunks, decoded: &mut Vec<DeviceBatch>, host: &mut Vec<DecodedChunk>) {
+    match payload {
+        DecodedChunks::Host(chunks) => host.extend(chunks),
+        DecodedChunks::Device(batch) => decoded.push(batch),
+        DecodedChunks::Split(parts) => {
+            for part in parts {
+                sort_parts(part, decoded, host);
+            }
+        }
     }
 }
 

@@ -1,0 +1,272 @@
+//! Split decoding: one batch's chunks decoded partly by the CPU cores and partly by the GPU,
+//! at once, into one batch. How much each side takes follows the rates measured on earlier
+//! batches, per kind of chunk (codec chain and decoded size), so both sides finish a batch
+//! together ([`SplitPolicy::Balanced`]); or the CPU goes first and the GPU takes a share
+//! only while the consumer waits for batches, within a budget of GPU time
+//! ([`SplitPolicy::Auto`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use zarrpipe_core::{Pace, PaceDelta};
+use zarrpipe_store::EncodedChunk;
+
+use crate::{BatchDecoder, DecodedChunks, Result};
+
+/// The GPU's share of a kind's decoded bytes before both sides have decoded some of it: the
+/// ratio of nvCOMP's zstd rate to 16 cores' on the reference host (BENCHMARKS.md), replaced by
+/// measurements from the first batch on.
+const PRIOR_GPU_SHARE: f64 = 0.75;
+/// Weight of the newest batch in the measured rates.
+const NEWEST: f64 = 0.5;
+
+/// How a [`SplitDecoder`] shares batches between the CPU and the GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SplitPolicy {
+    /// Every batch split so that both sides finish together: the most this host decodes.
+    Balanced,
+    /// The CPU first: the GPU takes part of each batch only while the consumer waits for
+    /// batches (up to the balanced share), and, with `gpu_share`, only while the GPU time
+    /// spent decoding stays under that fraction of the wall-clock time.
+    Auto {
+        /// Most of the GPU's time the decoder may use (e.g. 0.05); `None`: as much as the
+        /// consumer's pace asks for.
+        gpu_share: Option<f64>,
+    },
+}
+
+/// Decodes each batch on both sides at once; see the [module](self) documentation.
+pub struct SplitDecoder {
+    cpu: Arc<dyn BatchDecoder>,
+    gpu: Arc<dyn BatchDecoder>,
+    policy: SplitPolicy,
+    pace: Arc<Pace>,
+    state: Mutex<SplitState>,
+}
+
+impl std::fmt::Debug for SplitDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SplitDecoder")
+            .field("cpu", &self.cpu)
+            .field("gpu", &self.gpu)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Chunks that decode alike: the same codec chain and decoded size.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Kind {
+    codecs: Vec<String>,
+    decoded_bytes: u64,
+}
+
+/// Decoded bytes per second of wall-clock time, per side (`None` until measured).
+#[derive(Clone, Copy, Debug, Default)]
+struct Rates {
+    cpu: Option<f64>,
+    gpu: Option<f64>,
+}
+
+impl Rates {
+    /// The GPU's share of this kind's bytes that makes both sides finish together.
+    fn balanced_gpu_share(&self) -> f64 {
+        match (self.cpu, self.gpu) {
+            (Some(cpu), Some(gpu)) if cpu + gpu > 0.0 => gpu / (cpu + gpu),
+            _ => PRIOR_GPU_SHARE,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SplitState {
+    rates: HashMap<Kind, Rates>,
+    /// Auto: the fraction of the balanced GPU share the GPU takes now (0 = CPU only).
+    throttle: f64,
+    seen: PaceDelta,
+    started: Option<Instant>,
+    gpu_time: Duration,
+}
+
+/// One batch's chunks, shared out, with their kinds.
+struct Shares {
+    cpu: Vec<EncodedChunk>,
+    gpu: Vec<EncodedChunk>,
+}
+
+impl SplitDecoder {
+    /// Splits batches between `cpu` (decoding to host memory) and `gpu` (to device memory).
+    /// Give the CPU side a pool of its own (`CpuDecoder::with_pool`), so the GPU side's
+    /// planning does not queue behind its chunks on rayon's global pool.
+    pub fn new(cpu: Arc<dyn BatchDecoder>, gpu: Arc<dyn BatchDecoder>, policy: SplitPolicy) -> Self {
+        let throttle = match policy {
+            SplitPolicy::Balanced => 1.0,
+            SplitPolicy::Auto { .. } => 0.0,
+        };
+        Self {
+            cpu,
+            gpu,
+            policy,
+            pace: Arc::new(Pace::default()),
+            state: Mutex::new(SplitState {
+                rates: HashMap::new(),
+                throttle,
+                seen: PaceDelta::default(),
+                started: None,
+                gpu_time: Duration::ZERO,
+            }),
+        }
+    }
+
+    /// Reads the consumer's pace from `pace` (the pipeline's [`BatchStream`] records it);
+    /// [`SplitPolicy::Auto`] needs it.
+    ///
+    /// [`BatchStream`]: https://docs.rs/zarrpipe-pipeline
+    pub fn with_pace(mut self, pace: Arc<Pace>) -> Self {
+        self.pace = pace;
+        self
+    }
+
+    /// The GPU's share of the decoded bytes the next batch of one kind would get, for
+    /// reports; `None` before any batch.
+    pub fn gpu_share_now(&self) -> Option<f64> {
+        let state = self.lock();
+        let shares: Vec<f64> = state
+            .rates
+            .values()
+            .map(|rates| rates.balanced_gpu_share() * state.throttle)
+            .collect();
+        (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SplitState> {
+        self.state.lock().unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Shares out one batch: for each kind, its balanced GPU share, throttled by the policy.
+    fn share(&self, chunks: Vec<EncodedChunk>) -> Shares {
+        let mut state = self.lock();
+        let started = *state.started.get_or_insert_with(Instant::now);
+        if let SplitPolicy::Auto { gpu_share } = self.policy {
+            let now = self.pace.counts();
+            let delta = now - state.seen;
+            state.seen = now;
+            // Up quickly while the consumer waits, down slowly while it does not.
+            if delta.waited > 0 {
+                state.throttle = (state.throttle + 0.25).min(1.0);
+            } else if delta.delivered > 0 {
+                state.throttle = (state.throttle - 0.1).max(0.0);
+            }
+            if let Some(share) = gpu_share {
+                if state.gpu_time.as_secs_f64() > share * started.elapsed().as_secs_f64() {
+                    state.throttle = (state.throttle - 0.25).max(0.0);
+                }
+            }
+        }
+        let mut by_kind: HashMap<Kind, Vec<EncodedChunk>> = HashMap::new();
+        for chunk in chunks {
+            by_kind.entry(kind(&chunk)).or_default().push(chunk);
+        }
+        let mut shares = Shares {
+            cpu: Vec::new(),
+            gpu: Vec::new(),
+        };
+        for (kind, mut chunks) in by_kind {
+            let rates = state.rates.get(&kind).copied().unwrap_or_default();
+            let gpu_share = rates.balanced_gpu_share() * state.throttle;
+            let to_gpu = (chunks.len() as f64 * gpu_share).round() as usize;
+            shares.gpu.extend(chunks.drain(chunks.len() - to_gpu..));
+            shares.cpu.extend(chunks);
+        }
+        shares
+    }
+
+    /// Updates the rates of the kinds each side decoded, from the side's wall-clock time.
+    fn learn(&self, side: Side, chunks: &[Kind], wall: Duration, gpu_time: Duration) {
+        if chunks.is_empty() || wall.is_zero() {
+            return;
+        }
+        let bytes: u64 = chunks.iter().map(|kind| kind.decoded_bytes).sum();
+        let rate = bytes as f64 / wall.as_secs_f64();
+        let mut state = self.lock();
+        state.gpu_time += gpu_time;
+        for kind in chunks {
+            let rates = state.rates.entry(kind.clone()).or_default();
+            let slot = match side {
+                Side::Cpu => &mut rates.cpu,
+                Side::Gpu => &mut rates.gpu,
+            };
+            *slot = Some(match *slot {
+                Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
+                None => rate,
+            });
+        }
+    }
+
+    /// Decodes one side's chunks; returns what it decoded and its wall-clock time.
+    async fn decode_side(
+        self: &Arc<Self>,
+        side: Side,
+        chunks: Vec<EncodedChunk>,
+    ) -> Result<Option<DecodedChunks>> {
+        if chunks.is_empty() {
+            return Ok(None);
+        }
+        let kinds: Vec<Kind> = chunks.iter().map(kind).collect();
+        let decoder = match side {
+            Side::Cpu => self.cpu.clone(),
+            Side::Gpu => self.gpu.clone(),
+        };
+        let started = Instant::now();
+        let decoded = decoder.decode_chunks(chunks).await?;
+        let gpu_time = match side {
+            Side::Gpu => decoded.stats().gpu_busy,
+            Side::Cpu => Duration::ZERO,
+        };
+        self.learn(side, &kinds, started.elapsed(), gpu_time);
+        Ok(Some(decoded))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Cpu,
+    Gpu,
+}
+
+fn kind(chunk: &EncodedChunk) -> Kind {
+    let variable = &chunk.request.variable;
+    Kind {
+        codecs: variable.codec_names(),
+        decoded_bytes: variable.decoded_chunk_bytes(),
+    }
+}
+
+impl BatchDecoder for SplitDecoder {
+    fn decode_chunks(
+        self: Arc<Self>,
+        chunks: Vec<EncodedChunk>,
+    ) -> BoxFuture<'static, Result<DecodedChunks>> {
+        let shares = self.share(chunks);
+        async move {
+            let (cpu, gpu) = futures::try_join!(
+                self.decode_side(Side::Cpu, shares.cpu),
+                self.decode_side(Side::Gpu, shares.gpu)
+            )?;
+            let mut parts: Vec<DecodedChunks> = cpu.into_iter().chain(gpu).collect();
+            Ok(match parts.len() {
+                0 => DecodedChunks::Host(Vec::new()),
+                1 => parts.pop().expect("one part"),
+                _ => DecodedChunks::Split(parts),
+            })
+        }
+        .boxed()
+    }
+
+    fn batches_in_flight(&self) -> usize {
+        self.cpu.batches_in_flight().max(self.gpu.batches_in_flight())
+    }
+}
