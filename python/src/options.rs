@@ -47,7 +47,8 @@ pub(crate) struct Config {
     pub gpu_tensor_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_pinned_memory: Option<usize>,
-    /// GPU pipelines: where chunks are decoded (default: the GPU).
+    /// GPU pipelines: where chunks are decoded (default: the GPU; also the CPU, split between
+    /// both by their rates, or `auto` with an optional `gpu_share`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub decode_on: DecodeOn,
 }
@@ -86,6 +87,7 @@ const KEYS: &[&str] = &[
     "gpu_tensor_memory",
     "gpu_pinned_memory",
     "decode_on",
+    "gpu_share",
 ];
 
 fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(
@@ -174,10 +176,16 @@ impl Config {
             ],
         )?;
         let decode_on: String = get(options, "decode_on")?.unwrap_or_else(|| "gpu".into());
+        let gpu_share: Option<f64> = get(options, "gpu_share")?;
         let decode_on = choice(
             "decode_on",
             &decode_on,
-            &[("gpu", DecodeOn::Gpu), ("cpu", DecodeOn::Cpu)],
+            &[
+                ("gpu", DecodeOn::Gpu),
+                ("cpu", DecodeOn::Cpu),
+                ("split", DecodeOn::Split),
+                ("auto", DecodeOn::Auto { gpu_share }),
+            ],
         )?;
         let device: String = get(options, "device")?.unwrap_or_else(|| "cpu".into());
         let device: Device = device

@@ -252,7 +252,9 @@ class Pipeline:
       output, that JSON, the list :func:`stats` returns, or True to compute it now (reads
       every chunk). Then ``nan_fill``, ``nan_mask``, ``latitude_weights`` (a dim name).
     - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
-      build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there) or ``"cpu"``.
+      build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
+      ``"split"`` (both, by their measured rates) or ``"auto"`` (the GPU only while training
+      waits, at most ``gpu_share`` of its time).
       ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
       its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
       device / of stored chunks staged in pinned memory at once.
@@ -305,6 +307,7 @@ class Pipeline:
         gpu_tensor_memory: int | None = None,
         gpu_pinned_memory: int | None = None,
         decode_on: str | None = None,
+        gpu_share: float | None = None,
         tensors: str = "auto",
     ) -> None:
         url = os.fspath(url)
@@ -365,6 +368,7 @@ class Pipeline:
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,
             "decode_on": decode_on,
+            "gpu_share": gpu_share,
         }
         self._native = _native.NativePipeline(url, options)
         self._tensors = tensors
