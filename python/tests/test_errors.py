@@ -110,3 +110,12 @@ def test_ctrl_c_stops_an_epoch_that_waits():
         assert time.monotonic() - started < 3, "Ctrl-C took too long"
     finally:
         server.shutdown()
+
+
+def test_a_pipeline_iterated_in_a_forked_process_says_why_not():
+    import os
+
+    pipe = zarrpipe.Pipeline(store("xr_v3"), variables=["t2m"])
+    pipe._pid = os.getpid() + 1  # as after a fork
+    with pytest.raises(RuntimeError, match="another process"):
+        iter(pipe)

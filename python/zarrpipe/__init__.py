@@ -371,6 +371,7 @@ class Pipeline:
             "gpu_share": gpu_share,
         }
         self._native = _native.NativePipeline(url, options)
+        self._pid = os.getpid()
         self._tensors = tensors
         self._epoch = int(epoch)
         self._resume: str | None = None
@@ -395,6 +396,11 @@ class Pipeline:
         return self._epoch
 
     def __iter__(self) -> Iterator[Batch]:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "this zarrpipe.Pipeline was made in another process (a forked DataLoader worker?): "
+                "its Rust threads are not here. Iterate it directly; it is parallel already."
+            )
         epoch, resume = self._epoch, self._resume
         self._resume = None
         native_epoch = self._native.epoch(epoch, resume)
