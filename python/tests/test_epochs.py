@@ -113,3 +113,19 @@ def test_ranks_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     with pytest.raises(zarrpipe.LayoutError, match="RANK"):
         pipeline(batch_size=5)
+
+
+def test_a_loaded_state_holds_for_its_own_epoch_only():
+    pipe = pipeline(batch_size=8, shuffle=True, seed=3)
+    pipe.set_epoch(1)
+    iterator = iter(pipe)
+    next(iterator), next(iterator)
+    state = pipe.state_dict()
+    del iterator
+    fresh = pipeline(batch_size=8, shuffle=True, seed=3)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(1)  # the training loop's own call, for the saved epoch: still resumes
+    assert len(list(fresh)) == 5
+    fresh.load_state_dict(state)
+    fresh.set_epoch(2)  # the next epoch: whole, in its own order
+    assert len(list(fresh)) == 7 and fresh.state_dict()["epoch"] == 2

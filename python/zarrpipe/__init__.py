@@ -387,8 +387,12 @@ class Pipeline:
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch`` for the next iteration (its shuffle is seeded with
-        ``seed + epoch``), as ``DistributedSampler.set_epoch``."""
-        self._epoch = int(epoch)
+        ``seed + epoch``), as ``DistributedSampler.set_epoch``. A state loaded with
+        :meth:`load_state_dict` applies to its own epoch only: another epoch starts afresh."""
+        epoch = int(epoch)
+        if epoch != self._epoch:
+            self._resume = None
+        self._epoch = epoch
 
     @property
     def epoch(self) -> int:
