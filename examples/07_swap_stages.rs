@@ -68,7 +68,11 @@ fn report(name: &str, epoch: &Epoch, reference: &Epoch) -> anyhow::Result<()> {
         m.cpu_decoded_chunks,
         m.gpu_decoded_chunks,
         1e3 * m.gpu_busy.as_secs_f64() / m.batches.max(1) as f64,
-        if same { "equal to the CPU's" } else { "DIFFERENT" },
+        if same {
+            "equal to the CPU's"
+        } else {
+            "DIFFERENT"
+        },
     );
     anyhow::ensure!(same, "{name}: batches differ from the CPU's");
     Ok(())
@@ -114,7 +118,12 @@ async fn on_gpu(builder: impl Fn() -> PipelineBuilder, reference: &Epoch) -> any
             return Ok(());
         }
     };
-    let on_device = |decode| builder().gpu(gpu.clone()).decode_on(decode).collate_on_gpu();
+    let on_device = |decode| {
+        builder()
+            .gpu(gpu.clone())
+            .decode_on(decode)
+            .collate_on_gpu()
+    };
     let ready = |batch: &Batch<Gpu>| Ok(batch.synchronize()?);
     let to_host = |batch: &Batch<Gpu>| -> anyhow::Result<Vec<f32>> {
         Ok(batch.inputs.to_host_f32()?.iter().copied().collect())

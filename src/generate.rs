@@ -3,8 +3,10 @@
 //! The store is a Zarr v3 group holding four surface variables
 //! `(time, latitude, longitude)`, three pressure-level variables
 //! `(time, level, latitude, longitude)` and the four coordinate arrays.
-//! Every data chunk is one 2-D field, or, when sharded, one shard holds
-//! several time steps (and all levels) of one variable.
+//! Every data chunk is one 2-D field, or a latitude x longitude tile of one
+//! ([`GenerateOptions::chunks`]); when sharded, one shard holds several time
+//! steps (and all levels) of one variable, whole fields, and its inner chunks
+//! are fields or tiles. The chunking never changes the values.
 //!
 //! Values are a smooth large-scale field (a zonal profile plus a few
 //! separable waves drifting with time) plus small noise, rounded to 0.01
@@ -55,6 +57,10 @@ pub struct GenerateOptions {
     /// Time steps per shard (`sharding_indexed`); `None` writes one object per field.
     pub shard: Option<u64>,
     pub seed: u64,
+    /// Latitude x longitude size of a chunk (the inner chunk when sharded);
+    /// `None` keeps one whole field per chunk. Tiles need not divide the grid:
+    /// edge chunks are partial, and a shard is rounded up to whole tiles.
+    pub chunks: Option<[u64; 2]>,
 }
 
 impl Default for GenerateOptions {
@@ -68,6 +74,7 @@ impl Default for GenerateOptions {
             compression: Compression::Zstd,
             shard: None,
             seed: 0,
+            chunks: None,
         }
     }
 }
@@ -264,6 +271,11 @@ fn validate(options: &GenerateOptions) -> Result<()> {
         options.shard != Some(0),
         "shard must hold at least one time step"
     );
+    ensure!(
+        options.chunks.is_none_or(|[lat, lon]| lat > 0 && lon > 0),
+        "chunks must be positive in latitude and longitude (got {:?})",
+        options.chunks
+    );
     Ok(())
 }
 
@@ -342,6 +354,21 @@ fn bytes_to_bytes_codecs(
     })
 }
 
+/// Latitude x longitude size of one chunk (inner chunk when sharded).
+fn tile(options: &GenerateOptions) -> [u64; 2] {
+    options.chunks.unwrap_or([options.lat, options.lon])
+}
+
+/// Latitude x longitude size of one shard: the whole field, rounded up to
+/// whole tiles (sharding_indexed needs the shard to be a multiple of them).
+fn shard_field(options: &GenerateOptions) -> [u64; 2] {
+    let [tlat, tlon] = tile(options);
+    [
+        options.lat.div_ceil(tlat) * tlat,
+        options.lon.div_ceil(tlon) * tlon,
+    ]
+}
+
 /// Creates a data variable and writes its metadata. Sharded arrays get the
 /// inner chain `bytes` + compression and the default crc32c-checked index.
 fn create_variable(
@@ -349,18 +376,19 @@ fn create_variable(
     variable: &Variable,
     options: &GenerateOptions,
 ) -> Result<Array<FilesystemStore>> {
+    let [tlat, tlon] = tile(options);
     let (shape, inner, dims): (Vec<u64>, Vec<u64>, &[&str]) = if variable.has_level {
         let dims: &[&str] = &["time", "level", "latitude", "longitude"];
         (
             vec![options.time, options.levels, options.lat, options.lon],
-            vec![1, 1, options.lat, options.lon],
+            vec![1, 1, tlat, tlon],
             dims,
         )
     } else {
         let dims: &[&str] = &["time", "latitude", "longitude"];
         (
             vec![options.time, options.lat, options.lon],
-            vec![1, options.lat, options.lon],
+            vec![1, tlat, tlon],
             dims,
         )
     };
@@ -368,6 +396,8 @@ fn create_variable(
         Some(n) => {
             let mut shard = shape.clone();
             shard[0] = n;
+            let rank = shard.len();
+            shard[rank - 2..].copy_from_slice(&shard_field(options));
             shard
         }
         None => inner.clone(),
@@ -467,11 +497,13 @@ fn write_coordinates(
 // ---------------------------------------------------------------------------
 
 /// One chunk object to write: `time_block` is the time index unsharded, the
-/// shard index sharded; `level` is only used unsharded.
+/// shard index sharded; `level` and `tile` (latitude, longitude chunk
+/// indices) are only used unsharded.
 struct ChunkTask {
     variable: usize,
     time_block: u64,
     level: u64,
+    tile: [u64; 2],
 }
 
 fn chunk_tasks(options: &GenerateOptions) -> Vec<ChunkTask> {
@@ -484,18 +516,25 @@ fn chunk_tasks(options: &GenerateOptions) -> Vec<ChunkTask> {
                         variable,
                         time_block,
                         level: 0,
+                        tile: [0, 0],
                     });
                 }
             }
             None => {
                 let levels = if v.has_level { options.levels } else { 1 };
+                let [tlat, tlon] = tile(options);
                 for time_block in 0..options.time {
                     for level in 0..levels {
-                        tasks.push(ChunkTask {
-                            variable,
-                            time_block,
-                            level,
-                        });
+                        for i in 0..options.lat.div_ceil(tlat) {
+                            for j in 0..options.lon.div_ceil(tlon) {
+                                tasks.push(ChunkTask {
+                                    variable,
+                                    time_block,
+                                    level,
+                                    tile: [i, j],
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -514,38 +553,54 @@ fn write_chunk(
     task: &ChunkTask,
 ) -> Result<(u64, u64)> {
     let variable = &VARIABLES[task.variable];
-    let field_len = grid.lat_deg.len() * grid.lon_deg.len();
     let levels = if variable.has_level {
         options.levels
     } else {
         1
     };
-    // (time, level) of every field in the chunk, in C order.
-    let (times, chunk_levels): (Vec<u64>, Vec<u64>) = match options.shard {
-        Some(n) => (
-            (task.time_block * n..(task.time_block + 1) * n).collect(),
-            (0..levels).collect(),
-        ),
-        None => (vec![task.time_block], vec![task.level]),
-    };
-    let mut data = vec![f32::NAN; times.len() * chunk_levels.len() * field_len];
+    // (time, level) of every field in the chunk, in C order, and the
+    // latitude x longitude window each one covers: a tile of one field
+    // unsharded, every field of the shard (rounded up to whole tiles) sharded.
+    let [tlat, tlon] = tile(options);
+    let (times, chunk_levels, origin, window): (Vec<u64>, Vec<u64>, [u64; 2], [u64; 2]) =
+        match options.shard {
+            Some(n) => (
+                (task.time_block * n..(task.time_block + 1) * n).collect(),
+                (0..levels).collect(),
+                [0, 0],
+                shard_field(options),
+            ),
+            None => (
+                vec![task.time_block],
+                vec![task.level],
+                [task.tile[0] * tlat, task.tile[1] * tlon],
+                [tlat, tlon],
+            ),
+        };
+    let window_len = (window[0] * window[1]) as usize;
+    // Elements of the window inside the grid (edge tiles are partial).
+    let in_bounds = (options.lat.min(origin[0] + window[0]) - origin[0])
+        * (options.lon.min(origin[1] + window[1]) - origin[1]);
+    let mut data = vec![f32::NAN; times.len() * chunk_levels.len() * window_len];
     let fields = times
         .iter()
         .flat_map(|&t| chunk_levels.iter().map(move |&l| (t, l)));
     let mut valid_fields = 0u64;
-    for ((time, level), out) in fields.zip(data.chunks_exact_mut(field_len)) {
+    for ((time, level), out) in fields.zip(data.chunks_exact_mut(window_len)) {
         // Past the end of the time axis (last shard): leave the fill value.
         if time < options.time {
-            Field::new(options.seed, task.variable, time, level, grid).fill(out);
+            Field::new(options.seed, task.variable, time, level, grid)
+                .fill_window(origin, window, out);
             valid_fields += 1;
         }
     }
 
+    let [i, j] = task.tile;
     let indices: Vec<u64> = match (options.shard, variable.has_level) {
         (Some(_), true) => vec![task.time_block, 0, 0, 0],
         (Some(_), false) => vec![task.time_block, 0, 0],
-        (None, true) => vec![task.time_block, task.level, 0, 0],
-        (None, false) => vec![task.time_block, 0, 0],
+        (None, true) => vec![task.time_block, task.level, i, j],
+        (None, false) => vec![task.time_block, i, j],
     };
     array
         .store_chunk(&indices, data)
@@ -554,7 +609,7 @@ fn write_chunk(
     let stored = std::fs::metadata(&file)
         .with_context(|| format!("cannot stat chunk {} of {}", file.display(), variable.name))?
         .len();
-    Ok((stored, valid_fields * field_len as u64 * 4))
+    Ok((stored, valid_fields * in_bounds * 4))
 }
 
 // ---------------------------------------------------------------------------
@@ -713,7 +768,7 @@ impl Field {
         }
     }
 
-    /// The value at (lat index, lon index); `fill` uses the same arithmetic.
+    /// The value at (lat index, lon index); `fill_window` uses the same arithmetic.
     #[inline]
     fn at(&self, i: usize, j: usize) -> f32 {
         let row = &self.rows[i];
@@ -731,11 +786,17 @@ impl Field {
         ((v * self.scale).round() / self.scale) as f32
     }
 
-    fn fill(&self, out: &mut [f32]) {
-        let nlon = self.cols.len();
-        for (i, row) in out.chunks_exact_mut(nlon).enumerate() {
-            for (j, value) in row.iter_mut().enumerate() {
-                *value = self.at(i, j);
+    /// The `window` (latitude x longitude points, row-major in `out`) whose
+    /// first point is `origin`; points past the grid's edge are left as they
+    /// are (the fill value the caller put there).
+    fn fill_window(&self, origin: [u64; 2], window: [u64; 2], out: &mut [f32]) {
+        let [i0, j0] = origin.map(|x| x as usize);
+        let width = window[1] as usize;
+        let rows = self.rows.len().saturating_sub(i0).min(window[0] as usize);
+        let cols = self.cols.len().saturating_sub(j0).min(width);
+        for (di, row) in out.chunks_exact_mut(width).take(rows).enumerate() {
+            for (dj, value) in row[..cols].iter_mut().enumerate() {
+                *value = self.at(i0 + di, j0 + dj);
             }
         }
     }
@@ -755,6 +816,7 @@ mod tests {
             compression,
             shard,
             seed: 7,
+            chunks: None,
         }
     }
 
@@ -921,7 +983,7 @@ mod tests {
             let levels = if VARIABLES[index].has_level { 13 } else { 1 };
             for level in 0..levels {
                 let mut out = vec![0.0; 32 * 64];
-                Field::new(0, index, 0, level, &grid).fill(&mut out);
+                Field::new(0, index, 0, level, &grid).fill_window([0, 0], [32, 64], &mut out);
                 for &x in &out {
                     let x = f64::from(x);
                     assert!(

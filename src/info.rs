@@ -37,7 +37,8 @@ pub struct VariableInfo {
     /// Bytes of every object under the variable's prefix (metadata included); `None` when the
     /// store cannot be listed (plain HTTP).
     pub stored_bytes: Option<u64>,
-    pub decoded_bytes: u64,
+    /// `None` when the shape claims more than 2^64 bytes.
+    pub decoded_bytes: Option<u64>,
 }
 
 /// Describes every variable of `dataset`, listing the store to size what is stored.
@@ -58,7 +59,7 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
             .into_iter()
             .map(|(name, error)| UnreadableInfo {
                 name,
-                reason: crate::error_chain(&error),
+                reason: crate::error_chain(error.as_ref()),
             })
             .collect(),
     }
@@ -69,7 +70,7 @@ async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableIn
     let listing = dataset.store().list(Some(&prefix));
     let stored_bytes = listing
         .map_ok(|object| object.size)
-        .try_fold(0, |a, b| async move { Ok(a + b) })
+        .try_fold(0u64, |a, b| async move { Ok(a.saturating_add(b)) })
         .await
         .ok();
     VariableInfo {

@@ -21,6 +21,7 @@ fn main() -> ExitCode {
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(zarrpipe::MAX_BLOCKING_THREADS)
         .build()
     {
         Ok(runtime) => runtime,

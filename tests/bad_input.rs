@@ -71,20 +71,41 @@ async fn missing_variable_lists_the_others() {
     );
 }
 
+/// The reason behind the error of a variable zarrpipe cannot read, which must also name the
+/// variable and how to go on without it.
+fn unreadable_reason<'a>(error: &'a StoreError, variable: &str) -> &'a StoreError {
+    let StoreError::Unreadable { source, .. } = error else {
+        panic!("expected Unreadable, got {error:?}");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("`{variable}`")) && message.contains("--var"),
+        "{message}"
+    );
+    source
+}
+
 #[tokio::test]
-async fn malformed_metadata_names_its_key() {
+async fn malformed_metadata_names_its_key_when_the_variable_is_used() {
     let dir = scratch_store(&["f32_zstd"]);
     std::fs::write(
         dir.path().join("f32_zstd/zarr.json"),
         b"{\"shape\": [30, 45], ",
     )
     .unwrap();
-    let error = open(&dir).await.unwrap_err();
+    let dataset = open(&dir)
+        .await
+        .expect("the rest of the dataset stays usable");
+    let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::MalformedMetadata { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::MalformedMetadata { .. }),
+        "{reason:?}"
     );
-    assert!(error.to_string().contains("f32_zstd/zarr.json"), "{error}");
+    assert!(
+        reason.to_string().contains("f32_zstd/zarr.json"),
+        "{reason}"
+    );
 }
 
 #[tokio::test]
@@ -93,10 +114,12 @@ async fn metadata_of_the_wrong_shape_names_its_key() {
     edit_metadata(dir.path(), "f32_zstd", |m| {
         m["shape"] = serde_json::json!("thirty")
     });
-    let error = open(&dir).await.unwrap_err();
+    let dataset = open(&dir).await.unwrap();
+    let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::MalformedMetadata { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::MalformedMetadata { .. }),
+        "{reason:?}"
     );
 }
 
@@ -115,9 +138,10 @@ async fn unsupported_codec_names_variable_and_codec() {
         .await
         .expect("the rest of the dataset stays usable");
     let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::InvalidArray { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::InvalidArray { .. }),
+        "{reason:?}"
     );
     let message = zarrpipe::error_chain(&error);
     assert!(
@@ -137,11 +161,159 @@ async fn unsupported_data_type_names_variable_and_type() {
         .await
         .expect("the rest of the dataset stays usable");
     let error = dataset.variable("f32_zstd").unwrap_err();
+    let reason = unreadable_reason(&error, "f32_zstd");
     assert!(
-        matches!(error, StoreError::UnsupportedDataType { .. }),
-        "{error:?}"
+        matches!(reason, StoreError::UnsupportedDataType { .. }),
+        "{reason:?}"
     );
-    assert!(error.to_string().contains("complex64") && error.to_string().contains("f32_zstd"));
+    let message = zarrpipe::error_chain(&error);
+    assert!(message.contains("complex64") && message.contains("f32_zstd"));
+}
+
+/// Every way of breaking a v3 array's metadata that zarrpipe cannot read past.
+/// An edit of an array's metadata.
+type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+
+fn v3_breakages() -> Vec<(&'static str, Edit)> {
+    vec![
+        (
+            "chunk shape 0",
+            Box::new(|m| {
+                m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([0, 16])
+            }),
+        ),
+        (
+            "unknown data type",
+            Box::new(|m| m["data_type"] = serde_json::json!("float128_from_the_future")),
+        ),
+        (
+            "unknown codec",
+            Box::new(|m| {
+                m["codecs"][1] =
+                    serde_json::json!({"name": "lzma_from_the_future", "configuration": {}})
+            }),
+        ),
+        (
+            "zstd level out of range",
+            Box::new(|m| m["codecs"][1]["configuration"]["level"] = serde_json::json!(1_000_000)),
+        ),
+        (
+            "dimension_names of the wrong length",
+            Box::new(|m| m["dimension_names"] = serde_json::json!(["y"])),
+        ),
+        (
+            "a shape too large for its chunks to be counted",
+            Box::new(|m| {
+                m["shape"] = serde_json::json!([u64::MAX, u64::MAX]);
+                m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([1, 1]);
+            }),
+        ),
+        (
+            "a chunk larger than memory can address",
+            Box::new(|m| {
+                m["shape"] = serde_json::json!([1u64 << 62, 1u64 << 62]);
+                m["chunk_grid"]["configuration"]["chunk_shape"] =
+                    serde_json::json!([1u64 << 62, 1u64 << 62]);
+            }),
+        ),
+        (
+            "zarr.json without a node type",
+            Box::new(|m| *m = serde_json::json!("not metadata")),
+        ),
+    ]
+}
+
+/// A store with a readable `f32_zstd` and a copy of it, `broken`, broken by `edit`.
+fn store_with_a_broken_copy(edit: &dyn Fn(&mut serde_json::Value)) -> tempfile::TempDir {
+    let dir = scratch_store(&["f32_zstd"]);
+    copy_dir(&dir.path().join("f32_zstd"), &dir.path().join("broken"));
+    edit_metadata(dir.path(), "broken", edit);
+    dir
+}
+
+/// A variable zarrpipe cannot read is never left out of a default selection: the dataset
+/// opens, the variable is in the default names, and laying out samples from them fails,
+/// naming it and `--var`.
+#[tokio::test]
+async fn unreadable_variables_are_never_silently_left_out_of_the_default_selection() {
+    use zarrpipe::batcher::{Error as LayoutError, SampleLayout, WindowSpec};
+    for (case, edit) in v3_breakages() {
+        let dir = store_with_a_broken_copy(&*edit);
+        let dataset = open(&dir)
+            .await
+            .unwrap_or_else(|e| panic!("{case}: the dataset must open: {e}"));
+        assert_eq!(
+            dataset.data_variable_names(),
+            ["broken", "f32_zstd"],
+            "{case}"
+        );
+        let error = SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new())
+            .expect_err(case);
+        let LayoutError::Store(error) = &error else {
+            panic!("{case}: {error:?}");
+        };
+        let reason = unreadable_reason(error, "broken");
+        assert!(
+            error.to_string().contains("--var f32_zstd"),
+            "{case}: the readable variables are named: {error}"
+        );
+        eprintln!("{case}: {}", zarrpipe::error_chain(reason));
+        // Naming the readable ones goes on without it.
+        SampleLayout::new(&dataset, &["f32_zstd"], &WindowSpec::new())
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        // The pipeline's default selection fails the same way.
+        let built = zarrpipe::pipeline::Pipeline::builder(dir.path().to_str().unwrap())
+            .build()
+            .await;
+        let message = zarrpipe::error_chain(&built.expect_err(case));
+        assert!(
+            message.contains("`broken`") && message.contains("--var"),
+            "{case}: {message}"
+        );
+    }
+}
+
+/// Zarr v2: an unknown compressor and `_ARRAY_DIMENSIONS` of the wrong length.
+#[tokio::test]
+async fn unreadable_v2_variables_are_named() {
+    let breakages: [(&str, &str, serde_json::Value); 2] = [
+        (
+            "unknown compressor",
+            ".zarray",
+            serde_json::json!({"compressor": {"id": "lzma_from_the_future"}}),
+        ),
+        (
+            "dimension names of the wrong length",
+            ".zattrs",
+            serde_json::json!({"_ARRAY_DIMENSIONS": ["y"]}),
+        ),
+    ];
+    for (case, file, patch) in breakages {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+        let source = fixtures().join("stores/zp3_v2/f4_bigendian");
+        copy_dir(&source, &dir.path().join("good"));
+        copy_dir(&source, &dir.path().join("broken"));
+        for array in ["good", "broken"] {
+            std::fs::write(
+                dir.path().join(array).join(".zattrs"),
+                br#"{"_ARRAY_DIMENSIONS": ["y", "x"]}"#,
+            )
+            .unwrap();
+        }
+        let path = dir.path().join("broken").join(file);
+        let mut document: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for (key, value) in patch.as_object().unwrap() {
+            document[key] = value.clone();
+        }
+        std::fs::write(&path, serde_json::to_vec(&document).unwrap()).unwrap();
+        let dataset = open(&dir).await.unwrap();
+        assert_eq!(dataset.data_variable_names(), ["broken", "good"], "{case}");
+        let error = dataset.variable("broken").unwrap_err();
+        unreadable_reason(&error, "broken");
+        assert!(dataset.variable("good").is_ok(), "{case}");
+    }
 }
 
 /// Reads the whole array and returns the decode error it must give.
@@ -159,7 +331,13 @@ async fn truncated_chunk_names_variable_and_key() {
     let bytes = std::fs::read(&chunk).unwrap();
     std::fs::write(&chunk, &bytes[..bytes.len() / 2]).unwrap();
     let error = read_error(&dir, "f32_zstd").await;
-    assert!(matches!(error, DecodeError::Decode { .. }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            DecodeError::Decode { .. } | DecodeError::Frame { .. }
+        ),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("f32_zstd/c/1/1"), "{error}");
 }
 
@@ -173,7 +351,13 @@ async fn corrupt_chunk_names_variable_and_key() {
     }
     std::fs::write(&chunk, &bytes).unwrap();
     let error = read_error(&dir, "f32_zstd").await;
-    assert!(matches!(error, DecodeError::Decode { .. }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            DecodeError::Decode { .. } | DecodeError::Frame { .. }
+        ),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("f32_zstd/c/0/2"), "{error}");
 }
 
@@ -203,7 +387,9 @@ async fn chunk_of_the_wrong_decoded_size_names_variable_and_key() {
     assert!(
         matches!(
             error,
-            DecodeError::Decode { .. } | DecodeError::DecodedSize { .. }
+            DecodeError::Decode { .. }
+                | DecodeError::DecodedSize { .. }
+                | DecodeError::Frame { .. }
         ),
         "{error:?}"
     );
@@ -223,4 +409,95 @@ async fn chunk_outside_the_grid_is_refused() {
         matches!(error, StoreError::ChunkOutOfGrid { .. }),
         "{error:?}"
     );
+}
+
+/// Rewrites the index at the end of a shard (`bytes` + `crc32c` index codecs, 8 entries):
+/// entry 0 becomes `(offset, length)`, every entry is written in `big`-endian order or not,
+/// and the checksum is valid, so only the offset is hostile.
+fn corrupt_shard_index(shard: &Path, offset: u64, length: u64, big: bool) {
+    let mut bytes = std::fs::read(shard).unwrap();
+    let index_len = 8 * 16;
+    let start = bytes.len() - index_len - 4;
+    let mut words: Vec<u64> = bytes[start..start + index_len]
+        .chunks_exact(8)
+        .map(|word| u64::from_le_bytes(word.try_into().unwrap()))
+        .collect();
+    words[0] = offset;
+    words[1] = length;
+    for (slot, word) in bytes[start..start + index_len]
+        .chunks_exact_mut(8)
+        .zip(words)
+    {
+        slot.copy_from_slice(&if big {
+            word.to_be_bytes()
+        } else {
+            word.to_le_bytes()
+        });
+    }
+    let checksum = crc32c::crc32c(&bytes[start..start + index_len]);
+    let end = bytes.len();
+    bytes[end - 4..].copy_from_slice(&checksum.to_le_bytes());
+    std::fs::write(shard, bytes).unwrap();
+}
+
+/// Batches of 10 x 10 windows of `f32_sharded` (read by inner chunk): the error of the first
+/// failing batch, as one line.
+async fn pipeline_error(url: &str) -> String {
+    use futures::TryStreamExt;
+    let mut batches = zarrpipe::pipeline::Pipeline::builder(url)
+        .variables(["f32_sharded"])
+        .window("y", 10, 10)
+        .window("x", 10, 10)
+        .build()
+        .await
+        .unwrap();
+    loop {
+        match batches.try_next().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the corrupt shard must fail its batch"),
+            Err(error) => return zarrpipe::error_chain(&error),
+        }
+    }
+}
+
+/// A shard whose index points an inner chunk at an offset near 2^64 (checksum valid) made
+/// zarrs' sharding codec panic in a rayon task, which aborted the whole process. With a
+/// little-endian index the frame checks refuse it before zarrs sees it; with a big-endian
+/// index (which the checks leave to zarrs) zarrs still panics, and the panic is caught and
+/// becomes an error naming the chunk. Whole shards (zarrs) and inner chunks read by range
+/// (zarrpipe), from a local store and over HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_index_pointing_near_2_64_is_an_error_not_an_abort() {
+    for big in [false, true] {
+        let dir = scratch_store(&["f32_sharded"]);
+        if big {
+            edit_metadata(dir.path(), "f32_sharded", |m| {
+                m["codecs"][0]["configuration"]["index_codecs"][0]["configuration"]["endian"] =
+                    serde_json::json!("big")
+            });
+        }
+        corrupt_shard_index(&dir.path().join("f32_sharded/c/0/0"), u64::MAX - 5, 10, big);
+        let expected = |error: DecodeError| {
+            if big {
+                assert!(matches!(error, DecodeError::Panicked { .. }), "{error:?}");
+            } else {
+                assert!(matches!(error, DecodeError::Frame { .. }), "{error:?}");
+            }
+            assert!(error.to_string().contains("f32_sharded/c/0/0"), "{error}");
+            eprintln!("big-endian index {big}: {}", zarrpipe::error_chain(&error));
+        };
+        expected(read_error(&dir, "f32_sharded").await);
+        let message = pipeline_error(dir.path().to_str().unwrap()).await;
+        assert!(message.contains("f32_sharded/c/0/0"), "{message}");
+        // Over HTTP.
+        consolidate(dir.path());
+        let base = serve_directory(dir.path().to_path_buf()).await;
+        let dataset = Dataset::open(&base).await.unwrap();
+        let error = read_whole(dataset.variable("f32_sharded").unwrap())
+            .await
+            .expect_err("the corrupt shard must fail over HTTP too");
+        expected(error);
+        let message = pipeline_error(&base).await;
+        assert!(message.contains("f32_sharded/c/0/0"), "{message}");
+    }
 }

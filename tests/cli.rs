@@ -189,3 +189,329 @@ fn failures_are_one_line_and_non_zero() {
         "{stderr}"
     );
 }
+
+// --- Hostile and broken inputs -------------------------------------------------------------
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Fails, with `error: ...` as its last line on stderr (a caught panic's message may come
+/// before it), never a panic's exit status.
+fn fails(args: &[&str]) -> String {
+    let output = zarrpipe(args);
+    let stderr = stderr_of(&output);
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default().to_string();
+    assert!(last.starts_with("error: "), "{args:?}: {stderr}");
+    last
+}
+
+/// A v3 store holding a copy of fixture array `f32_zstd` (30 x 45, chunks 8 x 16) under each
+/// name, each edited by its function.
+/// An edit of an array's metadata.
+type Edit<'a> = &'a dyn Fn(&mut serde_json::Value);
+
+fn store_of(arrays: &[(&str, Edit)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("zarr.json"),
+        r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    for (name, edit) in arrays {
+        let array = dir.path().join(name);
+        common::copy_dir(&common::fixtures().join("stores/zp3_v3/f32_zstd"), &array);
+        let path = array.join("zarr.json");
+        let mut metadata: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut metadata);
+        std::fs::write(path, metadata.to_string()).unwrap();
+    }
+    dir
+}
+
+fn unchanged(_: &mut serde_json::Value) {}
+
+#[test]
+fn an_unreadable_variable_fails_the_default_selection_and_names_the_way_out() {
+    let unknown_codec = |m: &mut serde_json::Value| {
+        m["codecs"][1] = serde_json::json!({"name": "lzma_from_the_future", "configuration": {}})
+    };
+    let dir = store_of(&[("good", &unchanged), ("broken", &unknown_codec)]);
+    let path = dir.path().to_str().unwrap();
+    for command in ["run", "plan", "stats"] {
+        let args: Vec<&str> = match command {
+            "run" => vec!["run", path, "--device", "cpu"],
+            other => vec![other, path],
+        };
+        let line = fails(&args);
+        assert!(
+            line.contains("`broken`")
+                && line.contains("lzma_from_the_future")
+                && line.contains("--var good"),
+            "{command}: {line}"
+        );
+    }
+    stdout(&zarrpipe(&[
+        "run", path, "--device", "cpu", "--var", "good",
+    ]));
+    stdout(&zarrpipe(&["stats", path, "--var", "good"]));
+}
+
+/// Shapes that claim more than any store holds: 2^62 along one dimension.
+#[test]
+fn huge_shapes_give_results_or_clear_errors_never_a_panic() {
+    let long_time = |m: &mut serde_json::Value| {
+        m["shape"] = serde_json::json!([1u64 << 62, 45]);
+        m["dimension_names"] = serde_json::json!(["time", "x"]);
+    };
+    let dir = store_of(&[("huge", &long_time)]);
+    let path = dir.path().to_str().unwrap();
+    let info = stdout(&zarrpipe(&["info", path]));
+    assert!(
+        info.contains("more than 2^64 bytes") && !info.contains("decoded 0.00 MB"),
+        "{info}"
+    );
+    let plan: serde_json::Value =
+        serde_json::from_str(&stdout(&zarrpipe(&["plan", path, "--json"]))).unwrap();
+    assert_eq!(plan["samples"], 1u64 << 62);
+    assert_eq!(plan["estimated"], true);
+    let line = fails(&["plan", path, "--shuffle", "full"]);
+    assert!(line.contains("--shuffle none"), "{line}");
+    let line = fails(&["run", path, "--device", "cpu", "--shuffle", "blocks"]);
+    assert!(line.contains("--shuffle none"), "{line}");
+    // 2^62 along a dimension taken whole: a sample larger than memory.
+    let wide = |m: &mut serde_json::Value| m["shape"] = serde_json::json!([30, 1u64 << 62]);
+    let dir = store_of(&[("wide", &wide)]);
+    let path = dir.path().to_str().unwrap();
+    let line = fails(&["run", path, "--device", "cpu"]);
+    assert!(line.contains("one sample would hold"), "{line}");
+    fails(&["plan", path]);
+    // Chunks of one element under a whole-field window: 2^21 chunk reads per sample.
+    let tiny_chunks = |m: &mut serde_json::Value| {
+        m["shape"] = serde_json::json!([2048, 1024]);
+        m["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([1, 1]);
+    };
+    let dir = store_of(&[("tiny", &tiny_chunks)]);
+    let line = fails(&["plan", dir.path().to_str().unwrap()]);
+    assert!(
+        line.contains("chunks") && line.contains("rechunk"),
+        "{line}"
+    );
+}
+
+/// Peak resident memory of a running process, in bytes (Linux).
+fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// 2^40 time steps (missing chunks, read as NaN): `run` and `stats` stream with memory that
+/// does not grow with the shape (the epoch's order was a vector of 2^40 sample numbers).
+#[test]
+fn a_trillion_time_steps_stream_in_bounded_memory() {
+    if !std::path::Path::new("/proc/self/status").exists() {
+        eprintln!("skipped: no /proc to read memory from");
+        return;
+    }
+    let long_time = |m: &mut serde_json::Value| {
+        m["shape"] = serde_json::json!([1u64 << 40, 45]);
+        m["dimension_names"] = serde_json::json!(["time", "x"]);
+    };
+    let dir = store_of(&[("long", &long_time)]);
+    let path = dir.path().to_str().unwrap();
+    let plan: serde_json::Value =
+        serde_json::from_str(&stdout(&zarrpipe(&["plan", path, "--json"]))).unwrap();
+    assert_eq!(plan["samples"], 1u64 << 40);
+    for args in [
+        vec!["run", path, "--device", "cpu", "--json"],
+        vec!["stats", path],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let peak = peak_rss(child.id());
+        let exited = child.try_wait().unwrap();
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            exited.is_none(),
+            "{args:?} stopped early ({exited:?}): {}",
+            stderr_of(&output)
+        );
+        let peak = peak.expect("peak memory of a running process");
+        assert!(peak < 512 << 20, "{args:?}: {} MiB resident", peak >> 20);
+    }
+}
+
+/// A panic in a decoding task (zarrs' sharding codec on a shard index pointing near 2^64)
+/// is an error naming the chunk, not an abort (exit 134).
+#[test]
+fn a_panic_while_decoding_is_an_error_naming_the_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("zarr.json"),
+        r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    )
+    .unwrap();
+    let array = dir.path().join("f32_sharded");
+    common::copy_dir(
+        &common::fixtures().join("stores/zp3_v3/f32_sharded"),
+        &array,
+    );
+    // A big-endian index, which zarrpipe's frame checks leave to zarrs.
+    let metadata_path = array.join("zarr.json");
+    let mut metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&metadata_path).unwrap()).unwrap();
+    metadata["codecs"][0]["configuration"]["index_codecs"][0]["configuration"]["endian"] =
+        serde_json::json!("big");
+    std::fs::write(&metadata_path, metadata.to_string()).unwrap();
+    let shard = array.join("c/0/0");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let start = bytes.len() - 8 * 16 - 4;
+    let mut words: Vec<u64> = bytes[start..start + 8 * 16]
+        .chunks_exact(8)
+        .map(|word| u64::from_le_bytes(word.try_into().unwrap()))
+        .collect();
+    words[0] = u64::MAX - 5;
+    for (slot, word) in bytes[start..start + 8 * 16].chunks_exact_mut(8).zip(words) {
+        slot.copy_from_slice(&word.to_be_bytes());
+    }
+    let checksum = crc32c::crc32c(&bytes[start..start + 8 * 16]);
+    let end = bytes.len();
+    bytes[end - 4..].copy_from_slice(&checksum.to_le_bytes());
+    std::fs::write(&shard, bytes).unwrap();
+    let line = fails(&["stats", dir.path().to_str().unwrap()]);
+    assert!(
+        line.contains("f32_sharded/c/0/0") && line.contains("panicked"),
+        "{line}"
+    );
+}
+
+#[test]
+fn errors_point_the_right_way() {
+    let xr = store_path("xr_v2");
+    let line = fails(&["run", &xr, "--device", "cpu", "--input-dims", "latitude=0"]);
+    assert!(
+        line.contains("latitude=0") && !line.contains("overlap"),
+        "{line}"
+    );
+    let line = fails(&[
+        "run", &xr, "--device", "cpu", "--var", "t2m", "--var", "t2m",
+    ]);
+    assert!(line.contains("`t2m` is selected twice"), "{line}");
+    let line = fails(&["plan", &xr, "--var", "t2m", "--var", "t2m"]);
+    assert!(line.contains("`t2m` is selected twice"), "{line}");
+    // A truncated statistics file.
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let full = stdout(&zarrpipe(&["stats", &xr, "--var", "t2m", "--json"]));
+    std::fs::write(&stats, &full[..full.len() / 2]).unwrap();
+    let line = fails(&[
+        "run",
+        &xr,
+        "--device",
+        "cpu",
+        "--var",
+        "t2m",
+        "--normalize",
+        stats.to_str().unwrap(),
+    ]);
+    assert!(
+        line.contains("stats.json")
+            && line.contains("truncated")
+            && !line.contains("expected a sequence"),
+        "{line}"
+    );
+    // A file given as the store.
+    let line = fails(&["info", stats.to_str().unwrap()]);
+    assert!(line.contains("is a file, not a directory"), "{line}");
+    // Dates outside the data are shown as dates, with the data's range.
+    let line = fails(&[
+        "run",
+        &xr,
+        "--device",
+        "cpu",
+        "--select",
+        "time=2030-01-01..2030-02-01",
+    ]);
+    assert!(
+        line.contains("2030-01-01T00:00") && line.contains("the data covers 2020-01-01T00:00"),
+        "{line}"
+    );
+    // An empty epoch says why (6 time steps, 7 needed for a history of 5 and a lead of 2).
+    let line = fails(&[
+        "run",
+        &xr,
+        "--device",
+        "cpu",
+        "--var",
+        "t2m",
+        "--history",
+        "5",
+        "--leads",
+        "2",
+    ]);
+    assert!(
+        line.contains("no samples") && line.contains("`time`"),
+        "{line}"
+    );
+    let plan = zarrpipe(&[
+        "plan",
+        &xr,
+        "--var",
+        "t2m",
+        "--history",
+        "5",
+        "--leads",
+        "2",
+    ]);
+    assert!(
+        stderr_of(&plan).contains("no samples"),
+        "{}",
+        stderr_of(&plan)
+    );
+}
+
+/// S3 without credentials names the endpoint and the missing credentials, each cause once.
+#[test]
+fn s3_without_credentials_names_the_endpoint() {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zarrpipe"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("AWS_") {
+            command.env_remove(key);
+        }
+    }
+    let output = command
+        .args([
+            "info",
+            "s3://bucket/store.zarr",
+            "--store-option",
+            "endpoint=http://127.0.0.1:9",
+            "--store-option",
+            "region=us-east-1",
+            "--timeout",
+            "1",
+            "--retries",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&output);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("http://127.0.0.1:9") && stderr.contains("anonymous=true"),
+        "{stderr}"
+    );
+    // No sentence twice.
+    let parts: Vec<&str> = stderr.trim().split(": ").collect();
+    let unique: std::collections::HashSet<&&str> = parts.iter().collect();
+    assert_eq!(parts.len(), unique.len(), "{stderr}");
+}

@@ -30,6 +30,7 @@ fn small_w1(dir: &Path, shard: Option<u64>) -> std::path::PathBuf {
         compression: Compression::Zstd,
         shard,
         seed: 3,
+        chunks: None,
     };
     generate(&path, &options, |_, _| {}).expect("generate");
     consolidate(&path);

@@ -24,6 +24,7 @@ fn store(dir: &std::path::Path, shard: Option<u64>) -> String {
         compression: Compression::Zstd,
         shard,
         seed: 3,
+        chunks: None,
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");

@@ -48,7 +48,10 @@ fn decode(
 }
 
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn generated_cases_decode_bit_identical_on_the_gpu() {
     let decoder = decoder(GpuOptions::default());
     let dir = tempfile::tempdir().unwrap();
@@ -74,7 +77,10 @@ fn generated_cases_decode_bit_identical_on_the_gpu() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn fixtures_decode_bit_identical_on_the_gpu() {
     let decoder = decoder(GpuOptions::default());
     for store in ["zp3_v3", "zp3_v2", "xr_v2", "xr_v3"] {
@@ -131,7 +137,10 @@ fn large_float_cases(dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<EncodedChun
 }
 
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn truncated_chunks_fail_alone_on_the_gpu() {
     let decoder = decoder(GpuOptions::default());
     let dir = tempfile::tempdir().unwrap();
@@ -153,7 +162,10 @@ fn truncated_chunks_fail_alone_on_the_gpu() {
 /// writes out of bounds on corrupt entropy tables, so this holds for zstd without a checksum
 /// only because the decoder checks those tables first (`check_zstd_tables`, on by default).
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn scrambled_chunks_fail_alone_on_the_gpu() {
     let decoder = decoder(GpuOptions::default());
     let dir = tempfile::tempdir().unwrap();
@@ -173,7 +185,10 @@ fn scrambled_chunks_fail_alone_on_the_gpu() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn small_temp_budgets_split_nvcomp_calls() {
     let options = GpuOptions {
         temp_budget: 1 << 16,
@@ -189,7 +204,10 @@ fn small_temp_budgets_split_nvcomp_calls() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn strict_gpu_decoders_refuse_cpu_fallbacks() {
     let options = GpuOptions {
         strict: true,
@@ -205,7 +223,10 @@ fn strict_gpu_decoders_refuse_cpu_fallbacks() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "cuda"), ignore = "needs the `cuda` feature and a CUDA device")]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
 fn pipelined_groups_decode_bit_identical_on_the_gpu() {
     // Groups of 256 KiB: a batch of generated cases runs as dozens of overlapped groups.
     let options = GpuOptions {

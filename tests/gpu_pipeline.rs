@@ -52,6 +52,7 @@ fn store(dir: &Path, compression: Compression, shard: Option<u64>) -> String {
         compression,
         shard,
         seed: 11,
+        chunks: None,
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
@@ -151,15 +152,31 @@ mod on_gpu {
     /// Every combination of stages against CPU decoding into host tensors: device tensors
     /// from GPU and from CPU decoding, and (for float32) host tensors from GPU decoding.
     async fn check_equal(builder: impl Fn() -> PipelineBuilder, round: fn(f32) -> f32) {
-        let host = |decode| builder().decode_on(decode).collate_options(host_options(&builder()));
+        let host = |decode| {
+            builder()
+                .decode_on(decode)
+                .collate_options(host_options(&builder()))
+        };
         let cpu = cpu_batches(host(DecodeOn::Cpu), round).await;
         let split = DecodeOn::Split;
         let auto = DecodeOn::Auto { gpu_share: None };
         let mut combinations = vec![
-            ("GPU decode, GPU collate", gpu_batches(builder(), DecodeOn::Gpu).await),
-            ("CPU decode, GPU collate", gpu_batches(builder(), DecodeOn::Cpu).await),
-            ("split decode, GPU collate", gpu_batches(builder(), split).await),
-            ("auto decode, GPU collate", gpu_batches(builder(), auto).await),
+            (
+                "GPU decode, GPU collate",
+                gpu_batches(builder(), DecodeOn::Gpu).await,
+            ),
+            (
+                "CPU decode, GPU collate",
+                gpu_batches(builder(), DecodeOn::Cpu).await,
+            ),
+            (
+                "split decode, GPU collate",
+                gpu_batches(builder(), split).await,
+            ),
+            (
+                "auto decode, GPU collate",
+                gpu_batches(builder(), auto).await,
+            ),
         ];
         if builder().collate_options_ref().dtype == TensorDType::F32 {
             let decoded_on_gpu = cpu_batches(host(DecodeOn::Gpu), |v| v).await;
@@ -451,6 +468,7 @@ mod on_gpu {
             compression: Compression::Zstd,
             shard: None,
             seed: 2,
+            chunks: None,
         };
         let path = dir.path().join("big.zarr");
         generate(&path, &options, |_, _| {}).unwrap();

@@ -21,6 +21,7 @@ fn tiny(compression: Compression, shard: Option<u64>) -> GenerateOptions {
         compression,
         shard,
         seed: 7,
+        chunks: None,
     }
 }
 
@@ -211,7 +212,9 @@ fn stages_are_send() {
     fn assert_send<T: Send>() {}
     type Requests = futures::stream::Iter<std::vec::IntoIter<ChunkRequest>>;
     type Plans = futures::stream::Iter<
-        std::vec::IntoIter<zarrpipe::core::Staged<Vec<zarrpipe::batcher::Sample>, Vec<ChunkRequest>>>,
+        std::vec::IntoIter<
+            zarrpipe::core::Staged<Vec<zarrpipe::batcher::Sample>, Vec<ChunkRequest>>,
+        >,
     >;
     type Fetched = zarrpipe::store::FetchBatches<Plans, Vec<zarrpipe::batcher::Sample>>;
     type Decoded = zarrpipe::codec::DecodeBatches<Fetched, Vec<zarrpipe::batcher::Sample>>;

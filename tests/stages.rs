@@ -25,6 +25,7 @@ fn write_store(dir: &Path, compression: Compression) -> String {
         compression,
         shard: None,
         seed: 3,
+        chunks: None,
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
@@ -63,7 +64,13 @@ fn contents(batches: &[Batch]) -> Vec<(Vec<u64>, Vec<u32>)> {
 async fn a_chain_composed_by_hand_equals_the_builder_with_metrics_and_state() {
     let dir = tempfile::tempdir().unwrap();
     let url = write_store(dir.path(), Compression::Zstd);
-    let built: Vec<Batch> = patches(&url).build().await.unwrap().try_collect().await.unwrap();
+    let built: Vec<Batch> = patches(&url)
+        .build()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
 
     let dataset = Arc::new(Dataset::open(&url).await.unwrap());
     let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
@@ -85,7 +92,10 @@ async fn a_chain_composed_by_hand_equals_the_builder_with_metrics_and_state() {
     let metrics = by_hand.metrics();
     assert_eq!(metrics.batches, 2);
     assert_eq!(metrics.samples, 6);
-    assert!(metrics.chunks > 0 && metrics.decoded_bytes > 0, "{metrics:?}");
+    assert!(
+        metrics.chunks > 0 && metrics.decoded_bytes > 0,
+        "{metrics:?}"
+    );
     assert_eq!(metrics.cpu_decoded_chunks, metrics.chunks);
     assert!(metrics.decode_busy > Duration::ZERO && metrics.collate_busy > Duration::ZERO);
     drop(by_hand);
@@ -119,7 +129,11 @@ impl BatchDecoder for Counting {
 
 /// An epoch of `patches` decoded by a split of two counting CPU decoders whose policy reads
 /// the consumer's pace from `pace`; the batches and the chunks each side decoded.
-async fn split_epoch(url: &str, policy: SplitPolicy, pace: Arc<Pace>) -> (Vec<Batch>, usize, usize) {
+async fn split_epoch(
+    url: &str,
+    policy: SplitPolicy,
+    pace: Arc<Pace>,
+) -> (Vec<Batch>, usize, usize) {
     let (cpu, gpu) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
     let split = Arc::new(SplitDecoder::new(cpu.clone(), gpu.clone(), policy).with_pace(pace));
     let dataset = Arc::new(Dataset::open(url).await.unwrap());
@@ -132,7 +146,10 @@ async fn split_epoch(url: &str, policy: SplitPolicy, pace: Arc<Pace>) -> (Vec<Ba
         .try_collect()
         .await
         .unwrap();
-    let counts = (cpu.chunks.load(Ordering::Relaxed), gpu.chunks.load(Ordering::Relaxed));
+    let counts = (
+        cpu.chunks.load(Ordering::Relaxed),
+        gpu.chunks.load(Ordering::Relaxed),
+    );
     (batches, counts.0, counts.1)
 }
 
@@ -149,10 +166,19 @@ async fn split_decoding_shares_each_batch_and_changes_no_bit() {
     let dir = tempfile::tempdir().unwrap();
     for compression in [Compression::Zstd, Compression::BloscLz4] {
         let url = write_store(&dir.path().join(format!("{compression:?}")), compression);
-        let reference: Vec<Batch> = patches(&url).build().await.unwrap().try_collect().await.unwrap();
+        let reference: Vec<Batch> = patches(&url)
+            .build()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
         let (split, cpu, gpu) = split_epoch(&url, SplitPolicy::Balanced, Arc::default()).await;
         assert_eq!(contents(&split), contents(&reference), "{compression:?}");
-        assert!(cpu > 0 && gpu > 0, "{compression:?}: {cpu} chunks on one side, {gpu} on the other");
+        assert!(
+            cpu > 0 && gpu > 0,
+            "{compression:?}: {cpu} chunks on one side, {gpu} on the other"
+        );
         let chunks: u64 = split.iter().map(|batch| batch.stats.chunks).sum();
         assert_eq!((cpu + gpu) as u64, chunks);
     }
@@ -174,7 +200,10 @@ async fn auto_decoding_leaves_the_gpu_alone_while_the_consumer_keeps_up() {
         waiting.record(Duration::from_millis(50));
     }
     let (_, _, gpu_when_waiting) = split_epoch(&url, auto, waiting).await;
-    assert!(gpu_when_waiting > 0, "the GPU side never helped a waiting consumer");
+    assert!(
+        gpu_when_waiting > 0,
+        "the GPU side never helped a waiting consumer"
+    );
 }
 
 #[test]
@@ -184,14 +213,21 @@ fn gpu_stages_without_the_cuda_feature_say_so() {
     }
     let dir = tempfile::tempdir().unwrap();
     let url = write_store(dir.path(), Compression::Zstd);
-    for stages in [["--decode", "gpu"], ["--decode", "split"], ["--collate", "gpu"]] {
+    for stages in [
+        ["--decode", "gpu"],
+        ["--decode", "split"],
+        ["--collate", "gpu"],
+    ] {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
             .args(["run", &url, "--device", "cpu"])
             .args(stages)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{stages:?} succeeded without CUDA");
+        assert!(
+            !output.status.success(),
+            "{stages:?} succeeded without CUDA"
+        );
         assert!(stderr.contains("`cuda` feature"), "{stages:?}: {stderr}");
     }
 }

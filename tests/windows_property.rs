@@ -49,6 +49,7 @@ fn fixture() -> &'static Fixture {
             compression: Compression::BloscLz4,
             shard: None,
             seed: 3,
+            chunks: None,
         };
         generate(&path, &options, |_, _| {}).unwrap();
         let (t2m, z) = runtime().block_on(async {

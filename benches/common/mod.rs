@@ -15,6 +15,7 @@ pub fn options(compression: Compression) -> GenerateOptions {
         compression,
         shard: None,
         seed: 7,
+        chunks: None,
     }
 }
 

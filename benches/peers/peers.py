@@ -19,8 +19,14 @@ Peers (ids for --peers; default: all):
   xbatcher             xarray (dask) + xbatcher + torch DataLoader, worker processes, pinned memory
   nvcomp               chunk files read here, zstd decoded by nvCOMP's Python bindings on the GPU,
                        one sample (43 chunks, one batched call) at a time
+  augspurger           Tom Augspurger's GPU Zarr pipeline: stored bytes read with readinto into
+                       preallocated pinned buffers, one CUDA stream (and nvCOMP codec) per shard or
+                       chunk file, nvCOMP batched zstd into preallocated device memory, tiles cut
+                       into the sample on the GPU
   chunks-cpu           the nvcomp peer's chunk reader with numcodecs' zstd on the CPU: a check of
                        that reader where there is no GPU (not in the default list)
+  augspurger-cpu       the augspurger peer's plan, reads and tile assembly with numcodecs' zstd on
+                       the CPU (not in the default list)
 
 Every peer runs in its own process (a crash or a hang becomes a `skipped` line, not the end of
 the run). Output: one JSON object per peer on stdout (keys: tool, peer, dataset, device,
@@ -51,9 +57,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 SURFACE = ["t2m", "u10", "v10", "msl"]
 LEVEL = ["z", "t", "u"]
 DEFAULT_PEERS = [
-    "zarrpipe-python", "zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp"
+    "zarrpipe-python", "zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp",
+    "augspurger",
 ]
-ALL_PEERS = DEFAULT_PEERS + ["chunks-cpu"]
+ALL_PEERS = DEFAULT_PEERS + ["chunks-cpu", "augspurger-cpu"]
 NO_CHUNK = 2**64 - 1  # sharding_indexed's marker of an absent inner chunk
 
 
@@ -678,6 +685,415 @@ class ZarrpipePythonPeer(Peer):
             yield batch.inputs
 
 
+# --- Augspurger: the fastest published Python GPU pipeline, reproduced ------------------------
+
+
+class TilePlan:
+    """Where every stored chunk of one sample lies, grouped as the objects the `augspurger` peer
+    reads with one request each: a shard of a variable (its inner chunks for that time step, read
+    by one scatter `preadv` into aligned places), or one chunk file (read by `readinto`). A chunk
+    is a latitude x longitude tile of a field (or the whole field); every variable must use the
+    same tiles and bytes (little endian) + zstd. Decoded tiles are placed as `[C, gi, gj, tlat,
+    tlon]` (gi x gj tiles per field) and cut into `[C, lat, lon]` once per sample, or, when a tile
+    is a whole field, straight into the sample."""
+
+    def __init__(self, store):
+        self.store = store
+        self.layouts = []
+        tiles = set()
+        for name, meta, _k in store.variables:
+            codecs = meta["codecs"]
+            sharded = codecs[0]["name"] == "sharding_indexed"
+            conf = codecs[0]["configuration"] if sharded else None
+            chunk = list(conf["chunk_shape"] if sharded else meta["chunk_grid"]["configuration"]["chunk_shape"])
+            inner = conf["codecs"] if sharded else codecs
+            if any(n != 1 for n in chunk[:-2]):
+                raise Skip(f"{name}: chunks {chunk} hold more than one field")
+            names = [c["name"] for c in inner]
+            if names != ["bytes", "zstd"] or inner[0].get("configuration", {}).get("endian", "little") != "little":
+                raise Skip(f"{name}: codecs {names}: this peer decodes bytes + zstd chunks only (nvCOMP zstd)")
+            tiles.add(tuple(chunk[-2:]))
+            enc = meta.get("chunk_key_encoding", {"name": "default"})
+            layout = {
+                "name": name,
+                "sep": enc.get("configuration", {}).get("separator", "/" if enc["name"] == "default" else "."),
+                "prefix": ["c"] if enc["name"] == "default" else [],
+                "sharded": sharded,
+                "ndim": len(meta["shape"]),
+            }
+            if sharded:
+                shard = meta["chunk_grid"]["configuration"]["chunk_shape"]
+                if any(s % c for s, c in zip(shard, chunk)):
+                    raise Skip(f"{name}: shard {shard} is not a multiple of its inner chunk {chunk}")
+                layout["shard"] = shard
+                layout["inner_grid"] = [s // c for s, c in zip(shard, chunk)]
+                index_codecs = conf.get("index_codecs", [{"name": "bytes"}, {"name": "crc32c"}])
+                index_names = [c["name"] for c in index_codecs]
+                if [n for n in index_names if n != "crc32c"] != ["bytes"]:
+                    raise Skip(f"{name}: shard index codecs {index_names}")
+                endian = index_codecs[0].get("configuration", {}).get("endian", "little")
+                layout["index_dtype"] = "<u8" if endian == "little" else ">u8"
+                layout["index_entries"] = math.prod(layout["inner_grid"])
+                # sharding_indexed: 16 bytes (offset, nbytes) per inner chunk, then crc32c's 4 bytes
+                layout["index_bytes"] = layout["index_entries"] * 16 + 4 * index_names.count("crc32c")
+                layout["index_at_end"] = conf.get("index_location", "end") == "end"
+            self.layouts.append(layout)
+        if len(tiles) != 1:
+            raise Skip(f"variables disagree on their tiles: {sorted(tiles)}")
+        self.tlat, self.tlon = tiles.pop()
+        self.gi, self.gj = -(-store.lat // self.tlat), -(-store.lon // self.tlon)
+        self.tile_bytes = self.tlat * self.tlon * 4
+        self.direct = (self.gi, self.gj, self.tlat, self.tlon) == (1, 1, store.lat, store.lon)
+        self.indexes = {}
+
+    def start_pass(self):
+        self.indexes = {}  # shard indexes are read again each pass, as chunk files are stat'ed
+
+    def _key(self, layout, coords):
+        parts = layout["prefix"] + [str(c) for c in coords]
+        return os.path.join(self.store.path, layout["name"], layout["sep"].join(parts))
+
+    def _index(self, path, layout):
+        """The shard's (offset, nbytes) table, [entries, 2] uint64; all NO_CHUNK for no file."""
+        index = self.indexes.get(path)
+        if index is None:
+            n = layout["index_entries"]
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                index = np.full((n, 2), NO_CHUNK, dtype=np.uint64)
+            else:
+                with open(path, "rb", buffering=0) as f:
+                    f.seek(size - layout["index_bytes"] if layout["index_at_end"] else 0)
+                    raw = f.read(layout["index_bytes"])
+                if len(raw) != layout["index_bytes"]:
+                    raise OSError(f"{path}: shard index of {layout['index_bytes']} bytes, read {len(raw)}")
+                index = np.frombuffer(raw, dtype=layout["index_dtype"], count=2 * n).astype(np.uint64).reshape(n, 2)
+                present = index[:, 0] != NO_CHUNK
+                if np.any(index[present, 0] + index[present, 1] > size):
+                    raise OSError(f"{path}: shard index points past the end of the file ({size} bytes)")
+            self.indexes[path] = index
+        return index
+
+    def objects(self, t):
+        """The objects of sample t, in a fixed order (one slot each): (path, sharded, entries),
+        entries = [(place, offset, nbytes)], place = the tile's index in [C, gi, gj] (offset None:
+        the chunk is absent, its tile is NaN)."""
+        out = []
+        c0 = 0
+        for layout, (_, _, k) in zip(self.layouts, self.store.variables):
+            tiles = [(level, i, j) for level in range(k) for i in range(self.gi) for j in range(self.gj)]
+            if layout["sharded"]:
+                shard = layout["shard"]
+                entries_of = {}
+                for level, i, j in tiles:
+                    coords = [t, level, i, j] if layout["ndim"] == 4 else [t, i, j]
+                    shard_coords = tuple(c // s for c, s in zip(coords, shard))
+                    inner = np.ravel_multi_index([c % s for c, s in zip(coords, shard)], layout["inner_grid"])
+                    entries_of.setdefault(shard_coords, []).append(((c0 + level) * self.gi * self.gj + i * self.gj + j, inner))
+                for shard_coords, wanted in entries_of.items():
+                    path = self._key(layout, shard_coords)
+                    index = self._index(path, layout)
+                    entries = []
+                    for place, inner in wanted:
+                        offset, nbytes = (int(x) for x in index[inner])
+                        entries.append((place, None, 0) if offset == NO_CHUNK else (place, offset, nbytes))
+                    out.append((path, True, entries))
+            else:
+                for level, i, j in tiles:
+                    coords = [t, level, i, j] if layout["ndim"] == 4 else [t, i, j]
+                    path = self._key(layout, coords)
+                    place = (c0 + level) * self.gi * self.gj + i * self.gj + j
+                    try:
+                        entry = (place, 0, os.path.getsize(path))
+                    except FileNotFoundError:
+                        entry = (place, None, 0)
+                    out.append((path, False, [entry]))
+            c0 += k
+        return out
+
+    @staticmethod
+    def places(entries, align):
+        """Aligned byte offsets of each present entry in the object's staging buffer, and its size."""
+        offsets, total = [], 0
+        for _place, offset, nbytes in entries:
+            offsets.append(total)
+            if offset is not None:
+                total += (nbytes + align - 1) // align * align
+        return offsets, total
+
+    @staticmethod
+    def read(path, sharded, entries, buffer, offsets):
+        """The object's present chunks into buffer (writable, uint8) at offsets: a chunk file by
+        readinto; a shard's chunks by one preadv per run of adjacent chunks (its scatter list
+        puts each chunk at its aligned place; no bytes are read twice or skipped over)."""
+        view = memoryview(buffer)
+        present = [(off, n, dest) for (_p, off, n), dest in zip(entries, offsets) if off is not None and n > 0]
+        if not present:
+            return
+        with open(path, "rb", buffering=0) as f:
+            if not sharded:
+                _off, nbytes, dest = present[0]
+                done = 0
+                while done < nbytes:
+                    got = f.readinto(view[dest + done : dest + nbytes])
+                    if not got:
+                        raise OSError(f"{path}: {nbytes - done} bytes short")
+                    done += got
+                return
+            present.sort()
+            run = [present[0]]
+            for item in present[1:] + [None]:
+                if item is not None and item[0] == run[-1][0] + run[-1][1]:
+                    run.append(item)
+                    continue
+                _preadv_all(f.fileno(), [view[d : d + n] for _o, n, d in run], run[0][0], path)
+                if item is not None:
+                    run = [item]
+
+
+def _preadv_all(fd, views, offset, path):
+    """preadv until every view is full (a short read continues where it stopped)."""
+    views = list(views)
+    while views:
+        got = os.preadv(fd, views[:1024], offset)  # IOV_MAX
+        if got <= 0:
+            raise OSError(f"{path}: {sum(len(v) for v in views)} bytes short at offset {offset}")
+        offset += got
+        while views and got >= len(views[0]):
+            got -= len(views[0])
+            views.pop(0)
+        if got:
+            views[0] = views[0][got:]
+
+
+def _assemble_tiles(tiles, out, plan):
+    """Decoded tiles (flat float32, `[C, gi, gj, tlat, tlon]` in C order) -> out `[C, lat, lon]`;
+    numpy arrays or torch tensors (one copy kernel where the tiles divide the field)."""
+    c, lat, lon = out.shape
+    gi, gj, tlat, tlon = plan.gi, plan.gj, plan.tlat, plan.tlon
+    tiles = tiles.reshape(c, gi, gj, tlat, tlon)
+    tiles = tiles.permute(0, 1, 3, 2, 4) if hasattr(tiles, "permute") else tiles.transpose(0, 1, 3, 2, 4)
+    if (gi * tlat, gj * tlon) == (lat, lon):
+        out.reshape(c, gi, tlat, gj, tlon)[...] = tiles  # out is contiguous: a view
+    else:  # partial edge tiles: whole tiles first, then the field cut out of them
+        out[...] = tiles.reshape(c, gi * tlat, gj * tlon)[:, :lat, :lon]
+
+
+class AugspurgerCpuPeer(Peer):
+    """The augspurger peer's plan, reads and tile assembly with numcodecs' zstd on the CPU: a check
+    of everything but the GPU calls, where there is no GPU (not in the default list)."""
+
+    id = "augspurger-cpu"
+    packages = ["numcodecs"]
+
+    @property
+    def label(self):
+        return f"augspurger's reads and tiles + numcodecs {version('numcodecs')} zstd (CPU twin)"
+
+    def open(self):
+        zstd = need("numcodecs.zstd", "numcodecs")
+        self.codec = zstd.Zstd()
+        self.plan = TilePlan(self.store)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.args.threads)
+        s, p = self.store, self.plan
+        self.tiles = np.empty((s.channels * p.gi * p.gj, p.tlat * p.tlon), dtype=np.float32)
+
+    def batches(self):
+        s, p = self.store, self.plan
+        p.start_pass()
+        for t0, t1 in s.batches:
+            out = np.empty((t1 - t0, s.channels, s.lat, s.lon), dtype=np.float32)
+            for t in range(t0, t1):
+                objects = p.objects(t)
+
+                def one(obj):
+                    path, sharded, entries = obj
+                    offsets, total = TilePlan.places(entries, 16)
+                    buffer = np.empty(total, dtype=np.uint8)
+                    TilePlan.read(path, sharded, entries, buffer, offsets)
+                    for (place, off, n), o in zip(entries, offsets):
+                        if off is None:
+                            self.tiles[place] = np.nan
+                        else:
+                            self.codec.decode(buffer[o : o + n], out=self.tiles[place])
+
+                list(self.pool.map(one, objects))
+                _assemble_tiles(self.tiles, out[t - t0], p)
+            yield self.device.from_host(out)
+
+    def close(self):
+        self.pool.shutdown()
+
+
+class AugspurgerPeer(Peer):
+    """Tom Augspurger's GPU Zarr pipeline: stored bytes read with readinto into preallocated
+    pinned host buffers, one CUDA stream (and one nvCOMP codec) per shard or chunk file, each
+    uploading its bytes and decoding them with nvCOMP's batched zstd into preallocated device
+    memory; the sample assembled on the GPU."""
+
+    id = "augspurger"
+    gpu_only = True
+    packages = ["nvidia-nvcomp-cu13", "nvidia-libnvcomp-cu13"]
+    reuse_config = True  # decode with a DecompressConfig built once per stream and batch shape
+
+    @property
+    def label(self):
+        return (
+            f"nvCOMP {version('nvidia-nvcomp-cu13')} Python bindings, Augspurger's pipeline "
+            "(pinned readinto, a stream per shard, batched zstd)"
+        )
+
+    def open(self):
+        torch, s = self.device.torch, self.store
+        self.plan = p = TilePlan(s)  # skips stores it cannot decode
+        where = load_libnvcomp()
+        try:
+            from nvidia import nvcomp
+        except ImportError as err:
+            raise Skip(f"nvidia-nvcomp-cu13 is not importable ({err})") from None
+        self.nvcomp = nvcomp
+        dev = self.device.device
+        # The slots: object i of every sample uses slot i (pinned buffer, device staging, stream,
+        # codec). Their sizes are the largest each slot needs over the epoch (a planning pass).
+        p.start_pass()
+        need_bytes = None
+        probe = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, device_id=dev.index or 0)
+        self.align = max(16, int(probe.get_required_decompression_alignment()))
+        del probe
+        for t in range(s.time):
+            sizes = [TilePlan.places(entries, self.align)[1] for _path, _sh, entries in p.objects(t)]
+            if need_bytes is None:
+                need_bytes = sizes
+            elif len(sizes) != len(need_bytes):
+                raise Skip(f"sample {t} has {len(sizes)} objects, sample 0 {len(need_bytes)}")
+            else:
+                need_bytes = [max(a, b) for a, b in zip(need_bytes, sizes)]
+        slots = len(need_bytes)
+        self.pinned = [torch.empty(max(n, 1), dtype=torch.uint8, pin_memory=True) for n in need_bytes]
+        self.pinned_np = [b.numpy() for b in self.pinned]
+        self.staging = [torch.empty(max(n, 1), dtype=torch.uint8, device=dev) for n in need_bytes]
+        self.streams = [torch.cuda.Stream(dev) for _ in range(slots)]
+        self.uploaded = [None] * slots  # per slot: the event after its last upload (pinned reuse)
+        self.codecs = [
+            nvcomp.Codec(
+                algorithm="Zstd",
+                bitstream_kind=nvcomp.BitstreamKind.RAW,
+                device_id=dev.index or 0,
+                cuda_stream=stream.cuda_stream,
+            )
+            for stream in self.streams
+        ]
+        self.configs = {}  # (slot, entries, tile bytes) -> DecompressConfig
+        self.checked = set()  # configs whose reuse was checked
+        self.tiles = None if p.direct else torch.empty(s.channels * p.gi * p.gj * p.tile_bytes, dtype=torch.uint8, device=dev)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.args.threads)
+        self.notes.append(f"libnvcomp from {where}")
+        self.notes.append(
+            f"{slots} CUDA streams and nvCOMP codecs (one per {'shard' if p.layouts[0]['sharded'] else 'chunk file'} "
+            f"of a sample), {sum(need_bytes) / 1e6:.1f} MB pinned; tiles {p.tlat} x {p.tlon} "
+            + ("decoded straight into the sample" if p.direct else f"({p.gi} x {p.gj} per field) cut into the sample on the GPU")
+        )
+
+    def _decode(self, slot, comp, dst_flat, places):
+        """Batched zstd of one object's chunks into their tiles of dst_flat (bytes), on the slot's
+        stream. A DecompressConfig (whose building synchronizes the stream) is built once per slot
+        and batch shape and reused, as nvCOMP allows for the same decoded sizes; its first reuse is
+        checked against a freshly configured decode (warm-up pass only)."""
+        nvcomp, torch, tb = self.nvcomp, self.device.torch, self.plan.tile_bytes
+        codec, stream, n = self.codecs[slot], self.streams[slot].cuda_stream, len(places)
+        dst = nvcomp.as_arrays(dst_flat, [place * tb for place in places], [tb] * n, stream)
+        key = (slot, n, tb)
+        config = self.configs.get(key) if self.reuse_config else None
+        try:
+            if self.reuse_config and config is None:
+                config = self.configs[key] = codec.decompression_config(comp)
+                codec.decode(comp, out=dst, decompression_config=config)
+                return
+            if config is not None and key in self.checked:
+                codec.decode(comp, out=dst, decompression_config=config)
+                return
+        except (TypeError, ValueError, RuntimeError) as err:
+            self.reuse_config, config = False, None
+            self.notes.append(f"decoding with a DecompressConfig failed ({err}); configured per call")
+            log(f"  augspurger: {self.notes[-1]}")
+        codec.decode(comp, out=dst)
+        if config is None:
+            return
+        # First reuse of this config: decode again with it and compare.
+        self.checked.add(key)
+        scratch = torch.empty(n * tb, dtype=torch.uint8, device=self.device.device)
+        mismatch = None
+        try:
+            again = nvcomp.as_arrays(scratch, [i * tb for i in range(n)], [tb] * n, stream)
+            codec.decode(comp, out=again, decompression_config=config)
+            want = dst_flat.view(-1, tb)[torch.tensor(places, device=self.device.device)]
+            if not torch.equal(scratch.view(n, tb), want):
+                mismatch = "a reused DecompressConfig decoded other values"
+        except (TypeError, ValueError, RuntimeError) as err:
+            mismatch = f"decoding with a reused DecompressConfig failed ({err})"
+        if mismatch:
+            self.reuse_config = False
+            self.notes.append(f"{mismatch}: configured per call")
+            log(f"  augspurger: {self.notes[-1]}")
+
+    def _sample(self, t, dst_flat, main):
+        """Reads, uploads and decodes sample t into dst_flat (the sample, or the tiles buffer)."""
+        nvcomp, p = self.nvcomp, self.plan
+        objects = p.objects(t)
+        jobs = {}
+        for slot, (path, sharded, entries) in enumerate(objects):
+            if self.uploaded[slot] is not None:
+                self.uploaded[slot].synchronize()  # the slot's pinned buffer is free again
+            offsets, total = TilePlan.places(entries, self.align)
+            if total > self.pinned[slot].numel():
+                raise RuntimeError(f"sample {t}: {path} needs {total} bytes, slot {slot} has {self.pinned[slot].numel()}")
+            future = self.pool.submit(TilePlan.read, path, sharded, entries, self.pinned_np[slot], offsets)
+            jobs[future] = (slot, entries, offsets, total)
+        for future in concurrent.futures.as_completed(jobs):
+            future.result()
+            slot, entries, offsets, total = jobs[future]
+            stream = self.streams[slot]
+            stream.wait_stream(main)  # dst's allocation, the previous sample's assembly
+            with self.device.torch.cuda.stream(stream):
+                present = [(place, n, o) for (place, off, n), o in zip(entries, offsets) if off is not None]
+                if total:
+                    self.staging[slot][:total].copy_(self.pinned[slot][:total], non_blocking=True)
+                    event = self.device.torch.cuda.Event()
+                    event.record(stream)
+                    self.uploaded[slot] = event
+                if present:
+                    comp = nvcomp.as_arrays(
+                        self.staging[slot], [o for _p, _n, o in present], [n for _p, n, _o in present], stream.cuda_stream
+                    )
+                    self._decode(slot, comp, dst_flat, [place for place, _n, _o in present])
+                for place, off, _n in entries:
+                    if off is None:
+                        dst_flat[place * p.tile_bytes : (place + 1) * p.tile_bytes].view(self.device.torch.float32).fill_(float("nan"))
+        for stream in self.streams:
+            main.wait_stream(stream)
+
+    def batches(self):
+        torch, s, p = self.device.torch, self.store, self.plan
+        p.start_pass()
+        main = torch.cuda.current_stream(self.device.device)
+        for t0, t1 in s.batches:
+            out = self.device.empty((t1 - t0, s.channels, s.lat, s.lon))
+            for t in range(t0, t1):
+                if p.direct:
+                    self._sample(t, out[t - t0].view(torch.uint8).reshape(-1), main)
+                else:
+                    self._sample(t, self.tiles, main)
+                    _assemble_tiles(self.tiles.view(torch.float32), out[t - t0], p)
+            # `out` lives on the main stream, which waited for every slot's stream: its memory is
+            # not handed out again before they are done with it.
+            yield out
+
+    def close(self):
+        if getattr(self, "pool", None):
+            self.pool.shutdown()
+
+
 PEERS = {
     "zarr": ZarrPeer,
     "zarr-gpu": ZarrGpuPeer,
@@ -687,6 +1103,8 @@ PEERS = {
     "xbatcher": XbatcherPeer,
     "nvcomp": NvcompPeer,
     "chunks-cpu": ChunksCpuPeer,
+    "augspurger": AugspurgerPeer,
+    "augspurger-cpu": AugspurgerCpuPeer,
     "zarrpipe-python": ZarrpipePythonPeer,
 }
 

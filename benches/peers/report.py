@@ -45,6 +45,8 @@ def on_gpu(row):
 def label(row):
     tool = row.get("tool", row.get("peer", "?"))
     if is_zarrpipe(row):
+        if row.get("decode_option"):  # run.sh's DECODES: one row per `--decode` side asked for
+            return f"{tool.split(' (')[0]} (decode {row['decode_option']})"
         return f"{tool.split(' (')[0]} ({'GPU' if on_gpu(row) else 'CPU'})"
     return tool
 
@@ -66,9 +68,14 @@ def by_dataset(rows):
 
 def reference_rows(rows):
     """zarrpipe's GPU row and CPU row (either may be None), and the checksum to agree with (the
-    GPU row's, else the CPU row's)."""
+    GPU row's, else the CPU row's). With several GPU rows (run.sh's DECODES), the one with the
+    device's default decoding, else `--decode gpu`'s, else the first."""
     zp = [r for r in rows if is_zarrpipe(r) and "skipped" not in r]
-    gpu = next((r for r in zp if on_gpu(r)), None)
+    gpus = [r for r in zp if on_gpu(r)]
+    gpu = next(
+        (r for r in gpus if not r.get("decode_option")),
+        next((r for r in gpus if r.get("decode_option") == "gpu"), gpus[0] if gpus else None),
+    )
     cpu = next((r for r in zp if not on_gpu(r)), None)
     check = next((r["checksum"] for r in (gpu, cpu) if r and r.get("checksum") is not None), None)
     return gpu, cpu, check

@@ -8,6 +8,10 @@
 #      w1              16 time steps x 43 fields of 640 x 1280 float32, zstd level 3
 #      w1-blosc-lz4    the same with blosc (lz4, byte shuffle)
 #      w1-sharded      the same as w1 in shards of 4 time steps (sharding_indexed, inner chunk = field)
+#    and, when DATASETS names them: w1-blosc-zstd, w1-gzip, w1-none (other codecs),
+#      w1-small          W1 in (1, 320, 640) chunks, 0.8 MB each (`--chunks 320,640`)
+#      w1-small-sharded  shards of one field, inner chunks (1, 160, 320) (`--shard 1 --chunks 160,320`)
+#      w1-64             W1 with 64 time steps (`--time 64`, 9 GB decoded: a longer epoch)
 # 3. measures zarrpipe's GPU path (when there is a GPU) and its CPU path, then every peer of
 #    benches/peers/peers.py delivering to the GPU (or, without a GPU, to the CPU), and the CPU
 #    peers (CPU_PEERS) delivering to host memory; best of 2 passes after a warm-up pass;
@@ -15,7 +19,10 @@
 #    and copies them to $OUT when that is set (the device machine's folder that comes back).
 #
 # Environment (all optional):
-#   DATASETS="w1 w1-blosc-lz4 w1-sharded"   which datasets, in order
+#   DATASETS="w1 w1-blosc-lz4 w1-sharded"   which datasets, in order (issue 15's comparison:
+#                                           DATASETS="w1 w1-small w1-small-sharded")
+#   DECODES="gpu split auto cpu"            zarrpipe's GPU rows: one `bench --decode X` run each, rows named
+#                                           `zarrpipe (decode X)` (default: one run, the device's default)
 #   TIME=16  GEN_ARGS="--lat 64 --lon 128"  time steps, and extra `zarrpipe generate` options
 #   PEERS=zarr,zarr-gpu,...                 peers delivering to the GPU (default: peers.py's list)
 #   CPU_PEERS=tensorstore-whole             peers delivering to host memory (empty: none)
@@ -106,29 +113,35 @@ deadline=
 [ -n "${BUDGET:-}" ] && deadline=$(( $(date +%s) + BUDGET - (SECONDS - started) - 30 ))
 out_of_time() { [ -n "$deadline" ] && [ "$(date +%s)" -ge $((deadline - ${1:-0})) ]; }
 
-# Run zarrpipe on one dataset and device; append its JSON line, annotated (or a `skipped` line).
+# Run zarrpipe on one dataset and device (and `--decode` side, if given); append its JSON line,
+# annotated (or a `skipped` line).
 zarrpipe_row() {
-  local dataset=$1 dir=$2 dev=$3
-  say "$dataset: zarrpipe ${sub[0]} --device $dev"
-  timeout "${PEER_TIMEOUT:-600}" "${zp_env[@]}" "$bin" "${sub[@]}" "$dir" "${vars[@]}" --device "$dev" --json --checksum \
+  local dataset=$1 dir=$2 dev=$3 decode=${4:-}
+  local extra=()
+  [ -n "$decode" ] && extra=(--decode "$decode")
+  say "$dataset: zarrpipe ${sub[0]} --device $dev ${extra[*]}"
+  timeout "${PEER_TIMEOUT:-600}" "${zp_env[@]}" "$bin" "${sub[@]}" "$dir" "${vars[@]}" --device "$dev" "${extra[@]}" --json --checksum \
     >"$work/zarrpipe.out" 2>"$work/zarrpipe.err"
   local rc=$?
   cat "$work/zarrpipe.err" >&2
-  python3 - "$dataset" "$dev" "$rc" "$work/zarrpipe.out" "$work/zarrpipe.err" <<'EOF' >>"$results"
+  python3 - "$dataset" "$dev" "$rc" "$work/zarrpipe.out" "$work/zarrpipe.err" "$decode" <<'EOF' >>"$results"
 import json, sys
-dataset, dev, rc, out, err = sys.argv[1:6]
+dataset, dev, rc, out, err, decode = sys.argv[1:7]
 lines = [l for l in open(out) if l.startswith("{")]
-tool = "zarrpipe (" + ("gpu" if dev.startswith("cuda") else "cpu") + ")"
+tool = "zarrpipe (" + (f"decode {decode}" if decode else "gpu" if dev.startswith("cuda") else "cpu") + ")"
+extra = {"decode_option": decode} if decode else {}  # zarrpipe's own "decode" says where it decoded
 if rc != "0" or not lines:
     tail = open(err).read().strip().splitlines()[-3:]
-    print(json.dumps({"peer": "zarrpipe", "tool": tool, "dataset": dataset, "device": dev,
+    print(json.dumps({"peer": "zarrpipe", "tool": tool, "dataset": dataset, "device": dev, **extra,
                       "skipped": f"exit status {rc}: " + " | ".join(tail)}))
 for line in lines:
     row = json.loads(line)
     row.setdefault("decoded_bytes", row.get("delivered_bytes"))
     if "samples_per_s" not in row and row.get("seconds"):
         row["samples_per_s"] = row["samples"] / row["seconds"]
-    row.update(peer="zarrpipe", dataset=dataset, device=dev)
+    row.update(peer="zarrpipe", dataset=dataset, device=dev, **extra)
+    if decode:
+        row["tool"] = row.get("tool", "zarrpipe").split(" (")[0] + f" (decode {decode})"
     print(json.dumps(row))
 EOF
 }
@@ -142,7 +155,10 @@ for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
     w1-gzip) opts=(--codec gzip) ;;
     w1-none) opts=(--codec none) ;;
     w1-sharded) opts=(--shard 4) ;;
-    *) say "unknown dataset $dataset (w1, w1-blosc-lz4, w1-blosc-zstd, w1-gzip, w1-none, w1-sharded)"; continue ;;
+    w1-small) opts=(--chunks 320,640) ;;
+    w1-small-sharded) opts=(--shard 1 --chunks 160,320) ;;
+    w1-64) opts=() ;;  # --time 64 below
+    *) say "unknown dataset $dataset (w1, w1-blosc-lz4, w1-blosc-zstd, w1-gzip, w1-none, w1-sharded, w1-small, w1-small-sharded, w1-64)"; continue ;;
   esac
   if out_of_time 30; then
     say "$dataset: skipped, the time budget is spent"
@@ -150,6 +166,7 @@ for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
     continue
   fi
   gen=(--time "${TIME:-16}")
+  [ "$dataset" = w1-64 ] && gen=(--time 64)
   # shellcheck disable=SC2206
   gen+=(${GEN_ARGS:-} "${opts[@]}")
   if [ ! -e "$dir/zarr.json" ] || [ "$(cat "$dir.args" 2>/dev/null)" != "${gen[*]}" ]; then
@@ -158,7 +175,13 @@ for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
     "$bin" generate "$dir" "${gen[@]}" >&2 || { say "generating $dataset failed"; continue; }
     echo "${gen[*]}" >"$dir.args"
   fi
-  [ "$device" != cpu ] && zarrpipe_row "$dataset" "$dir" "$device"
+  if [ "$device" != cpu ]; then
+    if [ -n "${DECODES:-}" ]; then
+      for decode in $DECODES; do zarrpipe_row "$dataset" "$dir" "$device" "$decode"; done
+    else
+      zarrpipe_row "$dataset" "$dir" "$device"
+    fi
+  fi
   zarrpipe_row "$dataset" "$dir" cpu
   common=(--passes "${PASSES:-2}" --workers "${WORKERS:-8}" --peer-timeout "${PEER_TIMEOUT:-600}" --dataset "$dataset")
   [ -n "$deadline" ] && common+=(--deadline "$deadline")

@@ -2,6 +2,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{
@@ -9,7 +10,7 @@ use zarrpipe::pipeline::{
     Place, TensorDType,
 };
 use zarrpipe::prelude::TryStreamExt;
-use zarrpipe::sample::{ensure_sample, SAMPLE_PATH};
+use zarrpipe::sample::{ensure_sample, sample_is_complete, SAMPLE_PATH};
 use zarrpipe::store::{Dataset, IoStats};
 
 use super::gb_per_s;
@@ -172,9 +173,13 @@ impl CollateArgs {
         };
         Ok(match &self.normalize {
             Some(path) => {
-                builder.normalize_with_stats(std::fs::read_to_string(path).map_err(|error| {
+                let json = std::fs::read_to_string(path).map_err(|error| {
                     anyhow::anyhow!("reading statistics {}: {error}", path.display())
-                })?)
+                })?;
+                // Checked here too, so the error names the file.
+                zarrpipe::collate::Normalization::parse_stats_json(&json)
+                    .with_context(|| format!("--normalize {}", path.display()))?;
+                builder.normalize_with_stats(json)
             }
             None => builder,
         })
@@ -211,8 +216,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let report = match stages.uses_gpu() {
         false => {
-            let build =
-                || async { Ok(pipeline(&args, dataset.clone(), Decode::Cpu)?.build().await?) };
+            let build = || async {
+                Ok(pipeline(&args, dataset.clone(), Decode::Cpu)?
+                    .build()
+                    .await?)
+            };
             timed_passes(&args, build, |_| Ok(()), host_sum).await?
         }
         true => gpu_passes(&args, dataset.clone(), stages).await?,
@@ -285,7 +293,9 @@ fn gpu_share(value: &str) -> anyhow::Result<Option<f64>> {
     }
     match value.parse::<f64>() {
         Ok(share) if share > 0.0 && share <= 1.0 => Ok(Some(share)),
-        _ => anyhow::bail!("--gpu-share {value}: give a fraction of the GPU's time in (0, 1], e.g. 0.05, or auto"),
+        _ => anyhow::bail!(
+            "--gpu-share {value}: give a fraction of the GPU's time in (0, 1], e.g. 0.05, or auto"
+        ),
     }
 }
 
@@ -313,6 +323,9 @@ where
     let mut best: Option<(f64, MetricsSnapshot)> = None;
     for pass in 0..warm_up + timed {
         let mut batches = build().await?;
+        if batches.num_batches() == 0 {
+            anyhow::bail!("{}", empty_epoch(&batches));
+        }
         if pass == 0 && !args.json {
             describe(&batches);
         }
@@ -449,7 +462,7 @@ fn print_json(
 
 /// Writes the sample dataset on first run, with a progress bar; returns its path.
 fn sample_with_progress() -> anyhow::Result<String> {
-    if !Path::new(SAMPLE_PATH).join("zarr.json").exists() {
+    if !sample_is_complete(Path::new(SAMPLE_PATH)) {
         eprintln!("writing the sample dataset to {SAMPLE_PATH} (first run)");
     }
     let bar = generate_progress_bar()?;
@@ -475,6 +488,18 @@ fn choose_device(requested: &str) -> anyhow::Result<(Device, &'static str)> {
         ),
         (false, _) => (Device::Cpu, "no GPU found"),
     })
+}
+
+/// Why an epoch delivers no batch.
+fn empty_epoch<P: Place>(batches: &BatchStream<P>) -> String {
+    let layout = batches.layout();
+    match layout.why_empty() {
+        Some(why) => format!("the epoch has no samples: {why}"),
+        None => format!(
+            "this process's share of the epoch is empty: {} samples over the ranks RANK and WORLD_SIZE give",
+            layout.num_samples()
+        ),
+    }
 }
 
 fn describe<P: Place>(batches: &BatchStream<P>) {
@@ -514,13 +539,24 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
         metrics.delivered_bytes as f64 / 1e6,
         gb_per_s(metrics.delivered_bytes, seconds),
     );
+    // The stage times add up every chunk's time while many are in flight at once, so they
+    // can exceed the epoch's wall time: they say where the work went, not how long it took.
     println!(
-        "time per stage, summed over chunks in flight: fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s; consumer waited {:.2} s ({:.0}% of the epoch)",
+        "work per stage, added up over the chunks in flight at once (not comparable with the {seconds:.2} s above): fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s",
         metrics.fetch_busy.as_secs_f64(),
         metrics.decode_busy.as_secs_f64(),
         metrics.collate_busy.as_secs_f64(),
+    );
+    let waited = metrics.wait_fraction(seconds);
+    println!(
+        "the consumer waited for batches {:.2} s, {:.0}% of the epoch{}",
         metrics.consumer_wait.as_secs_f64(),
-        100.0 * metrics.wait_fraction(seconds),
+        100.0 * waited,
+        if waited > 0.9 {
+            ": this run does nothing with its batches, so the loader set the pace (a training step would fill the wait)"
+        } else {
+            ""
+        },
     );
     if metrics.gpu_busy > std::time::Duration::ZERO {
         println!(

@@ -23,9 +23,13 @@ pub struct GenerateArgs {
     /// Compression of every chunk.
     #[arg(long, value_enum, default_value_t = Compression::Zstd)]
     codec: Compression,
-    /// Time steps per shard (sharding_indexed with one field per inner chunk); default: none.
+    /// Time steps per shard (sharding_indexed; its inner chunks are fields, or --chunks tiles); default: none.
     #[arg(long)]
     shard: Option<u64>,
+    /// Latitude x longitude size of every chunk, e.g. 320,640 (inner chunks when sharded; a shard
+    /// still holds whole fields); default: one whole field per chunk.
+    #[arg(long, value_name = "LAT,LON", value_parser = parse_chunks)]
+    chunks: Option<[u64; 2]>,
     /// Seed of the synthetic fields.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -40,6 +44,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         compression: args.codec,
         shard: args.shard,
         seed: args.seed,
+        chunks: args.chunks,
     };
     let started = Instant::now();
     let report = write_with_progress(&args.path, &options)?;
@@ -54,6 +59,22 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `LAT,LON`, both positive: the chunk size of --chunks.
+fn parse_chunks(value: &str) -> Result<[u64; 2], String> {
+    let parse = |part: &str| match part.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "expected LAT,LON as two positive integers (e.g. 320,640), got {value:?}"
+        )),
+    };
+    match value.split_once(',') {
+        Some((lat, lon)) => Ok([parse(lat)?, parse(lon)?]),
+        None => Err(format!(
+            "expected LAT,LON as two positive integers (e.g. 320,640), got {value:?}"
+        )),
+    }
 }
 
 /// Generates with a progress bar on stderr.
@@ -76,4 +97,18 @@ pub fn generate_progress_bar() -> anyhow::Result<ProgressBar> {
         "generating {bar:40} {pos}/{len} chunks",
     )?);
     Ok(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_chunks;
+
+    #[test]
+    fn chunks_argument() {
+        assert_eq!(parse_chunks("320,640"), Ok([320, 640]));
+        assert_eq!(parse_chunks(" 160 , 320"), Ok([160, 320]));
+        for bad in ["320", "0,640", "320,", "a,b", "320,640,1", "-1,2"] {
+            assert!(parse_chunks(bad).is_err(), "{bad}");
+        }
+    }
 }

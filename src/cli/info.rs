@@ -48,7 +48,9 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
             variable.chunk_grid,
             variable.codecs.join(", "),
             stored,
-            megabytes(variable.decoded_bytes),
+            variable
+                .decoded_bytes
+                .map_or("more than 2^64 bytes".to_string(), megabytes),
         );
     }
     for unreadable in &info.unreadable {

@@ -36,6 +36,9 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         &args.windows.epoch_options()?,
     )?;
     let plan = PlanSummary::of_epoch(&batcher);
+    if let Some(why) = layout.why_empty() {
+        eprintln!("the epoch has no samples: {why}");
+    }
     if args.json {
         let mut json = serde_json::to_value(&plan)?;
         json["sample_shape"] = serde_json::json!(layout.sample_shape());
@@ -61,5 +64,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         plan.bytes_delivered as f64 / 1e6,
         plan.read_amplification
     );
+    if plan.estimated {
+        println!(
+            "(reads estimated from the first {} batches, scaled up to the epoch)",
+            plan.planned_batches
+        );
+    }
     Ok(())
 }

@@ -11,7 +11,8 @@ pub struct StatsArgs {
     url: String,
     #[command(flatten)]
     store: StoreArgs,
-    /// A variable to summarise (repeatable; default: every variable).
+    /// A variable to summarise (repeatable; default: every variable, and every one must be
+    /// readable).
     #[arg(long = "var", value_name = "NAME")]
     variables: Vec<String>,
     /// Print JSON instead of a table.
@@ -21,14 +22,17 @@ pub struct StatsArgs {
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     let dataset = args.store.open(&args.url).await?;
-    let variables = if args.variables.is_empty() {
-        dataset.variables().to_vec()
+    // By default every array, those zarrpipe cannot read included, so that one is named
+    // (with how to leave it out) rather than skipped.
+    let names = if args.variables.is_empty() {
+        dataset.variable_names()
     } else {
-        args.variables
-            .iter()
-            .map(|name| dataset.variable(name).cloned())
-            .collect::<Result<_, _>>()?
+        args.variables.clone()
     };
+    let variables: Vec<_> = names
+        .iter()
+        .map(|name| dataset.variable(name).cloned())
+        .collect::<Result<_, _>>()?;
     let decoder = Arc::new(CpuDecoder::new());
     let concurrency = 2 * rayon::current_num_threads();
     let mut all = Vec::new();

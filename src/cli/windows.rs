@@ -1,5 +1,6 @@
 //! The window options shared by `run` and `plan`, in xbatcher's terms.
 
+use anyhow::bail;
 use zarrpipe::batcher::{Edge, EpochOptions, Ranks, Shuffle, WindowSpec};
 use zarrpipe::pipeline::{resolve_selections, Selection};
 use zarrpipe::store::Dataset;
@@ -105,6 +106,9 @@ impl WindowArgs {
         });
         if !self.leads.is_empty() {
             spec = spec.forecast(self.history.unwrap_or(1), self.leads.iter().copied());
+        }
+        if let Some((dim, _)) = sizes.0.iter().find(|(_, size)| *size == 0) {
+            bail!("--input-dims {dim}=0: a window needs a size of at least 1");
         }
         let mut spec = spec.input_dims(&sizes.0, &overlaps.0)?;
         for (dim, size) in self.batch_dims.clone().unwrap_or_default().0 {

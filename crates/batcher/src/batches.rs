@@ -115,7 +115,8 @@ impl Batcher {
 
     /// The samples of batch number `batch`.
     pub fn batch(&self, batch: u64) -> Vec<Sample> {
-        let picked = self.sampler.batch(batch).iter();
+        let picked = self.sampler.batch(batch);
+        let picked = picked.iter();
         match self.layout.batch_groups() {
             // The sampler picks batches of the layout: expand each into its samples.
             Some(groups) => picked
@@ -157,6 +158,17 @@ fn sampler_spec(
 ) -> Result<SamplerSpec> {
     if batch_size == 0 {
         return Err(Error::ZeroBatchSize);
+    }
+    let units = match layout.batch_groups() {
+        Some(groups) => groups.count,
+        None => layout.num_samples(),
+    };
+    // Checked before the block ids (one per unit) are computed.
+    if options.shuffle != Shuffle::None && units > crate::MAX_SHUFFLED_SAMPLES {
+        return Err(Error::TooManyToShuffle {
+            samples: units,
+            limit: crate::MAX_SHUFFLED_SAMPLES,
+        });
     }
     let block_of = (options.shuffle == Shuffle::Blocks).then(|| layout.block_ids().into());
     // Batches fixed by the layout are the sampler's units, one per batch.

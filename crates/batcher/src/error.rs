@@ -11,6 +11,9 @@ pub enum Error {
     #[error("no variables selected")]
     NoVariables,
 
+    #[error("variable `{name}` is selected twice (each variable may be given once, e.g. one --var {name})")]
+    DuplicateVariable { name: String },
+
     #[error("dimension `{dim}` is windowed but variable `{variable}` does not have it (its dims: {dims:?})")]
     MissingDimension {
         dim: String,
@@ -78,6 +81,23 @@ pub enum Error {
 
     #[error("forecasting pairs need {reason}")]
     InvalidForecast { reason: &'static str },
+
+    #[error("one sample would hold {elements} values ({what}), more than the {limit} zarrpipe allows: window the large dimensions (--input-dims DIM=SIZE, `.window(..)`) or select fewer variables")]
+    SampleTooLarge {
+        /// The count, or "more than 2^64".
+        elements: String,
+        what: String,
+        limit: u64,
+    },
+
+    #[error("one sample would read up to {chunks} chunks, more than the {limit} zarrpipe plans: the chunks are tiny for the window; use smaller windows (--input-dims) or rechunk the store")]
+    TooManyChunks { chunks: String, limit: u64 },
+
+    #[error("the number of samples overflows a u64 ({dims}): select a range (--select) or use larger strides")]
+    TooManySamples { dims: String },
+
+    #[error("a shuffled epoch keeps its order in memory, 8 bytes a sample: {samples} samples is more than the {limit} zarrpipe shuffles; use --shuffle none (computed on the fly), select a range (--select) or use larger strides")]
+    TooManyToShuffle { samples: u64, limit: u64 },
 
     #[error("batch size must be at least 1")]
     ZeroBatchSize,

@@ -77,7 +77,8 @@ pub struct SampleDim {
 impl SampleDim {
     /// Window positions along this dimension.
     pub fn positions(&self) -> u64 {
-        let Some(usable) = self.length.checked_sub(self.start + self.end_margin) else {
+        let margins = self.start.saturating_add(self.end_margin);
+        let Some(usable) = self.length.checked_sub(margins) else {
             return 0;
         };
         let Some(room) = usable.checked_sub(self.size) else {
@@ -179,6 +180,14 @@ impl SampleLayout {
         if variables.is_empty() {
             return Err(Error::NoVariables);
         }
+        let mut named: HashSet<&str> = HashSet::new();
+        for name in variables {
+            if !named.insert(name.as_ref()) {
+                return Err(Error::DuplicateVariable {
+                    name: name.as_ref().to_string(),
+                });
+            }
+        }
         let variables: Vec<Arc<Variable>> = variables
             .iter()
             .map(|name| dataset.variable(name.as_ref()).cloned())
@@ -206,6 +215,7 @@ impl SampleLayout {
         };
         let mut sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
         apply_ranges(&spec.ranges, &mut sample_dims)?;
+        check_sample_size(&variables, &sample_dims, spec)?;
         let (channels, channel_base) = channels(&variables, &sample_dims);
         let (input_offsets, target_offsets, forecast_axis) = match &spec.forecast {
             None => (vec![0], Vec::new(), None),
@@ -221,7 +231,7 @@ impl SampleLayout {
             target_offsets,
             forecast_axis,
             by_layout: spec.batches_by_layout(),
-            groups: groups(&sample_dims),
+            groups: groups(&sample_dims)?,
             sample_dims,
         })
     }
@@ -305,6 +315,43 @@ impl SampleLayout {
     /// count (a window crossing a block boundary of a windowed batch dim is in none).
     pub fn num_samples(&self) -> u64 {
         self.groups.count * self.groups.size
+    }
+
+    /// Why the epoch has no samples, when it has none: the first sample dimension without a
+    /// window position (or a batch block), with its usable length and what narrowed it.
+    pub fn why_empty(&self) -> Option<String> {
+        if self.num_samples() > 0 {
+            return None;
+        }
+        for dim in &self.sample_dims {
+            let usable = dim.usable();
+            let narrowed = if usable < dim.length {
+                format!(
+                    " of its {} ({} at the start and {} at the end are taken by the selection and the forecast history and leads)",
+                    dim.length, dim.start, dim.end_margin
+                )
+            } else {
+                String::new()
+            };
+            let what = if dim.iterated { "step" } else { "window" };
+            if dim.positions() == 0 {
+                return Some(format!(
+                    "`{}` has {usable} usable elements{narrowed}, fewer than one {what} of {}",
+                    dim.name, dim.size
+                ));
+            }
+            let (blocks, per_block) = dim.batch_split();
+            if blocks == 0 || per_block == 0 {
+                let BatchSpan::Block(block) = dim.batch else {
+                    continue;
+                };
+                return Some(format!(
+                    "batch blocks of {block} along `{}` do not fit its {usable} usable elements{narrowed} or hold no {what} of {}",
+                    dim.name, dim.size
+                ));
+            }
+        }
+        Some("no sample dimension has a window position".to_string())
     }
 
     /// The batches when the layout fixes them (xbatcher's `batch_dims` or
@@ -480,14 +527,113 @@ impl SampleLayout {
 }
 
 /// Batches along the dimensions' blocks, and samples in each.
-fn groups(sample_dims: &[SampleDim]) -> BatchGroups {
+fn groups(sample_dims: &[SampleDim]) -> Result<BatchGroups> {
     let (count, size) = sample_dims
         .iter()
         .map(SampleDim::batch_split)
-        .fold((1, 1), |(count, size), (blocks, per_block)| {
-            (count * blocks, size * per_block)
-        });
-    BatchGroups { count, size }
+        .try_fold((1u64, 1u64), |(count, size), (blocks, per_block)| {
+            Some((count.checked_mul(blocks)?, size.checked_mul(per_block)?))
+        })
+        .filter(|(count, size)| count.checked_mul(*size).is_some())
+        .ok_or_else(|| {
+            let dims: Vec<String> = sample_dims
+                .iter()
+                .map(|dim| format!("{} positions along `{}`", dim.positions(), dim.name))
+                .collect();
+            Error::TooManySamples {
+                dims: dims.join(" x "),
+            }
+        })?;
+    Ok(BatchGroups { count, size })
+}
+
+/// The most values one sample may hold (2^31: 8 GiB of float32), so that a shape claiming
+/// more than memory holds is refused before channels or batches are laid out.
+pub const MAX_SAMPLE_VALUES: u64 = 1 << 31;
+
+/// The most chunks one sample may read (2^20): planning keeps each one's indices, so tiny
+/// chunks under a large window would claim memory in proportion to their count.
+pub const MAX_SAMPLE_CHUNKS: u64 = 1 << 20;
+
+/// Refuses samples that would read more than [`MAX_SAMPLE_CHUNKS`] chunks: per variable, the
+/// chunks a window can meet along each dimension (one more than it spans, for an unaligned
+/// start), all of them along stacked dimensions, times the steps of a forecast.
+fn check_sample_chunks(
+    variables: &[Arc<Variable>],
+    sample_dims: &[SampleDim],
+    steps: u64,
+) -> Result<()> {
+    let per_step = variables.iter().try_fold(0u64, |total, variable| {
+        let chunk_shape = variable.chunk_shape();
+        let grid = variable.chunk_grid_shape();
+        let chunks = variable
+            .dims()
+            .iter()
+            .enumerate()
+            .try_fold(1u64, |count, (axis, name)| {
+                let (chunk, along) = (chunk_shape.get(axis)?.max(&1), *grid.get(axis)?);
+                let met = match sample_dims.iter().find(|dim| &dim.name == name) {
+                    Some(dim) => dim.size.div_ceil(*chunk).saturating_add(1).min(along),
+                    None => along,
+                };
+                count.checked_mul(met.max(1))
+            })?;
+        total.checked_add(chunks)
+    });
+    match per_step.and_then(|chunks| chunks.checked_mul(steps)) {
+        Some(chunks) if chunks <= MAX_SAMPLE_CHUNKS => Ok(()),
+        chunks => Err(Error::TooManyChunks {
+            chunks: chunks.map_or("more than 2^64".into(), |c| c.to_string()),
+            limit: MAX_SAMPLE_CHUNKS,
+        }),
+    }
+}
+
+/// Refuses samples of more than [`MAX_SAMPLE_VALUES`] values: channels (the product of each
+/// variable's stacked dims) times history and lead steps times the window sizes.
+fn check_sample_size(
+    variables: &[Arc<Variable>],
+    sample_dims: &[SampleDim],
+    spec: &WindowSpec,
+) -> Result<()> {
+    let channels = variables.iter().try_fold(0u64, |total, variable| {
+        let stacked = variable
+            .dims()
+            .iter()
+            .zip(variable.shape())
+            .filter(|(name, _)| !sample_dims.iter().any(|dim| &dim.name == *name))
+            .try_fold(1u64, |count, (_, &length)| count.checked_mul(length))?;
+        total.checked_add(stacked)
+    });
+    let steps = match &spec.forecast {
+        Some(forecast) => forecast.history.checked_add(forecast.leads.len() as u64),
+        None => Some(1),
+    };
+    let window = sample_dims
+        .iter()
+        .filter(|dim| !dim.iterated)
+        .try_fold(1u64, |count, dim| count.checked_mul(dim.size));
+    let values = channels
+        .zip(steps)
+        .zip(window)
+        .and_then(|((channels, steps), window)| channels.checked_mul(steps)?.checked_mul(window));
+    if values.is_some_and(|values| values <= MAX_SAMPLE_VALUES) {
+        return check_sample_chunks(variables, sample_dims, steps.unwrap_or(u64::MAX));
+    }
+    let windows: Vec<String> = sample_dims
+        .iter()
+        .filter(|dim| !dim.iterated)
+        .map(|dim| format!("{}={}", dim.name, dim.size))
+        .collect();
+    Err(Error::SampleTooLarge {
+        elements: values.map_or("more than 2^64".into(), |v| v.to_string()),
+        what: format!(
+            "{} channels, windows {}",
+            channels.map_or("more than 2^64".into(), |c| c.to_string()),
+            windows.join(", ")
+        ),
+        limit: MAX_SAMPLE_VALUES,
+    })
 }
 
 /// Shares the sample dimensions' positions out among batches as xbatcher's `batch_dims` and
@@ -582,8 +728,10 @@ fn forecast_offsets(
             reason: "an iterated (time) dimension",
         })?;
     let history = forecast.history as i64;
-    sample_dims[axis].start += forecast.history - 1;
-    sample_dims[axis].end_margin += forecast.leads.iter().copied().max().unwrap_or(0);
+    let dim = &mut sample_dims[axis];
+    dim.start = dim.start.saturating_add(forecast.history - 1);
+    let lead = forecast.leads.iter().copied().max().unwrap_or(0);
+    dim.end_margin = dim.end_margin.saturating_add(lead);
     let inputs = (1 - history..=0).collect();
     let targets = forecast.leads.iter().map(|&lead| lead as i64).collect();
     Ok((inputs, targets, Some(axis)))

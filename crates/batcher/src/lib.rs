@@ -30,9 +30,14 @@ mod window;
 
 pub use batches::{Batcher, EpochOptions};
 pub use error::{Error, Result};
-pub use layout::{clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout};
+pub use layout::{
+    clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,
+    MAX_SAMPLE_VALUES,
+};
 pub use plan::PlanSummary;
-pub use sampler::{EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven};
+pub use sampler::{
+    EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven, MAX_SHUFFLED_SAMPLES,
+};
 pub use window::{Edge, Forecast, Window, WindowSpec};
 
 #[cfg(test)]

@@ -16,10 +16,20 @@ pub struct PlanSummary {
     pub bytes_delivered: u64,
     /// `bytes_read / bytes_delivered`: 1.0 when every chunk read is delivered exactly once.
     pub read_amplification: f64,
+    /// Batches actually planned: all of them, or the first [`PlanSummary::MAX_PLANNED`] of a
+    /// longer epoch, whose reads are then scaled up to the whole epoch (`estimated`).
+    pub planned_batches: u64,
+    /// Whether the reads are scaled up from the first batches rather than counted.
+    pub estimated: bool,
 }
 
 impl PlanSummary {
-    /// Plans every batch of the epoch (no I/O).
+    /// The most batches [`of_epoch`](Self::of_epoch) plans one by one; planning costs time in
+    /// proportion to the batches planned, and an epoch may have more than a lifetime's worth.
+    pub const MAX_PLANNED: u64 = 1 << 16;
+
+    /// Plans the batches of the epoch (no I/O): every one, or the first
+    /// [`MAX_PLANNED`](Self::MAX_PLANNED), scaled up to the whole epoch.
     pub fn of_epoch(batcher: &Batcher) -> Self {
         let layout = batcher.layout();
         let mut summary = Self {
@@ -29,6 +39,8 @@ impl PlanSummary {
             bytes_read: 0,
             bytes_delivered: 0,
             read_amplification: 0.0,
+            planned_batches: 0,
+            estimated: false,
         };
         if summary.samples == 0 {
             return summary;
@@ -41,12 +53,26 @@ impl PlanSummary {
             })
             .sum::<u64>()
             * (layout.input_offsets().len() + layout.target_offsets().len()) as u64;
-        for (_, samples) in batcher.batches() {
+        let mut planned_samples = 0u64;
+        for (_, samples) in batcher.batches().take(Self::MAX_PLANNED as usize) {
+            summary.planned_batches += 1;
+            planned_samples += samples.len() as u64;
             summary.bytes_delivered += per_sample * samples.len() as u64;
             for request in layout.read_plan(&samples) {
                 summary.chunk_reads += 1;
                 summary.bytes_read += request.decoded_bytes();
             }
+        }
+        let to_plan = summary.batches - batcher.first_batch();
+        if summary.planned_batches < to_plan && planned_samples > 0 {
+            // Scale the counts up by the batches of the epoch over those planned (the last
+            // batch may be short: a negligible error over more than MAX_PLANNED batches).
+            let factor = to_plan as f64 / summary.planned_batches as f64;
+            let scale = |value: u64| (value as f64 * factor) as u64;
+            summary.chunk_reads = scale(summary.chunk_reads);
+            summary.bytes_read = scale(summary.bytes_read);
+            summary.bytes_delivered = scale(summary.bytes_delivered);
+            summary.estimated = true;
         }
         summary.read_amplification =
             summary.bytes_read as f64 / summary.bytes_delivered.max(1) as f64;

@@ -23,6 +23,7 @@
 //! # demo().unwrap();
 //! ```
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,11 @@ use crate::{Error, Result};
 const RANK: &str = "RANK";
 const WORLD_SIZE: &str = "WORLD_SIZE";
 const LOCAL_RANK: &str = "LOCAL_RANK";
+
+/// The most samples (or batches, when the layout fixes them) a shuffled epoch may have: a
+/// shuffle keeps the epoch's order in memory, 8 bytes a sample (16 while blocks are sorted).
+/// Natural order is computed on the fly and has no limit.
+pub const MAX_SHUFFLED_SAMPLES: u64 = 1 << 28;
 
 /// How samples are ordered within an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -249,6 +255,12 @@ impl SamplerSpec {
             return Err(Error::ZeroBatchSize);
         }
         self.ranks.validate()?;
+        if self.shuffle != Shuffle::None && self.num_samples > MAX_SHUFFLED_SAMPLES {
+            return Err(Error::TooManyToShuffle {
+                samples: self.num_samples,
+                limit: MAX_SHUFFLED_SAMPLES,
+            });
+        }
         match &self.block_of {
             Some(blocks) if blocks.len() as u64 != self.num_samples => {
                 Err(Error::BlockCountMismatch {
@@ -308,7 +320,46 @@ pub struct EpochSampler {
     spec_hash: u64,
     epoch: u64,
     /// Exactly the samples delivered: a short last batch is already cut when it is dropped.
-    indices: Vec<u64>,
+    indices: Delivered,
+}
+
+/// The samples a rank delivers, in order.
+#[derive(Clone, Debug)]
+enum Delivered {
+    /// Natural order, computed on the fly (an epoch may have more samples than memory):
+    /// position `i < len` is sample `(start + i) % num_samples`.
+    Natural {
+        start: u64,
+        len: u64,
+        num_samples: u64,
+    },
+    /// A shuffled order, stored.
+    Stored(Vec<u64>),
+}
+
+impl Delivered {
+    fn len(&self) -> u64 {
+        match self {
+            Delivered::Natural { len, .. } => *len,
+            Delivered::Stored(indices) => indices.len() as u64,
+        }
+    }
+
+    /// Positions `range` (within `0..len`).
+    fn slice(&self, range: std::ops::Range<u64>) -> Cow<'_, [u64]> {
+        match self {
+            Delivered::Natural {
+                start, num_samples, ..
+            } => Cow::Owned(
+                range
+                    .map(|position| (start + position) % num_samples)
+                    .collect(),
+            ),
+            Delivered::Stored(indices) => {
+                Cow::Borrowed(&indices[range.start as usize..range.end as usize])
+            }
+        }
+    }
 }
 
 impl EpochSampler {
@@ -346,7 +397,13 @@ impl EpochSampler {
         let order = epoch_order(&spec, epoch);
         let mut indices = rank_share(&spec, order.as_deref());
         if spec.drop_last_batch {
-            indices.truncate(indices.len() - indices.len() % spec.batch_size);
+            let batch_size = spec.batch_size as u64;
+            match &mut indices {
+                Delivered::Natural { len, .. } => *len -= *len % batch_size,
+                Delivered::Stored(indices) => {
+                    indices.truncate(indices.len() - indices.len() % spec.batch_size)
+                }
+            }
         }
         Self {
             spec,
@@ -367,29 +424,34 @@ impl EpochSampler {
     }
 
     /// This rank's sample indices for the epoch, in delivery order (every batch, one after the
-    /// other).
-    pub fn indices(&self) -> &[u64] {
-        &self.indices
+    /// other). In natural order they are computed here, all at once: for inspecting small
+    /// epochs; [`batch`](Self::batch) costs one batch.
+    pub fn indices(&self) -> Cow<'_, [u64]> {
+        self.indices.slice(0..self.indices.len())
+    }
+
+    /// Samples this rank delivers in the epoch.
+    pub fn num_samples(&self) -> u64 {
+        self.indices.len()
     }
 
     /// Batches this rank delivers in the epoch.
     pub fn num_batches(&self) -> u64 {
-        self.indices.chunks(self.spec.batch_size).len() as u64
+        self.indices.len().div_ceil(self.spec.batch_size as u64)
     }
 
     /// Sample indices of batch `batch` of this rank; empty past the last batch.
-    pub fn batch(&self, batch: u64) -> &[u64] {
-        let batch = usize::try_from(batch).unwrap_or(usize::MAX);
+    pub fn batch(&self, batch: u64) -> Cow<'_, [u64]> {
+        let size = self.spec.batch_size as u64;
+        let len = self.indices.len();
+        let start = batch.saturating_mul(size).min(len);
         self.indices
-            .chunks(self.spec.batch_size)
-            .nth(batch)
-            .unwrap_or(&[])
+            .slice(start..start.saturating_add(size).min(len))
     }
 
     /// This rank's batches from batch `first` to the end of the epoch.
-    pub fn batches_from(&self, first: u64) -> impl Iterator<Item = &[u64]> + '_ {
-        let first = usize::try_from(first).unwrap_or(usize::MAX);
-        self.indices.chunks(self.spec.batch_size).skip(first)
+    pub fn batches_from(&self, first: u64) -> impl Iterator<Item = Cow<'_, [u64]>> + '_ {
+        (first..self.num_batches()).map(|batch| self.batch(batch))
     }
 
     /// State after `delivered_batches` batches were delivered, to save with a checkpoint.
@@ -454,16 +516,22 @@ fn block_order(block_of: &[u64], rng: &mut Rng) -> Vec<u64> {
 /// torch's every-`world_size`-th sample: under [`Shuffle::Blocks`] and [`Shuffle::None`] a
 /// block's samples then go to one rank, so a chunk is read by one rank rather than by all.
 /// Padding wraps around to the start of the order.
-fn rank_share(spec: &SamplerSpec, order: Option<&[u64]>) -> Vec<u64> {
+fn rank_share(spec: &SamplerSpec, order: Option<&[u64]>) -> Delivered {
     let per_rank = spec.per_rank();
     let start = spec.ranks.rank as u64 * per_rank;
     let positions = start..start + per_rank;
     // per_rank is 0 when num_samples is, so the modulo never divides by zero.
     match order {
-        None => positions.map(|p| p % spec.num_samples).collect(),
-        Some(order) => positions
-            .map(|p| order[(p % spec.num_samples) as usize])
-            .collect(),
+        None => Delivered::Natural {
+            start: start % spec.num_samples.max(1),
+            len: per_rank,
+            num_samples: spec.num_samples.max(1),
+        },
+        Some(order) => Delivered::Stored(
+            positions
+                .map(|p| order[(p % spec.num_samples) as usize])
+                .collect(),
+        ),
     }
 }
 

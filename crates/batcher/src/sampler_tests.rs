@@ -129,8 +129,8 @@ proptest! {
     fn batches_cut_the_share_in_order(case in case(), rank in 0usize..8) {
         let s = sampler(case.spec(rank % case.world_size), 0);
         let size = case.batch_size;
-        let batches: Vec<&[u64]> = (0..s.num_batches()).map(|b| s.batch(b)).collect();
-        prop_assert_eq!(batches.concat(), s.indices());
+        let batches: Vec<Vec<u64>> = (0..s.num_batches()).map(|b| s.batch(b).to_vec()).collect();
+        prop_assert_eq!(batches.concat(), s.indices().to_vec());
         prop_assert!(s.batch(s.num_batches()).is_empty());
         if let Some((last, full)) = batches.split_last() {
             prop_assert!(full.iter().all(|batch| batch.len() == size));
@@ -139,7 +139,7 @@ proptest! {
         }
         let share = &case.shares()[rank % case.world_size];
         let kept = if case.drop_last_batch { share.len() - share.len() % size } else { share.len() };
-        prop_assert_eq!(s.indices(), &share[..kept]);
+        prop_assert_eq!(&s.indices()[..], &share[..kept]);
     }
 
     #[test]
@@ -186,8 +186,8 @@ proptest! {
         prop_assert_eq!(resumed.epoch(), 7);
         let before = (0..delivered).map(|b| whole.batch(b));
         let after = resumed.batches_from(first);
-        let joined: Vec<u64> = before.chain(after).flatten().copied().collect();
-        prop_assert_eq!(joined, whole.indices());
+        let joined: Vec<u64> = before.chain(after).flat_map(|batch| batch.to_vec()).collect();
+        prop_assert_eq!(joined, whole.indices().to_vec());
     }
 }
 
@@ -196,9 +196,9 @@ fn natural_order_single_process() {
     let s = sampler(SamplerSpec::new(10, 4), 5);
     assert_eq!(s.indices(), (0..10).collect::<Vec<_>>());
     assert_eq!(s.num_batches(), 3);
-    assert_eq!(s.batch(2), [8, 9]);
-    assert_eq!(s.batch(3), [0u64; 0]);
-    assert_eq!(s.batch(u64::MAX), [0u64; 0]);
+    assert_eq!(s.batch(2)[..], [8, 9]);
+    assert_eq!(s.batch(3)[..], [0u64; 0]);
+    assert_eq!(s.batch(u64::MAX)[..], [0u64; 0]);
 }
 
 #[test]

@@ -86,8 +86,8 @@ impl WindowSpec {
 
     /// Adds windows in xbatcher's terms, in the order given: `input_dims` sizes and
     /// `input_overlap` overlaps (stride = size - overlap; a dim without an overlap has none).
-    /// Refused: an overlap of a dim that `input_dims` does not window, or one not smaller than
-    /// its window. The command line's `--input-dims`/`--input-overlap` and the Python
+    /// Refused: a size of 0, an overlap of a dim that `input_dims` does not window, or one not
+    /// smaller than its window. The command line's `--input-dims`/`--input-overlap` and the Python
     /// package's `input_dims=`/`input_overlap=` both come here.
     ///
     /// ```
@@ -107,6 +107,13 @@ impl WindowSpec {
             return Err(crate::Error::OverlapWithoutWindow { dim: dim.clone() });
         }
         for (dim, size) in input_dims {
+            if *size == 0 {
+                return Err(crate::Error::EmptyWindow {
+                    dim: dim.clone(),
+                    size: 0,
+                    stride: 0,
+                });
+            }
             let overlap = input_overlap
                 .iter()
                 .find(|(name, _)| name == dim)

@@ -129,7 +129,7 @@ pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool, output_start: usi
     prepared
 }
 
-fn plan_chunk(
+pub(crate) fn plan_chunk(
     plan: &mut BatchPlan,
     index: usize,
     chunk: &EncodedChunk,

@@ -91,8 +91,10 @@ impl DecodedChunks {
 pub trait BatchDecoder: Send + Sync + std::fmt::Debug {
     /// Decodes `chunks` (one batch's, in its order). A chunk that fails fails the batch, with
     /// the chunk's variable and key in the error.
-    fn decode_chunks(self: Arc<Self>, chunks: Vec<EncodedChunk>)
-        -> BoxFuture<'static, Result<DecodedChunks>>;
+    fn decode_chunks(
+        self: Arc<Self>,
+        chunks: Vec<EncodedChunk>,
+    ) -> BoxFuture<'static, Result<DecodedChunks>>;
 
     /// Batches worth decoding at once to keep this decoder busy.
     fn batches_in_flight(&self) -> usize {

@@ -58,8 +58,61 @@ impl ChunkDecoder for CpuDecoder {
     }
 }
 
-/// Decodes one chunk on the calling thread; a missing chunk becomes the fill value.
+/// Decodes one chunk on the calling thread; a missing chunk becomes the fill value. A panic
+/// while decoding (corrupt bytes can reach a codec's unchecked arithmetic) is caught here and
+/// becomes [`Error::Panicked`] naming the chunk: rayon aborts the process on a panic in a
+/// spawned task, and this runs in one.
 pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    let request = chunk.request.clone();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode_unguarded(chunk)))
+        .unwrap_or_else(|payload| {
+            Err(Error::Panicked {
+                variable: request.variable.name().to_string(),
+                key: request.key(),
+                message: panic_message(payload.as_ref()),
+            })
+        })
+}
+
+/// The text a panic was raised with.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(text), _) => text.to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "(no message)".to_string(),
+    }
+}
+
+/// Checks the frames of a chunk's stored bytes as the GPU path does (headers, declared sizes,
+/// shard indexes; not zstd's entropy tables) before zarrs decodes them: zarrs' zstd codec
+/// allocates whatever size a frame header declares, and a failed allocation aborts the
+/// process, which no panic handler catches. Chains the GPU path cannot plan are not checked.
+fn check_frames(chunk: &EncodedChunk) -> Result<()> {
+    if chunk.bytes.is_none() {
+        return Ok(());
+    }
+    let Ok(chain) = crate::chain::GpuChain::of(&chunk.request.variable) else {
+        return Ok(());
+    };
+    let mut plan = crate::plan::BatchPlan::default();
+    let planned = crate::frames::with_table_checks(false, || {
+        crate::batch::plan_chunk(&mut plan, 0, chunk, &chain)
+    });
+    match planned {
+        Ok(_) | Err(crate::FrameError::NeedsCpu(_)) => Ok(()),
+        Err(source) => Err(Error::Frame {
+            variable: chunk.request.variable.name().to_string(),
+            key: chunk.request.key(),
+            source,
+        }),
+    }
+}
+
+fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    check_frames(&chunk)?;
     let started = Instant::now();
     let EncodedChunk {
         request,

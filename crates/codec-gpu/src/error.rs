@@ -29,6 +29,13 @@ pub enum Error {
         actual: usize,
     },
 
+    #[error("decoding chunk `{key}` of variable `{variable}` panicked (a bug, here or in a codec, on this chunk's bytes): {message}")]
+    Panicked {
+        variable: String,
+        key: String,
+        message: String,
+    },
+
     #[error("the decoding thread pool stopped before chunk `{key}` of `{variable}` was decoded")]
     WorkerGone { variable: String, key: String },
 

@@ -73,7 +73,7 @@ pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};
 #[cfg(feature = "cuda")]
-pub use gpu::{cudarc, kernel, load_module, trim_memory_pool};
+pub use gpu::{cudarc, kernel, load_module, trim_memory_pool, DeviceMemory};
 pub use gpu::{
     BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch, PlannedBatch,
 };

@@ -15,7 +15,23 @@ pub async fn read_array(
 ) -> Result<Vec<u8>> {
     let shape = variable.shape().to_vec();
     let size = variable.dtype().size();
-    let mut whole = vec![0u8; shape.iter().product::<u64>() as usize * size];
+    let len = variable
+        .decoded_bytes()
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .ok_or_else(|| zarrpipe_store::Error::SizeOverflow {
+            variable: variable.name().to_string(),
+            what: "the whole array's size",
+            shape: shape.clone(),
+        })?;
+    let mut whole = Vec::new();
+    whole
+        .try_reserve_exact(len)
+        .map_err(|_| zarrpipe_store::Error::SizeOverflow {
+            variable: variable.name().to_string(),
+            what: "the whole array's size (more than memory holds)",
+            shape: shape.clone(),
+        })?;
+    whole.resize(len, 0u8);
     let mut chunks = decode_every_chunk(variable, decoder, concurrency);
     while let Some(chunk) = chunks.try_next().await? {
         let (start, chunk_shape) = variable.chunk_region(&chunk.request.indices)?;
@@ -30,12 +46,11 @@ pub fn decode_every_chunk(
     decoder: Arc<dyn ChunkDecoder>,
     concurrency: usize,
 ) -> impl Stream<Item = Result<DecodedChunk>> + Send + 'static {
-    let everything: Vec<_> = variable.shape().iter().map(|&n| 0..n).collect();
-    let requests: Vec<ChunkRequest> = variable
-        .chunks_in(&everything)
-        .into_iter()
-        .map(|indices| ChunkRequest::new(variable.clone(), indices))
-        .collect();
+    // Requests are made as the stream goes: a grid may have more chunks than memory holds.
+    let variable_ = variable.clone();
+    let requests = variable
+        .every_chunk()
+        .map(move |indices| ChunkRequest::new(variable_.clone(), indices));
     stream::iter(requests)
         .fetch(concurrency)
         .decode(decoder, concurrency)

@@ -101,7 +101,11 @@ impl SplitDecoder {
     /// Splits batches between `cpu` (decoding to host memory) and `gpu` (to device memory).
     /// Give the CPU side a pool of its own (`CpuDecoder::with_pool`), so the GPU side's
     /// planning does not queue behind its chunks on rayon's global pool.
-    pub fn new(cpu: Arc<dyn BatchDecoder>, gpu: Arc<dyn BatchDecoder>, policy: SplitPolicy) -> Self {
+    pub fn new(
+        cpu: Arc<dyn BatchDecoder>,
+        gpu: Arc<dyn BatchDecoder>,
+        policy: SplitPolicy,
+    ) -> Self {
         let throttle = match policy {
             SplitPolicy::Balanced => 1.0,
             SplitPolicy::Auto { .. } => 0.0,
@@ -121,13 +125,22 @@ impl SplitDecoder {
         }
     }
 
-    /// Reads the consumer's pace from `pace` (the pipeline's [`BatchStream`] records it);
-    /// [`SplitPolicy::Auto`] needs it.
-    ///
-    /// [`BatchStream`]: https://docs.rs/zarrpipe-pipeline
+    /// Reads the consumer's pace from `pace` instead of its own.
     pub fn with_pace(mut self, pace: Arc<Pace>) -> Self {
         self.pace = pace;
         self
+    }
+
+    /// Where [`SplitPolicy::Auto`] reads the consumer's pace: a pipeline's `BatchStream`
+    /// records into it (`BatchStream::with_pace`). The decoder keeps what it learnt (rates,
+    /// throttle) for as long as it lives: keep it across epochs.
+    pub fn pace(&self) -> Arc<Pace> {
+        self.pace.clone()
+    }
+
+    /// How it shares batches out.
+    pub fn policy(&self) -> SplitPolicy {
+        self.policy
     }
 
     /// The GPU's share of the decoded bytes the next batch of one kind would get, for
@@ -143,7 +156,9 @@ impl SplitDecoder {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SplitState> {
-        self.state.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// Shares out one batch: for each kind, its balanced GPU share, throttled by the policy.
@@ -267,6 +282,8 @@ impl BatchDecoder for SplitDecoder {
     }
 
     fn batches_in_flight(&self) -> usize {
-        self.cpu.batches_in_flight().max(self.gpu.batches_in_flight())
+        self.cpu
+            .batches_in_flight()
+            .max(self.gpu.batches_in_flight())
     }
 }

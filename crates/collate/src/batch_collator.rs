@@ -17,8 +17,10 @@ pub trait BatchCollator: Send + Sync + std::fmt::Debug {
     type Place: Place;
 
     /// Collates `batch`: its index, samples and stats carry over into the [`Batch`].
-    fn collate_batch(self: Arc<Self>, batch: DecodedBatch)
-        -> BoxFuture<'static, Result<Batch<Self::Place>>>;
+    fn collate_batch(
+        self: Arc<Self>,
+        batch: DecodedBatch,
+    ) -> BoxFuture<'static, Result<Batch<Self::Place>>>;
 
     /// Batches worth collating at once to keep this collator busy.
     fn batches_in_flight(&self) -> usize {

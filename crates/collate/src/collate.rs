@@ -17,8 +17,40 @@ pub fn collate_on_rayon(
         if sender.is_canceled() {
             return;
         }
+        // A panic in a rayon task aborts the process: catch it here and deliver it as an error.
+        let samples = sample_range(&batch);
+        let collated =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| collator.collate(batch)))
+                .unwrap_or_else(|payload| {
+                    Err(Error::Panicked {
+                        samples,
+                        message: panic_message(payload.as_ref()),
+                    })
+                });
         // The receiver is gone when the consumer dropped the stream: nothing to deliver.
-        let _ = sender.send(collator.collate(batch));
+        let _ = sender.send(collated);
     });
     Box::pin(async move { receiver.await.unwrap_or(Err(Error::WorkerGone)) })
+}
+
+/// The samples of a batch, for errors: `[12, 13, 14, 15]`, or the first few of a long one.
+fn sample_range(batch: &DecodedBatch) -> String {
+    let shown: Vec<u64> = batch.samples.iter().take(8).map(|s| s.index).collect();
+    let more = batch.samples.len().saturating_sub(shown.len());
+    match more {
+        0 => format!("{shown:?}"),
+        more => format!("{shown:?} and {more} more"),
+    }
+}
+
+/// The text a panic was raised with.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(text), _) => text.to_string(),
+        (_, Some(text)) => text.clone(),
+        _ => "(no message)".to_string(),
+    }
 }

@@ -18,8 +18,12 @@ where
     E: Into<Error> + Send + 'static,
 {
     let limit = collator.batches_in_flight();
-    StageStream::new(batches, limit, move |batch: std::result::Result<DecodedBatch, E>| {
-        let collator = collator.clone();
-        async move { collator.collate_batch(batch.map_err(Into::into)?).await }.boxed()
-    })
+    StageStream::new(
+        batches,
+        limit,
+        move |batch: std::result::Result<DecodedBatch, E>| {
+            let collator = collator.clone();
+            async move { collator.collate_batch(batch.map_err(Into::into)?).await }.boxed()
+        },
+    )
 }

@@ -23,6 +23,9 @@ pub enum Error {
     #[error("decoded chunk {indices:?} of variable `{variable}` is not part of this layout")]
     UnknownVariable { variable: String, indices: Vec<u64> },
 
+    #[error("collating the batch of samples {samples} panicked (a bug): {message}")]
+    Panicked { samples: String, message: String },
+
     #[error("the collate thread pool stopped before the batch was finished")]
     WorkerGone,
 

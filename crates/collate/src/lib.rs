@@ -45,10 +45,10 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-#[cfg(feature = "candle")]
-pub use candle_core;
 pub use batch::{Batch, DecodedBatch, Host, Place};
 pub use batch_collator::BatchCollator;
+#[cfg(feature = "candle")]
+pub use candle_core;
 pub use collate::collate_on_rayon;
 pub use collate_batches::CollateBatches;
 #[cfg(feature = "candle")]
@@ -62,7 +62,9 @@ pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType};
 
 /// The collate stage at batch level, for a stream of decoded batches
 /// ([`DecodeBatchesExt::decode_batches`](zarrpipe_codec_gpu::DecodeBatchesExt::decode_batches)).
-pub trait CollateBatchesExt<E>: Stream<Item = std::result::Result<DecodedBatch, E>> + Sized {
+pub trait CollateBatchesExt<E>:
+    Stream<Item = std::result::Result<DecodedBatch, E>> + Sized
+{
     /// Collates each batch with `collator` ([`HostCollator`] for host tensors, or
     /// `DeviceCollator` for device tensors), a few at once as the collator asks, in order.
     /// Errors before this stage pass through.

@@ -55,10 +55,7 @@ impl Normalization {
     /// From the JSON that `zarrpipe stats --json` prints (a list of per-variable statistics
     /// with `variable`, `mean` and `std`): every channel of a variable gets its statistics.
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
-        let stats: Vec<serde_json::Value> =
-            serde_json::from_str(json).map_err(|error| Error::BadOptions {
-                reason: format!("not a list of variable statistics: {error}"),
-            })?;
+        let stats = Self::parse_stats_json(json)?;
         let mut normalization = Self {
             mean: Vec::new(),
             std: Vec::new(),
@@ -83,6 +80,27 @@ impl Normalization {
             normalization.std.extend(std::iter::repeat_n(std, channels));
         }
         Ok(normalization)
+    }
+
+    /// The entries of statistics JSON, with an error that says what is wrong with it: cut
+    /// short (a truncated file), not JSON, or JSON of another shape.
+    pub fn parse_stats_json(json: &str) -> Result<Vec<serde_json::Value>> {
+        serde_json::from_str(json).map_err(|error| {
+            let what = match error.classify() {
+                serde_json::error::Category::Eof => {
+                    "the statistics end early (a truncated file? write it again with `zarrpipe stats URL --json > FILE`)"
+                }
+                serde_json::error::Category::Syntax | serde_json::error::Category::Io => {
+                    "the statistics are not valid JSON (a truncated or edited file? write it again with `zarrpipe stats URL --json > FILE`)"
+                }
+                serde_json::error::Category::Data => {
+                    "the statistics are not the list of per-variable entries that `zarrpipe stats URL --json` prints"
+                }
+            };
+            Error::BadOptions {
+                reason: format!("{what}: {error}"),
+            }
+        })
     }
 
     fn check(&self, channels: usize) -> Result<()> {

@@ -1,13 +1,11 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use futures::stream;
 use zarrpipe_batcher::{
     Batcher, EpochOptions, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
-use futures::stream;
 use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, SplitPolicy};
-#[cfg(feature = "cuda")]
-use zarrpipe_codec_gpu::SplitDecoder;
 use zarrpipe_collate::{
     BatchCollator, CollateBatchesExt, CollateOptions, Host, HostCollator, LatitudeWeights,
     Normalization, Place,
@@ -130,7 +128,6 @@ impl PipelineBuilder {
 }
 
 impl<P: CollateOn> PipelineBuilder<P> {
-
     /// The variables stacked as channels, in this order (default: every data variable).
     pub fn variables<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
         self.config.variables = names.into_iter().map(Into::into).collect();
@@ -373,8 +370,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
         let gpu = self.open_gpu_if_used()?;
-        let pace = Arc::new(Pace::default());
-        let decoder = self.stage_decoder(&gpu, &pace)?;
+        let (decoder, pace) = self.stage_decoder(&gpu)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
         let (dataset, batcher, collate) = self.config.prepare().await?;
         let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
@@ -418,40 +414,34 @@ impl<P: CollateOn> PipelineBuilder<P> {
         }
     }
 
-    /// The decode stage; split decoders read the consumer's pace from `pace`.
-    fn stage_decoder(&self, gpu: &StageGpu, pace: &Arc<Pace>) -> Result<Arc<dyn BatchDecoder>> {
+    /// The decode stage, and the pace its split decoder reads (the stream records into it).
+    fn stage_decoder(&self, gpu: &StageGpu) -> Result<(Arc<dyn BatchDecoder>, Arc<Pace>)> {
+        let own_pace = Arc::new(Pace::default());
         if let Some(decoder) = &self.config.decoder {
-            return Ok(decoder.clone());
+            return Ok((decoder.clone(), own_pace));
         }
         let policy = match self.config.decode_on {
-            DecodeOn::Cpu => return Ok(Arc::new(CpuDecoder::new())),
+            DecodeOn::Cpu => return Ok((Arc::new(CpuDecoder::new()), own_pace)),
             DecodeOn::Gpu => None,
             DecodeOn::Split => Some(SplitPolicy::Balanced),
             DecodeOn::Auto { gpu_share } => Some(SplitPolicy::Auto { gpu_share }),
         };
         #[cfg(feature = "cuda")]
         {
-            let gpu = gpu.as_ref().expect("opened for GPU decoding").decoder();
-            let Some(policy) = policy else {
-                return Ok(gpu);
-            };
-            // The CPU side decodes on a pool of its own, so the GPU side's planning (on
-            // rayon's global pool) never queues behind its chunks.
-            let pool = rayon::ThreadPoolBuilder::new()
-                .thread_name(|n| format!("zarrpipe-split-cpu{n}"))
-                .build()
-                .map_err(|error| Error::Gpu {
-                    what: "starting the split decoder's CPU threads".into(),
-                    source: Box::new(error),
-                })?;
-            let cpu = Arc::new(CpuDecoder::with_pool(Arc::new(pool)));
-            Ok(Arc::new(
-                SplitDecoder::new(cpu, gpu, policy).with_pace(pace.clone()),
-            ))
+            let gpu = gpu.as_ref().expect("opened for GPU decoding");
+            Ok(match policy {
+                None => (gpu.decoder(), own_pace),
+                Some(policy) => {
+                    // The device's own split decoder: what it learnt carries over epochs.
+                    let split = gpu.split_decoder(policy)?;
+                    let pace = split.pace();
+                    (split, pace)
+                }
+            })
         }
         #[cfg(not(feature = "cuda"))]
         {
-            let _ = (gpu, pace, policy);
+            let _ = (gpu, policy);
             unreachable!("refused when the GPU was opened")
         }
     }

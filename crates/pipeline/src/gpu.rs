@@ -1,10 +1,10 @@
 //! One GPU's stages: its decoder (nvCOMP, kernels, pinned staging) and its tensor pool, shared
 //! by the pipelines that run on it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use zarrpipe_batcher::SampleLayout;
-use zarrpipe_codec_gpu::{GpuDecoder, GpuOptions};
+use zarrpipe_codec_gpu::{CpuDecoder, GpuDecoder, GpuOptions, SplitDecoder, SplitPolicy};
 use zarrpipe_collate::{CollateOptions, DeviceCollator, Gpu, TensorPool};
 
 use crate::{Error, Result};
@@ -21,6 +21,9 @@ pub type GpuBatch = zarrpipe_collate::Batch<Gpu>;
 pub struct GpuDevice {
     decoder: Arc<GpuDecoder>,
     pool: TensorPool,
+    /// Split decoders made so far, one per policy, kept so that what they learnt (rates,
+    /// throttle) carries over from epoch to epoch.
+    splits: Mutex<Vec<Arc<SplitDecoder>>>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -28,7 +31,7 @@ impl std::fmt::Debug for GpuDevice {
         f.debug_struct("GpuDevice")
             .field("decoder", &self.decoder)
             .field("pool", &self.pool)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -37,8 +40,33 @@ impl GpuDevice {
     /// not yet dropped, or being collated) stay under `tensor_memory` bytes.
     pub fn open(options: GpuOptions, tensor_memory: usize) -> Result<Arc<Self>> {
         let decoder = Arc::new(GpuDecoder::new(options)?);
-        let pool = TensorPool::new(tensor_memory);
-        Ok(Arc::new(Self { decoder, pool }))
+        let pool = TensorPool::on_device(tensor_memory, decoder.memory());
+        Ok(Arc::new(Self {
+            decoder,
+            pool,
+            splits: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// This device's split decoder with `policy` (made on first use, then the same one): the
+    /// CPU side on a rayon pool of its own, so the GPU side's planning, on rayon's global
+    /// pool, never queues behind its chunks.
+    pub fn split_decoder(&self, policy: SplitPolicy) -> Result<Arc<SplitDecoder>> {
+        let mut splits = self.splits.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(split) = splits.iter().find(|split| split.policy() == policy) {
+            return Ok(split.clone());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .thread_name(|n| format!("zarrpipe-split-cpu{n}"))
+            .build()
+            .map_err(|error| Error::Gpu {
+                what: "starting the split decoder's CPU threads".into(),
+                source: Box::new(error),
+            })?;
+        let cpu = Arc::new(CpuDecoder::with_pool(Arc::new(pool)));
+        let split = Arc::new(SplitDecoder::new(cpu, self.decoder.clone(), policy));
+        splits.push(split.clone());
+        Ok(split)
     }
 
     /// The device's decoder: the decode stage on this GPU.
@@ -61,7 +89,12 @@ impl GpuDevice {
                 what: "creating the collator's stream".into(),
                 source: Box::new(error),
             })?;
-        Ok(DeviceCollator::new(layout, options, stream, self.pool.clone())?)
+        Ok(DeviceCollator::new(
+            layout,
+            options,
+            stream,
+            self.pool.clone(),
+        )?)
     }
 
     /// The device's tensor pool.

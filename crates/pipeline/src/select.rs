@@ -71,8 +71,25 @@ pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Ran
         .filter(|&i| low <= values[i] && values[i] <= high)
         .collect();
     let (Some(&first), Some(&last)) = (inside.first(), inside.last()) else {
+        // Dates are shown as dates (when the units are CF time), numbers as numbers.
+        let dates = matches!(selection.from, CoordValue::Date(_))
+            || matches!(selection.to, CoordValue::Date(_));
+        let show = |value: f64| match dates.then(|| cf_date(value, units)).flatten() {
+            Some(date) => date,
+            None => format!("{value}"),
+        };
+        let finite = values.iter().copied().filter(|v| v.is_finite());
+        let range = finite.fold(None, |range: Option<(f64, f64)>, v| {
+            Some(range.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
+        });
+        let covers = match range {
+            Some((lo, hi)) => format!("the data covers {} to {}", show(lo), show(hi)),
+            None => "the coordinate has no values".to_string(),
+        };
         return Err(fail(format!(
-            "no coordinate value between {low} and {high}"
+            "no coordinate value between {} and {} ({covers})",
+            show(low),
+            show(high)
         )));
     };
     if last - first + 1 != inside.len() {
@@ -130,6 +147,47 @@ fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Resu
         other => return Err(format!("time unit `{other}` is not supported")),
     };
     Ok((seconds(date)? - seconds(epoch.trim())?) / seconds_per_unit)
+}
+
+/// A number in CF `units` (`hours since 2000-01-01`) as a date, `2000-01-02T06:00`; `None`
+/// when the units are not CF time.
+fn cf_date(value: f64, units: &str) -> Option<String> {
+    let (unit, epoch) = units.split_once(" since ")?;
+    let seconds_per_unit = match unit.trim() {
+        "seconds" | "second" | "s" => 1.0,
+        "minutes" | "minute" | "min" => 60.0,
+        "hours" | "hour" | "h" => 3600.0,
+        "days" | "day" | "d" => 86400.0,
+        _ => return None,
+    };
+    let total = seconds(epoch.trim()).ok()? + value * seconds_per_unit;
+    if !total.is_finite() || total.abs() > 1e15 {
+        return None;
+    }
+    let total = total.round() as i64;
+    let (days, rest) = (total.div_euclid(86400), total.rem_euclid(86400));
+    let (year, month, day) = civil_from_days(days);
+    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    Some(match second {
+        0 => format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}"),
+        _ => format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}"),
+    })
+}
+
+/// The proleptic Gregorian date of a day number since 1970-01-01 (Howard Hinnant's
+/// algorithm, the inverse of [`days_from_civil`]).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Seconds since 1970-01-01 of `YYYY-MM-DD[( |T)HH:MM[:SS]]`.
@@ -204,6 +262,22 @@ mod tests {
         );
         assert!(cf_time("2000-13-02", "hours since 2000-01-01", None).is_err());
         assert!(cf_time("2000-01-02", "K", None).is_err());
+    }
+
+    #[test]
+    fn cf_numbers_become_dates() {
+        for days in [-800_000, -1, 0, 59, 11_016, 11_017, 20_000, 2_000_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
+        let units = "hours since 2000-01-01";
+        assert_eq!(cf_date(30.0, units).unwrap(), "2000-01-02T06:00");
+        assert_eq!(cf_date(-24.0, units).unwrap(), "1999-12-31T00:00");
+        assert_eq!(
+            cf_date(0.5, "minutes since 2000-01-01").unwrap(),
+            "2000-01-01T00:00:30"
+        );
+        assert_eq!(cf_date(1.0, "K"), None);
     }
 
     #[test]

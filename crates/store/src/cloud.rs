@@ -22,8 +22,40 @@ pub(crate) fn is_cloud_scheme(scheme: &str) -> bool {
     )
 }
 
-/// Builds the store for a remote URL, rooted at the URL's path.
-pub(crate) fn remote_store(url: &str, options: &StoreOptions) -> Result<Arc<dyn ObjectStore>> {
+/// Where an S3 store's requests go and with which credentials, for errors: a failed request
+/// names the endpoint, and a store without credentials says so rather than showing only the
+/// instance metadata service's refusal.
+fn s3_context(builder: &AmazonS3Builder, anonymous: bool) -> String {
+    let value = |key| builder.get_config_value(&key).filter(|v| !v.is_empty());
+    let region = value(AmazonS3ConfigKey::Region).unwrap_or_else(|| "us-east-1".into());
+    let endpoint = match value(AmazonS3ConfigKey::Endpoint) {
+        Some(endpoint) => format!("endpoint {endpoint}"),
+        None => format!("AWS's endpoint for region {region}"),
+    };
+    let env = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    let credentials = if anonymous {
+        "no credentials (anonymous=true: unsigned requests)"
+    } else if value(AmazonS3ConfigKey::AccessKeyId).is_some() {
+        "an access key (AWS_ACCESS_KEY_ID or --store-option access_key_id)"
+    } else if env("AWS_WEB_IDENTITY_TOKEN_FILE") {
+        "a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE)"
+    } else if env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || env("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    {
+        "the container's credentials (AWS_CONTAINER_CREDENTIALS_*)"
+    } else {
+        "none given (no AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, no --store-option access_key_id), so they were asked of the EC2 instance metadata service, which refuses or is absent outside EC2; for a public bucket pass --store-option anonymous=true"
+    };
+    format!("S3 at {endpoint}, credentials: {credentials}")
+}
+
+/// Builds the store for a remote URL, rooted at the URL's path; with it, for S3, where its
+/// requests go and with which credentials (see [`s3_context`]).
+pub(crate) fn remote_store(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<(Arc<dyn ObjectStore>, Option<String>)> {
+    let mut context = None;
     let parsed = url::Url::parse(url).map_err(|source| Error::BadUrl {
         url: url.to_string(),
         source,
@@ -74,6 +106,7 @@ pub(crate) fn remote_store(url: &str, options: &StoreOptions) -> Result<Arc<dyn 
             }
             // An S3-compatible server at an http:// endpoint: plain HTTP was asked for.
             let endpoint = builder.get_config_value(&AmazonS3ConfigKey::Endpoint);
+            context = Some(s3_context(&builder, anonymous));
             if endpoint.is_some_and(|endpoint| endpoint.starts_with("http://")) {
                 builder = builder.with_allow_http(true);
             }
@@ -139,9 +172,12 @@ pub(crate) fn remote_store(url: &str, options: &StoreOptions) -> Result<Arc<dyn 
     };
     let prefix = prefix.trim_matches('/');
     if prefix.is_empty() {
-        return Ok(store);
+        return Ok((store, context));
     }
-    Ok(Arc::new(PrefixStore::new(store, Path::from(prefix))))
+    Ok((
+        Arc::new(PrefixStore::new(store, Path::from(prefix))),
+        context,
+    ))
 }
 
 #[cfg(test)]
@@ -161,6 +197,23 @@ mod tests {
         let azure = anonymous.clone().option("account_name", "account");
         assert!(remote_store("az://container/era5.zarr", &azure).is_ok());
         assert!(remote_store("https://example.com/era5.zarr", &anonymous).is_ok());
+    }
+
+    #[test]
+    fn s3_context_names_the_endpoint_and_the_missing_credentials() {
+        let builder = AmazonS3Builder::new()
+            .with_bucket_name("bucket")
+            .with_endpoint("http://127.0.0.1:9");
+        let context = s3_context(&builder, false);
+        assert!(context.contains("http://127.0.0.1:9"), "{context}");
+        if std::env::var_os("AWS_WEB_IDENTITY_TOKEN_FILE").is_none() {
+            assert!(context.contains("anonymous=true"), "{context}");
+        }
+        let keyed = builder
+            .with_access_key_id("key")
+            .with_secret_access_key("secret");
+        assert!(s3_context(&keyed, false).contains("an access key"));
+        assert!(s3_context(&keyed, true).contains("anonymous"));
     }
 
     #[test]

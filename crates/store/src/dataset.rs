@@ -3,7 +3,6 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use serde_json::{Map, Value};
-use zarrs::array::ArrayMetadata;
 use zarrs_object_store::AsyncObjectStore;
 
 use crate::location::Location;
@@ -19,9 +18,19 @@ pub struct Dataset {
     consolidated: bool,
     attributes: Map<String, Value>,
     variables: Vec<Arc<Variable>>,
-    /// Arrays zarrpipe cannot read (unsupported codec or data type), kept so that asking for
-    /// one gives its error while the rest of the dataset stays usable.
-    unreadable: Vec<(String, ArrayMetadata)>,
+    /// Arrays zarrpipe cannot read (metadata that does not parse, an unsupported codec or data
+    /// type, sizes that overflow), kept so that asking for one gives its error while the rest
+    /// of the dataset stays usable, and so that no default selection leaves one out silently.
+    unreadable: Vec<Unreadable>,
+}
+
+/// An array zarrpipe cannot read, and why.
+#[derive(Debug)]
+struct Unreadable {
+    name: String,
+    /// Named as a dimension or in a `coordinates` attribute: not in the default selection.
+    is_coordinate: bool,
+    error: Arc<Error>,
 }
 
 impl Dataset {
@@ -77,7 +86,25 @@ impl Dataset {
     }
 
     async fn open_location(location: Location) -> Result<Self> {
-        let hierarchy = read_hierarchy(&location).await?;
+        let hierarchy = match read_hierarchy(&location).await {
+            Ok(hierarchy) => hierarchy,
+            // The first requests fail when the endpoint or the credentials are wrong: say which.
+            Err(
+                error @ (Error::ReadMetadata { .. }
+                | Error::List { .. }
+                | Error::MetadataTimeout { .. }),
+            ) => {
+                return Err(match &location.context {
+                    Some(context) => Error::Remote {
+                        url: location.url.clone(),
+                        context: context.clone(),
+                        source: Box::new(error),
+                    },
+                    None => error,
+                })
+            }
+            Err(error) => return Err(error),
+        };
         let storage = Arc::new(AsyncObjectStore::new(location.store.clone()));
         let mut variables = Vec::with_capacity(hierarchy.arrays.len());
         let mut unreadable = Vec::new();
@@ -87,15 +114,19 @@ impl Dataset {
             } else {
                 path
             };
-            match Variable::new(&location, name.clone(), storage.clone(), metadata.clone()) {
+            let variable = metadata.and_then(|metadata| {
+                Variable::new(&location, name.clone(), storage.clone(), metadata)
+            });
+            match variable {
                 Ok(variable) => variables.push(variable),
-                Err(Error::InvalidArray { .. } | Error::UnsupportedDataType { .. }) => {
-                    unreadable.push((name, metadata))
-                }
-                Err(error) => return Err(error),
+                Err(error) => unreadable.push(Unreadable {
+                    name,
+                    is_coordinate: false,
+                    error: Arc::new(error),
+                }),
             }
         }
-        mark_coordinates(&mut variables);
+        mark_coordinates(&mut variables, &mut unreadable);
         Ok(Self {
             location,
             zarr_format: hierarchy.zarr_format,
@@ -143,11 +174,29 @@ impl Dataset {
             .filter(|variable| !variable.is_coordinate())
     }
 
-    /// The names of the data variables, sorted: the default selection of pipelines.
+    /// The names of the data variables, sorted: the default selection of pipelines. Arrays
+    /// zarrpipe cannot read are among them (unless they are coordinates), so that a default
+    /// selection fails on them, naming them, rather than leaving them out silently.
     pub fn data_variable_names(&self) -> Vec<String> {
-        self.data_variables()
-            .map(|variable| variable.name().to_string())
-            .collect()
+        let readable = self.data_variables().map(|variable| variable.name());
+        let unreadable = self.unreadable.iter().filter(|u| !u.is_coordinate);
+        let mut names: Vec<String> = readable
+            .chain(unreadable.map(|u| u.name.as_str()))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The names of every array, coordinates and arrays zarrpipe cannot read included, sorted.
+    pub fn variable_names(&self) -> Vec<String> {
+        let readable = self.variables.iter().map(|variable| variable.name());
+        let mut names: Vec<String> = readable
+            .chain(self.unreadable.iter().map(|u| u.name.as_str()))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
     }
 
     /// The coordinate arrays.
@@ -179,21 +228,33 @@ impl Dataset {
     }
 
     /// The arrays of the store that zarrpipe cannot read, with the reason for each.
-    pub fn unreadable(&self) -> Vec<(String, Error)> {
-        let names = self.unreadable.iter().map(|(name, _)| name);
-        names
-            .filter_map(|name| Some((name.clone(), self.unreadable_error(name)?)))
+    pub fn unreadable(&self) -> Vec<(String, Arc<Error>)> {
+        let unreadable = self.unreadable.iter();
+        unreadable
+            .map(|u| (u.name.clone(), u.error.clone()))
             .collect()
     }
 
-    /// Opening the array again gives its error (errors are not `Clone`).
+    /// The error of an array zarrpipe cannot read: why, and how to go on without it.
     fn unreadable_error(&self, name: &str) -> Option<Error> {
-        let (_, metadata) = self
-            .unreadable
-            .iter()
-            .find(|(unreadable, _)| unreadable == name)?;
-        let storage = Arc::new(AsyncObjectStore::new(self.location.store.clone()));
-        Variable::new(&self.location, name.to_string(), storage, metadata.clone()).err()
+        let unreadable = self.unreadable.iter().find(|u| u.name == name)?;
+        let others: Vec<String> = self
+            .data_variables()
+            .map(|variable| variable.name().to_string())
+            .collect();
+        let hint = if others.is_empty() {
+            "--var NAME (`.variables([..])` in Rust), but no data variable of this store is readable"
+                .to_string()
+        } else {
+            let flags: Vec<String> = others.iter().map(|name| format!("--var {name}")).collect();
+            format!("{} (`.variables({others:?})` in Rust)", flags.join(" "))
+        };
+        Some(Error::Unreadable {
+            variable: name.to_string(),
+            url: self.location.url.clone(),
+            hint,
+            source: unreadable.error.clone(),
+        })
     }
 
     /// Dimension lengths, by name, as the first variable that has each dimension gives them.
@@ -219,13 +280,21 @@ fn root_array_name(url: &str) -> String {
 }
 
 /// xarray's rule: a 1-D variable named after its dimension is a coordinate, and so is every
-/// name listed in a variable's `coordinates` attribute.
-fn mark_coordinates(variables: &mut [Variable]) {
+/// name listed in a variable's `coordinates` attribute. An array zarrpipe cannot read counts as
+/// a coordinate when a readable variable names it as a dimension or lists it.
+fn mark_coordinates(variables: &mut [Variable], unreadable: &mut [Unreadable]) {
     let listed: HashSet<String> = variables
         .iter()
         .filter_map(|variable| variable.attributes().get("coordinates")?.as_str())
         .flat_map(|names| names.split_whitespace().map(str::to_string))
         .collect();
+    let dims: HashSet<&str> = variables
+        .iter()
+        .flat_map(|variable| variable.dims().iter().map(String::as_str))
+        .collect();
+    for array in unreadable.iter_mut() {
+        array.is_coordinate = dims.contains(array.name.as_str()) || listed.contains(&array.name);
+    }
     for variable in variables.iter_mut() {
         let is_index = variable.dims().len() == 1 && variable.dims()[0] == variable.name();
         if is_index || listed.contains(variable.name()) {

@@ -9,8 +9,19 @@ pub enum Error {
     #[error("store not found: {url}")]
     StoreNotFound { url: String },
 
+    #[error("{url} is a file, not a directory: a local Zarr store is a directory (the one holding zarr.json, .zgroup or .zarray)")]
+    NotADirectory { url: String },
+
     #[error("unsupported store URL `{url}`: {reason}")]
     UnsupportedUrl { url: String, reason: &'static str },
+
+    #[error("cannot read {url} from {context}")]
+    Remote {
+        url: String,
+        context: String,
+        #[source]
+        source: Box<Error>,
+    },
 
     #[error("cannot open store {url}")]
     OpenStore {
@@ -56,6 +67,33 @@ pub enum Error {
 
     #[error("variable `{variable}` has data type {data_type}, which zarrpipe does not read")]
     UnsupportedDataType { variable: String, data_type: String },
+
+    #[error(
+        "variable `{variable}` has {names} dimension names ({source_key}) for its {rank} axes"
+    )]
+    DimensionNames {
+        variable: String,
+        names: usize,
+        rank: usize,
+        source_key: &'static str,
+    },
+
+    #[error("variable `{variable}` of {url} cannot be read; to go on without it, name the variables to use: {hint}")]
+    Unreadable {
+        variable: String,
+        url: String,
+        /// `--var a --var b (.variables(["a", "b"]) in Rust)`, the readable data variables.
+        hint: String,
+        #[source]
+        source: std::sync::Arc<Error>,
+    },
+
+    #[error("variable `{variable}`: {what} overflows (shape {shape:?})")]
+    SizeOverflow {
+        variable: String,
+        what: &'static str,
+        shape: Vec<u64>,
+    },
 
     #[error("no variable `{name}` in {url} (it has: {available})")]
     MissingVariable {

@@ -145,7 +145,7 @@ async fn fetch_inner(
         wanted
             .iter()
             .map(|(_, range)| range.end - range.start)
-            .sum(),
+            .fold(0u64, u64::saturating_add),
     );
     let merged = merge_ranges(
         wanted.iter().map(|(_, range)| range.clone()).collect(),

@@ -18,22 +18,26 @@ where
     St: Stream<Item = Staged<M, Vec<ChunkRequest>>>,
     M: Send + 'static,
 {
-    StageStream::new(batches, batches_at_once, move |mut batch: Staged<M, Vec<ChunkRequest>>| {
-        async move {
-            let requests = std::mem::take(&mut batch.payload);
-            let chunks: Vec<EncodedChunk> = stream::iter(requests)
-                .fetch(reads_per_batch)
-                .try_collect()
-                .await?;
-            let mut batch = batch.with_payload(chunks);
-            for chunk in &batch.payload {
-                batch.stats.chunks += 1;
-                batch.stats.missing_chunks += chunk.bytes.is_none() as u64;
-                batch.stats.stored_bytes += chunk.stored_len() as u64;
-                batch.stats.fetch_busy += chunk.fetch_time;
+    StageStream::new(
+        batches,
+        batches_at_once,
+        move |mut batch: Staged<M, Vec<ChunkRequest>>| {
+            async move {
+                let requests = std::mem::take(&mut batch.payload);
+                let chunks: Vec<EncodedChunk> = stream::iter(requests)
+                    .fetch(reads_per_batch)
+                    .try_collect()
+                    .await?;
+                let mut batch = batch.with_payload(chunks);
+                for chunk in &batch.payload {
+                    batch.stats.chunks += 1;
+                    batch.stats.missing_chunks += chunk.bytes.is_none() as u64;
+                    batch.stats.stored_bytes += chunk.stored_len() as u64;
+                    batch.stats.fetch_busy += chunk.fetch_time;
+                }
+                Ok(batch)
             }
-            Ok(batch)
-        }
-        .boxed()
-    })
+            .boxed()
+        },
+    )
 }

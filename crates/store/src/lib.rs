@@ -48,7 +48,7 @@ pub use fetch_batches::FetchBatches;
 pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
-pub use variable::{Variable, ZarrArray};
+pub use variable::{Variable, ZarrArray, MAX_CHUNK_BYTES};
 
 /// Stream adapters of the store stage.
 pub trait FetchExt: Stream<Item = ChunkRequest> + Sized {

@@ -17,6 +17,8 @@ pub struct Location {
     pub url: String,
     pub store: Arc<dyn ObjectStore>,
     pub(crate) io: Arc<StoreIo>,
+    /// For errors: where a remote store's requests go, with which credentials (S3).
+    pub(crate) context: Option<String>,
 }
 
 impl Location {
@@ -33,10 +35,14 @@ impl Location {
             None => (local_store(url, url)?, false),
             Some(("file", path)) => (local_store(url, path)?, false),
             Some(("memory", _)) => (Arc::new(InMemory::new()), false),
-            Some((scheme, _)) if scheme == "http" || scheme == "https" => {
-                (remote_store(url, options)?, true)
+            Some((scheme, _))
+                if scheme == "http" || scheme == "https" || is_cloud_scheme(scheme) =>
+            {
+                let (store, context) = remote_store(url, options)?;
+                let mut location = Self::with_options(url, store, options, true)?;
+                location.context = context;
+                return Ok(location);
             }
-            Some((scheme, _)) if is_cloud_scheme(scheme) => (remote_store(url, options)?, true),
             Some(_) => {
                 return Err(Error::UnsupportedUrl {
                     url: url.to_string(),
@@ -62,6 +68,7 @@ impl Location {
             url,
             store,
             io: Arc::new(io),
+            context: None,
         }
     }
 
@@ -95,12 +102,18 @@ impl Location {
             url: url.to_string(),
             store,
             io: Arc::new(io),
+            context: None,
         })
     }
 }
 
 fn local_store(url: &str, path: &str) -> Result<Arc<dyn ObjectStore>> {
     let path = std::path::Path::new(path);
+    if path.exists() && !path.is_dir() {
+        return Err(Error::NotADirectory {
+            url: url.to_string(),
+        });
+    }
     if !path.is_dir() {
         return Err(Error::StoreNotFound {
             url: url.to_string(),

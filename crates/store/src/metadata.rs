@@ -17,8 +17,9 @@ pub(crate) struct Hierarchy {
     pub zarr_format: u8,
     pub consolidated: bool,
     pub attributes: Map<String, Value>,
-    /// (path relative to the root, metadata); a root array has the path "".
-    pub arrays: Vec<(String, ArrayMetadata)>,
+    /// (path relative to the root, metadata); a root array has the path "". Metadata that
+    /// does not parse is kept as its error, given when the array is used.
+    pub arrays: Vec<(String, Result<ArrayMetadata>)>,
 }
 
 pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
@@ -46,7 +47,7 @@ pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
             zarr_format: 2,
             consolidated: false,
             attributes: Map::new(),
-            arrays: vec![(String::new(), metadata)],
+            arrays: vec![(String::new(), Ok(metadata))],
         });
     }
     Err(Error::NotZarr {
@@ -57,7 +58,7 @@ pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
 async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
     if node_type(&root) == Some("array") {
         let metadata = parse_v3(location, "zarr.json", root)?;
-        let arrays = vec![(String::new(), metadata)];
+        let arrays = vec![(String::new(), Ok(metadata))];
         return Ok(Hierarchy {
             zarr_format: 3,
             consolidated: false,
@@ -72,7 +73,7 @@ async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
         for (path, node) in nodes {
             if node_type(node) == Some("array") {
                 let key = format!("zarr.json#consolidated_metadata/{path}");
-                arrays.push((path.clone(), parse_v3(location, &key, node.clone())?));
+                arrays.push((path.clone(), parse_v3(location, &key, node.clone())));
             }
         }
         arrays.sort_by(|a, b| a.0.cmp(&b.0));
@@ -95,7 +96,8 @@ async fn read_v3(location: &Location, root: Value) -> Result<Hierarchy> {
 
 /// What a child of a group is.
 enum Node {
-    Array(Box<ArrayMetadata>),
+    /// An array, or a node whose metadata does not parse (kept as its error).
+    Array(Box<Result<ArrayMetadata>>),
     Group,
     Other,
 }
@@ -105,7 +107,7 @@ fn list_arrays<'a>(
     location: &'a Location,
     zarr_format: u8,
     prefix: String,
-    arrays: &'a mut Vec<(String, ArrayMetadata)>,
+    arrays: &'a mut Vec<(String, Result<ArrayMetadata>)>,
 ) -> BoxFuture<'a, Result<()>> {
     Box::pin(async move {
         for child in list_children(location, &prefix).await? {
@@ -123,19 +125,38 @@ fn list_arrays<'a>(
 async fn read_node(location: &Location, zarr_format: u8, path: &str) -> Result<Node> {
     if zarr_format == 3 {
         let key = format!("{path}/zarr.json");
-        let Some(node) = read_json(location, &key).await? else {
-            return Ok(Node::Other);
+        let node = match read_json(location, &key).await {
+            Ok(Some(node)) => node,
+            Ok(None) => return Ok(Node::Other),
+            // Not JSON: perhaps an array, perhaps a group; an error when it is used.
+            Err(error @ Error::MalformedMetadata { .. }) => {
+                return Ok(Node::Array(Box::new(Err(error))))
+            }
+            Err(error) => return Err(error),
         };
         return Ok(match node_type(&node) {
-            Some("array") => Node::Array(Box::new(parse_v3(location, &key, node)?)),
             Some("group") => Node::Group,
-            _ => Node::Other,
+            // An array, or a zarr.json zarrpipe does not understand: an error when used.
+            _ => Node::Array(Box::new(parse_v3(location, &key, node))),
         });
     }
     let key = format!("{path}/.zarray");
-    if let Some(array) = read_json(location, &key).await? {
-        let attributes = read_attributes(location, &format!("{path}/.zattrs")).await?;
-        let metadata = parse_v2(location, &key, array, attributes)?;
+    let array = match read_json(location, &key).await {
+        Ok(array) => array,
+        Err(error @ Error::MalformedMetadata { .. }) => {
+            return Ok(Node::Array(Box::new(Err(error))))
+        }
+        Err(error) => return Err(error),
+    };
+    if let Some(array) = array {
+        let attributes = match read_attributes(location, &format!("{path}/.zattrs")).await {
+            Ok(attributes) => attributes,
+            Err(error @ Error::MalformedMetadata { .. }) => {
+                return Ok(Node::Array(Box::new(Err(error))))
+            }
+            Err(error) => return Err(error),
+        };
+        let metadata = parse_v2(location, &key, array, attributes);
         return Ok(Node::Array(Box::new(metadata)));
     }
     let group = read_json(location, &format!("{path}/.zgroup")).await?;
@@ -171,7 +192,7 @@ fn read_v2_consolidated(location: &Location, consolidated: Value) -> Result<Hier
             _ => Map::new(),
         };
         let key = format!(".zmetadata#{key}");
-        arrays.push((path, parse_v2(location, &key, array.clone(), attributes)?));
+        arrays.push((path, parse_v2(location, &key, array.clone(), attributes)));
     }
     arrays.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Hierarchy {

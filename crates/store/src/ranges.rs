@@ -169,13 +169,20 @@ impl ShardLayout {
             .chunks_exact(8)
             .map(|value| u64::from_ne_bytes(value.try_into().expect("8 bytes")))
             .collect();
-        Ok(values
+        values
             .chunks_exact(2)
-            .map(|entry| match (entry[0], entry[1]) {
-                (MISSING, MISSING) => None,
-                (offset, length) => Some((offset, length)),
+            .enumerate()
+            .map(|(inner, entry)| match (entry[0], entry[1]) {
+                (MISSING, MISSING) => Ok(None),
+                // Offsets come from storage: one whose end overflows is corrupt, not a range.
+                (offset, length) if offset.checked_add(length).is_none() => {
+                    Err(CodecError::Other(format!(
+                        "inner chunk {inner} at offset {offset} of {length} bytes ends past 2^64"
+                    )))
+                }
+                (offset, length) => Ok(Some((offset, length))),
             })
-            .collect())
+            .collect()
     }
 
     /// A shard holding `pieces` (inner chunk number, stored bytes) and nothing else.

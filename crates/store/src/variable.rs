@@ -56,7 +56,8 @@ impl Variable {
                 variable: name.clone(),
                 data_type,
             })?;
-        let dims = dimension_names(&array);
+        let dims = dimension_names(&array, &name)?;
+        check_sizes(&array, &name, dtype)?;
         let regular = match array.metadata() {
             ArrayMetadata::V2(_) => true,
             ArrayMetadata::V3(metadata) => metadata.chunk_grid.name() == "regular",
@@ -170,14 +171,24 @@ impl Variable {
         }
     }
 
-    /// Bytes of one decoded (full-size) chunk.
+    /// Every chunk of the grid, in C order, computed as it goes (a grid may have more chunks
+    /// than memory holds indices).
+    pub fn every_chunk(&self) -> impl Iterator<Item = Vec<u64>> + Send + 'static {
+        let ranges: Vec<Range<u64>> = self.chunk_grid_shape().iter().map(|&n| 0..n).collect();
+        // The chunk count fits a u64: checked when the variable was opened.
+        let total: u64 = ranges.iter().map(|range| range.end - range.start).product();
+        (0..total).map(move |flat| nth_in_ranges(flat, &ranges))
+    }
+
+    /// Bytes of one decoded (full-size) chunk (checked when the variable was opened).
     pub fn decoded_chunk_bytes(&self) -> u64 {
         self.chunk_shape().iter().product::<u64>() * self.dtype.size() as u64
     }
 
-    /// Bytes of the whole decoded array.
-    pub fn decoded_bytes(&self) -> u64 {
-        self.shape().iter().product::<u64>() * self.dtype.size() as u64
+    /// Bytes of the whole decoded array; `None` when that overflows a `u64` (a shape can
+    /// claim more than any store holds).
+    pub fn decoded_bytes(&self) -> Option<u64> {
+        checked_bytes(self.shape(), self.dtype.size())
     }
 
     /// The codec chain as names, outermost (array-to-array) first, e.g. `["bytes", "zstd"]`.
@@ -276,8 +287,10 @@ fn regular_chunks_in(region: &[Range<u64>], chunk_shape: &[u64], grid: &[u64]) -
             (range.start / chunk).min(count)..((range.end - 1) / chunk + 1).min(count)
         })
         .collect();
+    // The grid's chunk count fits a u64 (checked at open), and so does any box of it; the
+    // capacity is only a hint, so a huge region cannot ask for a huge allocation up front.
     let total: u64 = ranges.iter().map(|range| range.end - range.start).product();
-    let mut chunks = Vec::with_capacity(total as usize);
+    let mut chunks = Vec::with_capacity(total.min(1 << 16) as usize);
     for flat in 0..total {
         chunks.push(nth_in_ranges(flat, &ranges));
     }
@@ -296,31 +309,75 @@ impl std::fmt::Debug for Variable {
     }
 }
 
-fn dimension_names(array: &ZarrArray) -> Vec<String> {
-    let from_metadata = array.dimension_names().as_ref().map(|names| {
-        names
-            .iter()
-            .enumerate()
+/// Dimension names, one per axis; names of the wrong count are an error, not a guess.
+fn dimension_names(array: &ZarrArray, variable: &str) -> Result<Vec<String>> {
+    let rank = array.dimensionality();
+    let wrong_count = |names: usize, source_key| Error::DimensionNames {
+        variable: variable.to_string(),
+        names,
+        rank,
+        source_key,
+    };
+    if let Some(names) = array.dimension_names() {
+        if names.len() != rank {
+            return Err(wrong_count(names.len(), "dimension_names"));
+        }
+        let names = names.iter().enumerate();
+        return Ok(names
             .map(|(axis, name)| name.clone().unwrap_or(format!("dim_{axis}")))
-    });
+            .collect());
+    }
     let from_attributes = array
         .attributes()
         .get("_ARRAY_DIMENSIONS")
         .and_then(|names| {
-            let names: Option<Vec<String>> = names
+            names
                 .as_array()?
                 .iter()
                 .map(|name| name.as_str().map(str::to_string))
-                .collect();
-            names.filter(|names| names.len() == array.dimensionality())
+                .collect::<Option<Vec<String>>>()
         });
-    match (from_metadata, from_attributes) {
-        (Some(names), _) => names.collect(),
-        (None, Some(names)) => names,
-        (None, None) => (0..array.dimensionality())
-            .map(|axis| format!("dim_{axis}"))
-            .collect(),
+    match from_attributes {
+        Some(names) if names.len() != rank => Err(wrong_count(names.len(), "_ARRAY_DIMENSIONS")),
+        Some(names) => Ok(names),
+        None => Ok((0..rank).map(|axis| format!("dim_{axis}")).collect()),
     }
+}
+
+/// `shape`'s elements times `element_size`, if that fits a `u64`.
+fn checked_bytes(shape: &[u64], element_size: usize) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(element_size as u64, |bytes, &n| bytes.checked_mul(n))
+}
+
+/// The largest decoded chunk (for sharded arrays: shard) zarrpipe opens: 16 GiB. A chunk is
+/// decoded whole, so a larger one claims more memory than a training host has to spare.
+pub const MAX_CHUNK_BYTES: u64 = 16 << 30;
+
+/// A chunk must fit in memory, and a chunk grid in a `u64`: sizes from storage are checked
+/// here, once, so later arithmetic on them cannot overflow.
+fn check_sizes(array: &ZarrArray, variable: &str, dtype: DType) -> Result<()> {
+    let overflow = |what| Error::SizeOverflow {
+        variable: variable.to_string(),
+        what,
+        shape: array.shape().to_vec(),
+    };
+    let origin = vec![0; array.dimensionality()];
+    if let Ok(chunk) = array.chunk_shape(&origin) {
+        let chunk: Vec<u64> = chunk.iter().map(|n| n.get()).collect();
+        let bytes = checked_bytes(&chunk, dtype.size()).ok_or(overflow("a chunk's size"))?;
+        if bytes > MAX_CHUNK_BYTES {
+            return Err(overflow(
+                "a chunk's size (over the 16 GiB zarrpipe decodes at once)",
+            ));
+        }
+    }
+    let grid = array.chunk_grid_shape();
+    grid.iter()
+        .try_fold(1u64, |count, &n| count.checked_mul(n))
+        .ok_or(overflow("the number of chunks"))?;
+    Ok(())
 }
 
 /// The `flat`-th multi-index, in C order, of the box spanned by `ranges`.

@@ -2,7 +2,7 @@
 //! then each round's ops as one nvCOMP call per codec and one launch per kernel kind, all on
 //! the decoder's stream; per-op statuses come back at the end.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -10,19 +10,24 @@ use std::time::Instant;
 use cudarc::driver::sys::CUstream;
 use cudarc::driver::{
     result, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
-    PinnedHostSlice, PushKernelArg,
+    PushKernelArg,
 };
-use rayon::prelude::*;
-use zarrpipe_store::{ChunkRequest, EncodedChunk};
+use zarrpipe_store::EncodedChunk;
 
-use super::kernels::{self, Kernels, MAX_DIMS};
-use super::nvcomp::{status_name, Nvcomp};
+use super::device_batches::{device_chunk, DeviceBatch, PendingBatch, PlannedBatch};
+use super::kernels::Kernels;
+use super::memory_pool::{keep_freed_memory_pooled, trim_memory_pool};
+use super::nvcomp::Nvcomp;
+use super::slots::{grow, grow_pinned, Slot, SlotPool, SLOTS};
+use super::tables::{stage, Bases, DecompressGroup, KernelKind, Launch, Tables};
 use super::{BatchTimings, DeviceChunk, GpuOptions};
-use crate::batch::{groups, output_bytes, prepare, record_failures, Prepared, PreparedChunk};
-use crate::plan::{BatchPlan, Codec, Op, Region, Space};
-use crate::{DecodedChunk, Error, Result};
+use crate::batch::{groups, output_bytes, prepare, record_failures, Prepared};
+use crate::plan::{BatchPlan, Codec};
+use crate::{Error, Result};
 
-fn cuda_error(what: impl Into<String>) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
+pub(super) fn cuda_error(
+    what: impl Into<String>,
+) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
     let what = what.into();
     move |error| Error::Cuda {
         what,
@@ -49,6 +54,37 @@ pub struct GpuDecoder {
     fault: Mutex<Option<String>>,
     /// Pinned staging memory for batches being decoded, in units of [`PINNED_UNIT`] bytes.
     pinned: Arc<tokio::sync::Semaphore>,
+    /// Last: the device's pooled memory goes back to the driver once this decoder's buffers
+    /// and every other holder are gone.
+    memory: Arc<DeviceMemory>,
+}
+
+/// The device's pooled memory, given back to the driver when the last holder goes: the
+/// decoder, each batch it decoded, and the tensor pools of the collators on its device hold
+/// one, so whichever goes last (a pipeline's stages drop in any order) trims the pool.
+pub struct DeviceMemory {
+    context: Arc<CudaContext>,
+}
+
+impl DeviceMemory {
+    /// The device's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        trim_memory_pool(&self.context);
+    }
+}
+
+impl std::fmt::Debug for DeviceMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceMemory")
+            .field("device", &self.context.ordinal())
+            .finish()
+    }
 }
 
 /// The granularity of the pinned-memory budget.
@@ -93,9 +129,6 @@ fn libraries_present() -> (bool, bool) {
     (true, true)
 }
 
-/// Groups of one batch staged, uploading or decoding at once.
-const SLOTS: usize = 3;
-
 /// A decode stream and nvCOMP's temporary memory for it: the decompressions of a stream run
 /// in its order, so one buffer serves them all.
 struct Lane {
@@ -103,148 +136,18 @@ struct Lane {
     temp: Mutex<Option<CudaSlice<u8>>>,
 }
 
-/// The buffers of one group in flight; they only grow, and go back to the pool when the
-/// group has finished.
-#[derive(Default)]
-struct Slot {
-    staging: Option<PinnedHostSlice<u8>>,
-    input: Option<CudaSlice<u8>>,
-    scratch: Option<CudaSlice<u8>>,
-    results: Option<CudaSlice<u8>>,
-    results_host: Option<PinnedHostSlice<u8>>,
-}
-
-/// Free slots, shared with the batches in flight that hold the others.
-#[derive(Clone, Default)]
-struct SlotPool(Arc<Mutex<Vec<Slot>>>);
-
-impl SlotPool {
-    fn take(&self) -> Slot {
-        self.0
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .pop()
-            .unwrap_or_default()
-    }
-
-    fn give_back(&self, slot: Slot) {
-        self.0
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .push(slot);
-    }
-}
-
 /// A group whose work is enqueued; `done` completes when its statuses are on the host.
-struct InFlight {
-    prepared: Prepared,
-    tables: Tables,
-    done: CudaEvent,
-    slot: Slot,
-}
-
-/// A decoded batch: the chunks' bytes in one device buffer.
-pub struct DeviceBatch {
-    pub chunks: Vec<Result<DeviceChunk>>,
-    pub timings: BatchTimings,
-    buffer: CudaSlice<u8>,
-    stream: Arc<CudaStream>,
-}
-
-impl std::fmt::Debug for DeviceBatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceBatch")
-            .field("chunks", &self.chunks.len())
-            .field("bytes", &self.buffer.len())
-            .finish()
-    }
-}
-
-/// A batch whose decoding is enqueued on the decoder's stream but not yet checked: more work
-/// on the decoded bytes (collation) can be enqueued behind it, and the next batch planned,
-/// before [`GpuDecoder::complete`] waits for it. Dropping it waits for its groups.
-pub struct PendingBatch {
-    sources: Vec<EncodedChunk>,
-    /// The decode stream the batch runs on.
-    stream: Arc<CudaStream>,
-    /// Where each chunk will be, as planned (errors found while planning included).
-    planned: Vec<Option<(ChunkRequest, usize)>>,
-    running: VecDeque<InFlight>,
-    finished: Vec<Result<DeviceChunk>>,
-    output: CudaSlice<u8>,
-    timings: BatchTimings,
-    started: Instant,
-    pool: SlotPool,
-    /// Timed events on the decode stream: after the first group's upload, after the last
-    /// group's work (the batch's device time lies between).
-    begun: Option<CudaEvent>,
-    ended: Option<CudaEvent>,
-}
-
-/// A batch planned on the CPU ([`GpuDecoder::plan`]): frames read and checked, CPU
-/// fallbacks decoded, tables laid out. Planning needs no GPU, so it can run on another
-/// thread while the batch before is staged and uploaded.
-pub struct PlannedBatch {
-    sources: Vec<EncodedChunk>,
-    groups: Vec<Prepared>,
-    plan_time: std::time::Duration,
-}
-
-impl std::fmt::Debug for PlannedBatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PlannedBatch")
-            .field("chunks", &self.sources.len())
-            .field("groups", &self.groups.len())
-            .finish()
-    }
+pub(super) struct InFlight {
+    pub(super) prepared: Prepared,
+    pub(super) tables: Tables,
+    pub(super) done: CudaEvent,
+    pub(super) slot: Slot,
 }
 
 /// A group to stage: its chunks, or already planned.
 enum GroupInput {
     Chunks(Vec<EncodedChunk>),
     Planned(Prepared),
-}
-
-impl std::fmt::Debug for PendingBatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PendingBatch")
-            .field("chunks", &self.sources.len())
-            .field("bytes", &self.output.len())
-            .finish()
-    }
-}
-
-impl PendingBatch {
-    /// The buffer the chunks are being decoded into.
-    pub fn buffer(&self) -> &CudaSlice<u8> {
-        &self.output
-    }
-
-    /// The stream the batch decodes on: work on its bytes goes there (or waits on it).
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// The device address of [`Self::buffer`].
-    pub fn buffer_address(&self) -> u64 {
-        self.output.device_ptr(self.output.stream()).0
-    }
-
-    /// Each chunk's request and byte offset in [`Self::buffer`], in input order; `None` for
-    /// chunks already known to fail.
-    pub fn planned(&self) -> &[Option<(ChunkRequest, usize)>] {
-        &self.planned
-    }
-}
-
-impl Drop for PendingBatch {
-    fn drop(&mut self) {
-        // The device may still read the slots' buffers: wait before they are reused.
-        for group in self.running.drain(..) {
-            let _ = group.done.synchronize();
-            self.pool.give_back(group.slot);
-        }
-    }
 }
 
 impl GpuDecoder {
@@ -300,7 +203,7 @@ impl GpuDecoder {
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
         Ok(Self {
-            context,
+            context: context.clone(),
             lanes,
             next_lane: AtomicUsize::new(0),
             copy_stream,
@@ -310,6 +213,9 @@ impl GpuDecoder {
             slots: SlotPool::default(),
             fault: Mutex::new(None),
             pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
+            memory: Arc::new(DeviceMemory {
+                context: context.clone(),
+            }),
         })
     }
 
@@ -318,6 +224,12 @@ impl GpuDecoder {
         self.context
             .name()
             .unwrap_or_else(|_| "unknown CUDA device".into())
+    }
+
+    /// The device's pooled memory: hold it to keep the pool from being trimmed while device
+    /// buffers of yours come and go (see [`DeviceMemory`]).
+    pub fn memory(&self) -> Arc<DeviceMemory> {
+        self.memory.clone()
     }
 
     /// How the decoder runs.
@@ -578,6 +490,7 @@ impl GpuDecoder {
             timings,
             buffer: std::mem::replace(&mut pending.output, empty),
             stream: pending.stream.clone(),
+            _memory: self.memory.clone(),
         })
     }
 
@@ -903,64 +816,6 @@ struct Staged {
     stage_time: std::time::Duration,
 }
 
-fn device_chunk(chunk: PreparedChunk) -> Result<DeviceChunk> {
-    let (region, path) = chunk.outcome?;
-    Ok(DeviceChunk {
-        request: chunk.request,
-        offset: region.offset,
-        len: region.len,
-        path,
-        stored_len: chunk.stored_len,
-        fetch_time: chunk.fetch_time,
-    })
-}
-
-impl DeviceBatch {
-    /// Copies the decoded chunks back to host memory (for checks and CPU consumers).
-    pub fn into_host(self) -> Result<Vec<Result<DecodedChunk>>> {
-        let host = self
-            .stream
-            .clone_dtoh(&self.buffer)
-            .map_err(cuda_error("copying a batch to the host"))?;
-        let decode_time = self.timings.device;
-        Ok(self
-            .chunks
-            .into_iter()
-            .map(|chunk| {
-                let chunk = chunk?;
-                Ok(DecodedChunk {
-                    bytes: host[chunk.offset..chunk.offset + chunk.len].to_vec(),
-                    stored_len: chunk.stored_len,
-                    missing: chunk.path == crate::DecodePath::Fill,
-                    request: chunk.request,
-                    fetch_time: chunk.fetch_time,
-                    decode_time,
-                })
-            })
-            .collect())
-    }
-
-    /// The device buffer holding every chunk (see [`DeviceChunk::offset`]).
-    pub fn buffer(&self) -> &CudaSlice<u8> {
-        &self.buffer
-    }
-
-    /// The stream that decoded the chunks: work reading them goes there (or waits on it),
-    /// and the buffer is freed in its order.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    /// Decoded bytes in the batch's buffer.
-    pub fn len(&self) -> usize {
-        self.buffer.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buffer.is_empty()
-    }
-}
-
 impl Drop for GpuDecoder {
     /// Frees the decoder's buffers and returns the device memory its pool kept to the driver,
     /// so a dropped pipeline leaves no device memory behind.
@@ -980,465 +835,6 @@ impl Drop for GpuDecoder {
                 .unwrap_or_else(|poison| poison.into_inner()) = None;
             let _ = lane.stream.synchronize();
         }
-        trim_memory_pool(&self.context);
+        // The pool is trimmed when `memory`, dropped after this, was the last holder.
     }
-}
-
-/// Returns the memory the device's default pool keeps (see [`keep_freed_memory_pooled`]) to
-/// the driver. Memory other users of the pool hold is not touched.
-pub fn trim_memory_pool(context: &Arc<CudaContext>) {
-    use cudarc::driver::sys;
-    if context.bind_to_thread().is_err() {
-        return;
-    }
-    let mut pool = std::ptr::null_mut();
-    // SAFETY: driver calls on the bound context's own device pool.
-    unsafe {
-        if sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device())
-            == sys::CUresult::CUDA_SUCCESS
-        {
-            let _ = sys::cuMemPoolTrimTo(pool, 0);
-        }
-    }
-}
-
-/// Device memory freed by a batch stays in the pool for the next, instead of going back to
-/// the driver at each synchronisation.
-fn keep_freed_memory_pooled(context: &Arc<CudaContext>) -> Result<()> {
-    use cudarc::driver::sys;
-    context
-        .bind_to_thread()
-        .map_err(cuda_error("binding the context"))?;
-    let mut pool = std::ptr::null_mut();
-    // SAFETY: plain driver queries on the bound context's device; `threshold` outlives the
-    // call that reads it.
-    unsafe {
-        let status = sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device());
-        if status != sys::CUresult::CUDA_SUCCESS {
-            return Ok(()); // no stream-ordered pools: nothing to keep
-        }
-        let mut threshold = u64::MAX;
-        sys::cuMemPoolSetAttribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut threshold as *mut u64).cast(),
-        )
-        .result()
-        .map_err(cuda_error("setting the memory pool's release threshold"))?;
-    }
-    Ok(())
-}
-
-/// Grows `slot` to at least `len` bytes (setting `grown`); returns its device address.
-fn grow(
-    slot: &mut Option<CudaSlice<u8>>,
-    stream: &Arc<CudaStream>,
-    len: usize,
-    grown: &mut bool,
-) -> Result<u64> {
-    if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
-        *grown = true;
-        *slot = None; // free before allocating the larger one
-        let capacity = (len + len / 4).max(1 << 20);
-        // SAFETY: scratch memory; every byte read is written first within a batch.
-        let buffer = unsafe { stream.alloc::<u8>(capacity) }.map_err(cuda_error(format!(
-            "allocating {capacity} bytes of device memory"
-        )))?;
-        *slot = Some(buffer);
-    }
-    let buffer = slot.as_ref().expect("allocated above");
-    Ok(buffer.device_ptr(stream).0)
-}
-
-fn grow_pinned<'a>(
-    context: &Arc<CudaContext>,
-    slot: &'a mut Option<PinnedHostSlice<u8>>,
-    len: usize,
-) -> Result<&'a mut [u8]> {
-    if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
-        *slot = None;
-        let capacity = (len + len / 4).max(1 << 20);
-        // SAFETY: host staging memory; every byte uploaded is written first.
-        let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }.map_err(cuda_error(
-            format!("allocating {capacity} bytes of pinned memory"),
-        ))?;
-        *slot = Some(buffer);
-    }
-    slot.as_mut()
-        .expect("allocated above")
-        .as_mut_slice()
-        .map_err(cuda_error("mapping pinned memory"))
-}
-
-/// Device addresses of the plan's spaces.
-struct Bases {
-    input: u64,
-    scratch: u64,
-    output: u64,
-}
-
-impl Bases {
-    fn address(&self, region: Region) -> u64 {
-        let base = match region.space {
-            Space::Input => self.input,
-            Space::Scratch => self.scratch,
-            Space::Output => self.output,
-        };
-        base + region.offset as u64
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum KernelKind {
-    Copy,
-    Fill,
-    Unshuffle,
-    BitUnshuffle,
-    Swap,
-    Transpose,
-    Place,
-    ScaleOffset,
-}
-
-impl KernelKind {
-    fn descriptor_size(self) -> usize {
-        use std::mem::size_of;
-        match self {
-            KernelKind::Copy => size_of::<kernels::CopyOp>(),
-            KernelKind::Fill => size_of::<kernels::FillOp>(),
-            KernelKind::Unshuffle | KernelKind::BitUnshuffle => size_of::<kernels::ShuffleOp>(),
-            KernelKind::Swap => size_of::<kernels::SwapOp>(),
-            KernelKind::Transpose => size_of::<kernels::TransposeOp>(),
-            KernelKind::Place => size_of::<kernels::PlaceOp>(),
-            KernelKind::ScaleOffset => size_of::<kernels::ScaleOffsetOp>(),
-        }
-    }
-}
-
-/// One nvCOMP call's tables (offsets in the table area) and the ops it covers.
-struct DecompressGroup {
-    ops: Vec<(usize, Op)>,
-    count: usize,
-    inputs: usize,
-    input_sizes: usize,
-    output_sizes: usize,
-    outputs: usize,
-    max_outputs: Vec<usize>,
-    /// Index of the group's first op among all decompressions (its results slot).
-    result_index: usize,
-}
-
-struct Launch {
-    kind: KernelKind,
-    ops: Vec<(usize, Op)>,
-    count: usize,
-    table: usize,
-    max_len: usize,
-}
-
-#[derive(Default)]
-struct RoundTables {
-    decompress: BTreeMap<Codec, DecompressGroup>,
-    launches: Vec<Launch>,
-}
-
-/// Where every descriptor table of a batch goes in the table area after the uploads.
-struct Tables {
-    rounds: Vec<RoundTables>,
-    len: usize,
-    decompressions: usize,
-    /// (chunk, what) of each decompression, by result slot.
-    decompressed: Vec<(usize, Codec, usize)>,
-}
-
-impl Tables {
-    fn build(plan: &BatchPlan) -> Self {
-        let mut len = 0usize;
-        let mut take = |bytes: usize| {
-            let at = len;
-            len = (len + bytes).next_multiple_of(16);
-            at
-        };
-        let mut decompressed = Vec::new();
-        let mut rounds = Vec::new();
-        for round in &plan.rounds {
-            let mut by_codec: BTreeMap<Codec, Vec<(usize, Op)>> = BTreeMap::new();
-            let mut by_kind: BTreeMap<KernelKind, Vec<(usize, Op)>> = BTreeMap::new();
-            for (chunk, op) in round {
-                let kind = match op {
-                    Op::Decompress { codec, .. } => {
-                        by_codec
-                            .entry(*codec)
-                            .or_default()
-                            .push((*chunk, op.clone()));
-                        continue;
-                    }
-                    Op::Copy { .. } => KernelKind::Copy,
-                    Op::Fill { .. } => KernelKind::Fill,
-                    Op::Unshuffle { .. } => KernelKind::Unshuffle,
-                    Op::BitUnshuffle { .. } => KernelKind::BitUnshuffle,
-                    Op::SwapBytes { .. } => KernelKind::Swap,
-                    Op::Transpose { .. } => KernelKind::Transpose,
-                    Op::PlaceBlock { .. } => KernelKind::Place,
-                    Op::ScaleOffset { .. } => KernelKind::ScaleOffset,
-                };
-                by_kind.entry(kind).or_default().push((*chunk, op.clone()));
-            }
-            let mut tables = RoundTables::default();
-            for (codec, ops) in by_codec {
-                let count = ops.len();
-                let max_outputs = ops
-                    .iter()
-                    .map(|(_, op)| match op {
-                        Op::Decompress { dst, .. } => dst.len,
-                        _ => 0,
-                    })
-                    .collect();
-                let result_index = decompressed.len();
-                decompressed.extend(ops.iter().map(|(chunk, op)| (*chunk, codec, op_len(op))));
-                tables.decompress.insert(
-                    codec,
-                    DecompressGroup {
-                        count,
-                        inputs: take(8 * count),
-                        input_sizes: take(8 * count),
-                        output_sizes: take(8 * count),
-                        outputs: take(8 * count),
-                        max_outputs,
-                        result_index,
-                        ops,
-                    },
-                );
-            }
-            for (kind, ops) in by_kind {
-                let count = ops.len();
-                let max_len = ops.iter().map(|(_, op)| op_len(op)).max().unwrap_or(0);
-                tables.launches.push(Launch {
-                    kind,
-                    count,
-                    table: take(kind.descriptor_size() * count),
-                    max_len,
-                    ops,
-                });
-            }
-            rounds.push(tables);
-        }
-        Self {
-            rounds,
-            len,
-            decompressions: decompressed.len(),
-            decompressed,
-        }
-    }
-
-    /// Actual sizes (8 bytes each), then statuses (4 bytes each).
-    fn results_len(&self) -> usize {
-        self.status_offset() + 4 * self.decompressions
-    }
-
-    fn status_offset(&self) -> usize {
-        8 * self.decompressions
-    }
-
-    /// The decompressions that failed or produced the wrong size, by chunk.
-    fn failures(&self, results: &[u8]) -> Vec<(usize, String)> {
-        let mut failures = Vec::new();
-        for (slot, &(chunk, codec, expected)) in self.decompressed.iter().enumerate() {
-            let actual =
-                u64::from_ne_bytes(results[8 * slot..8 * slot + 8].try_into().expect("8 bytes"));
-            let at = self.status_offset() + 4 * slot;
-            let status = i32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
-            if status != 0 {
-                failures.push((
-                    chunk,
-                    format!(
-                        "{codec:?} stream: nvCOMP status {status} ({})",
-                        status_name(status)
-                    ),
-                ));
-            } else if actual != expected as u64 {
-                failures.push((
-                    chunk,
-                    format!("{codec:?} stream decoded to {actual} bytes, expected {expected}"),
-                ));
-            }
-        }
-        failures
-    }
-}
-
-/// The length that sizes an op's launch (bytes, or elements for element kernels).
-fn op_len(op: &Op) -> usize {
-    match op {
-        Op::Decompress { dst, .. } | Op::Copy { dst, .. } | Op::Fill { dst, .. } => dst.len,
-        Op::Unshuffle { dst, .. } | Op::BitUnshuffle { dst, .. } => dst.len,
-        Op::SwapBytes { region, .. } => region.len,
-        Op::Transpose { dst, .. } | Op::ScaleOffset { dst, .. } => dst.len,
-        Op::PlaceBlock { src: block, .. } => block.len,
-    }
-}
-
-/// Fills the pinned staging buffer: uploads first (in parallel), then every table.
-fn stage(plan: &BatchPlan, tables: &Tables, bases: &Bases, staging: &mut [u8], table_start: usize) {
-    let (uploads, table_area) = staging.split_at_mut(table_start);
-    // Hand each upload its own disjoint slice, then copy them on every core.
-    let mut rest = &mut uploads[..plan.input_len];
-    let mut consumed = 0;
-    let mut pieces = Vec::with_capacity(plan.uploads.len());
-    for (bytes, offset) in &plan.uploads {
-        let (_, tail) = rest.split_at_mut(offset - consumed);
-        let (piece, tail) = tail.split_at_mut(bytes.len());
-        pieces.push((piece, bytes));
-        consumed = offset + bytes.len();
-        rest = tail;
-    }
-    pieces
-        .into_par_iter()
-        .with_min_len(4)
-        .for_each(|(piece, bytes)| piece.copy_from_slice(bytes));
-
-    let put = |area: &mut [u8], at: usize, bytes: &[u8]| {
-        area[at..at + bytes.len()].copy_from_slice(bytes)
-    };
-    for round in &tables.rounds {
-        for group in round.decompress.values() {
-            let mut inputs = Vec::with_capacity(group.count);
-            let mut input_sizes = Vec::with_capacity(group.count);
-            let mut output_sizes = Vec::with_capacity(group.count);
-            let mut outputs = Vec::with_capacity(group.count);
-            for (_, op) in &group.ops {
-                if let Op::Decompress { src, dst, .. } = op {
-                    inputs.push(bases.address(*src));
-                    input_sizes.push(src.len as u64);
-                    output_sizes.push(dst.len as u64);
-                    outputs.push(bases.address(*dst));
-                }
-            }
-            put(table_area, group.inputs, kernels::as_bytes(&inputs));
-            put(
-                table_area,
-                group.input_sizes,
-                kernels::as_bytes(&input_sizes),
-            );
-            put(
-                table_area,
-                group.output_sizes,
-                kernels::as_bytes(&output_sizes),
-            );
-            put(table_area, group.outputs, kernels::as_bytes(&outputs));
-        }
-        for launch in &round.launches {
-            let bytes = descriptors(launch, bases);
-            put(table_area, launch.table, &bytes);
-        }
-    }
-}
-
-/// The descriptor table of one launch, as bytes.
-fn descriptors(launch: &Launch, bases: &Bases) -> Vec<u8> {
-    let address = |region: Region| bases.address(region);
-    let dims = |values: &[u64]| {
-        let mut out = [0u64; MAX_DIMS];
-        out[..values.len()].copy_from_slice(values);
-        out
-    };
-    let mut bytes = Vec::with_capacity(launch.kind.descriptor_size() * launch.count);
-    for (_, op) in &launch.ops {
-        match op {
-            Op::Copy { src, dst } => {
-                bytes.extend_from_slice(kernels::as_bytes(&[kernels::CopyOp {
-                    src: address(*src),
-                    dst: address(*dst),
-                    len: dst.len as u64,
-                }]))
-            }
-            Op::Fill { dst, pattern } => {
-                let mut fixed = [0u8; 16];
-                fixed[..pattern.len()].copy_from_slice(pattern);
-                bytes.extend_from_slice(kernels::as_bytes(&[kernels::FillOp {
-                    dst: address(*dst),
-                    len: dst.len as u64,
-                    pattern_len: pattern.len().max(1) as u64,
-                    pattern: fixed,
-                }]))
-            }
-            Op::Unshuffle {
-                src,
-                planes,
-                dst,
-                type_size,
-            }
-            | Op::BitUnshuffle {
-                src,
-                planes,
-                dst,
-                type_size,
-            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::ShuffleOp {
-                src: address(*src),
-                dst: address(*dst),
-                len: dst.len as u64,
-                type_size: *type_size as u64,
-                plane_len: planes.plane_len as u64,
-                plane_stride: planes.plane_stride as u64,
-            }])),
-            Op::SwapBytes {
-                region,
-                element_size,
-            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::SwapOp {
-                ptr: address(*region),
-                len: region.len as u64,
-                element_size: *element_size as u64,
-            }])),
-            Op::Transpose {
-                src,
-                dst,
-                encoded_shape,
-                encoded_order,
-                element_size,
-            } => {
-                let order: Vec<u64> = encoded_order.iter().map(|&a| a as u64).collect();
-                bytes.extend_from_slice(kernels::as_bytes(&[kernels::TransposeOp {
-                    src: address(*src),
-                    dst: address(*dst),
-                    elements: (dst.len / element_size) as u64,
-                    element_size: *element_size as u64,
-                    ndim: encoded_shape.len() as u64,
-                    shape: dims(encoded_shape),
-                    order: dims(&order),
-                }]))
-            }
-            Op::PlaceBlock {
-                src,
-                dst,
-                block,
-                outer,
-                start,
-                element_size,
-            } => bytes.extend_from_slice(kernels::as_bytes(&[kernels::PlaceOp {
-                src: address(*src),
-                dst: address(*dst),
-                elements: (src.len / element_size) as u64,
-                element_size: *element_size as u64,
-                ndim: block.len() as u64,
-                block: dims(block),
-                outer: dims(outer),
-                start: dims(start),
-            }])),
-            Op::ScaleOffset { src, dst, spec } => {
-                bytes.extend_from_slice(kernels::as_bytes(&[kernels::ScaleOffsetOp {
-                    src: address(*src),
-                    dst: address(*dst),
-                    elements: (dst.len / spec.dtype.size()) as u64,
-                    dtype: spec.dtype as u32,
-                    astype: spec.astype.unwrap_or(spec.dtype) as u32,
-                    cast: spec.astype.is_some() as u32,
-                    offset_bits: spec.offset.to_bits(),
-                    scale_bits: spec.scale.to_bits(),
-                    pad: 0,
-                }]))
-            }
-            Op::Decompress { .. } => unreachable!("decompressions go to nvCOMP, not a kernel"),
-        }
-    }
-    bytes
 }

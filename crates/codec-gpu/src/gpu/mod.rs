@@ -12,18 +12,30 @@ mod cuda;
 #[cfg(feature = "cuda")]
 mod decode_stage;
 #[cfg(feature = "cuda")]
+mod device_batches;
+#[cfg(feature = "cuda")]
 mod kernels;
 #[cfg(feature = "cuda")]
+mod memory_pool;
+#[cfg(feature = "cuda")]
 mod nvcomp;
+#[cfg(feature = "cuda")]
+mod slots;
 #[cfg(not(feature = "cuda"))]
 mod stand_in;
+#[cfg(feature = "cuda")]
+mod tables;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{trim_memory_pool, DeviceBatch, GpuDecoder, PendingBatch, PlannedBatch};
+pub use cuda::{DeviceMemory, GpuDecoder};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 #[cfg(feature = "cuda")]
+pub use device_batches::{DeviceBatch, PendingBatch, PlannedBatch};
+#[cfg(feature = "cuda")]
 pub use kernels::{kernel, load_module};
+#[cfg(feature = "cuda")]
+pub use memory_pool::trim_memory_pool;
 #[cfg(not(feature = "cuda"))]
 pub use stand_in::{DeviceBatch, GpuDecoder, PendingBatch, PlannedBatch};
 

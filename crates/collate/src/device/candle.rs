@@ -10,8 +10,8 @@ use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaStream};
 
 use super::cuda_error;
 use super::pool::DeviceTensor;
-use crate::options::TensorDType;
 use super::Gpu;
+use crate::options::TensorDType;
 use crate::{Batch, Error, Result};
 
 fn candle_error(what: &str) -> impl FnOnce(candle_core::Error) -> Error + '_ {

@@ -67,7 +67,6 @@ impl DeviceCollator {
             Some(first) => first.stream().clone(),
             None => self.stream.clone(),
         };
-        let begun = timed_event(&stream)?;
         let mut requests: Vec<ChunkRequest> = Vec::with_capacity(host.len());
         let mut addresses: Vec<u64> = Vec::with_capacity(host.len());
         let mut memory = Vec::with_capacity(decoded.len() + 1);
@@ -82,13 +81,15 @@ impl DeviceCollator {
         }
         if !host.is_empty() {
             let parts: Vec<&[u8]> = host.iter().map(|chunk| chunk.bytes.as_slice()).collect();
-            let (buffer, offsets) = self.staging.upload_parts(&parts, &stream)?;
+            let (buffer, offsets) = self.staging().upload_parts(&parts, &stream)?;
             let base = buffer.device_ptr(&stream).0;
             addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
             requests.extend(host.drain(..).map(|chunk| chunk.request));
             memory.push(ChunkMemory::Uploaded(buffer));
         }
         let chunks: Vec<(&ChunkRequest, u64)> = requests.iter().zip(addresses).collect();
+        // From here the GPU works for this batch: the upload above is the copy engine's.
+        let begun = timed_event(&stream)?;
         let tensors = self.enqueue(&samples, &chunks, &stream)?;
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
@@ -117,7 +118,11 @@ impl DeviceCollator {
 }
 
 /// Sorts a batch's parts into those decoded on the GPU and the chunks decoded on the CPU.
-fn sort_parts(payload: DecodedChunks, decoded: &mut Vec<DeviceBatch>, host: &mut Vec<DecodedChunk>) {
+fn sort_parts(
+    payload: DecodedChunks,
+    decoded: &mut Vec<DeviceBatch>,
+    host: &mut Vec<DecodedChunk>,
+) {
     match payload {
         DecodedChunks::Host(chunks) => host.extend(chunks),
         DecodedChunks::Device(batch) => decoded.push(batch),

@@ -55,7 +55,6 @@ pub struct DeviceCollator {
     /// Per-channel means then standard deviations, when normalising.
     statistics: Option<CudaSlice<f32>>,
     pool: TensorPool,
-    staging: Staging,
     /// Uploads of chunks decoded on the CPU, and their gathers.
     stream: Arc<CudaStream>,
 }
@@ -99,11 +98,15 @@ impl DeviceCollator {
             gather: kernel(&module, "gather")?,
             finish: kernel(&module, "finish")?,
             fill: kernel(&module, "fill_f32")?,
-            staging: Staging::new(stream.context().clone()),
             statistics,
             pool,
             stream,
         })
+    }
+
+    /// The pinned upload buffers, shared with the other collators of this device's pool.
+    fn staging(&self) -> &Staging {
+        self.pool.staging(self.stream.context())
     }
 
     pub fn options(&self) -> &CollateOptions {
@@ -197,7 +200,7 @@ impl DeviceCollator {
         }
         let words = descriptors(pieces, addresses);
         let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
-        let table = self.staging.upload(&bytes, stream)?;
+        let table = self.staging().upload(&bytes, stream)?;
         let table = table.device_ptr(stream).0;
         let max_len = pieces.iter().map(Piece::len).max().unwrap_or(1);
         let config = LaunchConfig {
@@ -294,7 +297,8 @@ impl DeviceCollator {
         stream: &Arc<CudaStream>,
     ) -> Result<DeviceTensor> {
         let tensor = self.pool.take(shape, dtype, stream)?;
-        self.staging.upload_to(tensor.device_ptr(), bytes, stream)?;
+        self.staging()
+            .upload_to(tensor.device_ptr(), bytes, stream)?;
         Ok(tensor)
     }
 }

@@ -2,14 +2,16 @@
 //! the tensor is dropped, for the next batch; the pool caps the bytes handed out, so a
 //! pipeline that runs ahead of its consumer waits (backpressure) instead of filling the GPU.
 
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use ndarray::{ArrayD, IxDyn};
-use zarrpipe_codec_gpu::cudarc::driver::{result, CudaSlice, CudaStream, DevicePtr};
+use zarrpipe_codec_gpu::cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use zarrpipe_codec_gpu::DeviceMemory;
 
 use zarrpipe_codec_gpu::trim_memory_pool;
 
 use super::cuda_error;
+use super::staging::Staging;
 use crate::dlpack::dlpark::ffi::DLDevice;
 use crate::dlpack::dlpark::{Managed, ManagedTensorBase};
 use crate::dlpack::export;
@@ -27,6 +29,12 @@ struct PoolInner {
     cap: usize,
     state: Mutex<PoolState>,
     returned: Condvar,
+    /// Pinned buffers for uploads (chunks decoded on the CPU, tables, masks), shared by the
+    /// collators on this pool's device and kept from epoch to epoch.
+    staging: OnceLock<Staging>,
+    /// Last: the device's pool is trimmed once the free buffers above are gone, if nothing
+    /// else on the device holds it.
+    _memory: Option<Arc<DeviceMemory>>,
 }
 
 #[derive(Default)]
@@ -47,13 +55,32 @@ impl std::fmt::Debug for TensorPool {
 impl TensorPool {
     /// A pool handing out at most `cap` bytes at once.
     pub fn new(cap: usize) -> Self {
+        Self::with_memory(cap, None)
+    }
+
+    /// A pool on the device of `memory` (a `GpuDecoder`'s): the device's pooled memory goes
+    /// back to the driver only after this pool's buffers, whichever of the two goes last.
+    pub fn on_device(cap: usize, memory: Arc<DeviceMemory>) -> Self {
+        Self::with_memory(cap, Some(memory))
+    }
+
+    fn with_memory(cap: usize, memory: Option<Arc<DeviceMemory>>) -> Self {
         Self {
             inner: Arc::new(PoolInner {
                 cap,
                 state: Mutex::new(PoolState::default()),
                 returned: Condvar::new(),
+                staging: OnceLock::new(),
+                _memory: memory,
             }),
         }
+    }
+
+    /// The pinned upload buffers of this pool's collators, on `context`'s device.
+    pub(super) fn staging(&self, context: &Arc<CudaContext>) -> &Staging {
+        self.inner
+            .staging
+            .get_or_init(|| Staging::new(context.clone()))
     }
 
     /// Bytes in tensors not yet dropped.

@@ -1,0 +1,173 @@
+//! The batches a `GpuDecoder` hands out: planned on the CPU, pending on the device, and
+//! decoded in one device buffer.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use zarrpipe_store::{ChunkRequest, EncodedChunk};
+
+use super::cuda::{cuda_error, DeviceMemory, InFlight};
+use super::slots::SlotPool;
+use super::{BatchTimings, DeviceChunk};
+use crate::batch::{Prepared, PreparedChunk};
+use crate::{DecodedChunk, Result};
+
+/// A decoded batch: the chunks' bytes in one device buffer.
+pub struct DeviceBatch {
+    pub chunks: Vec<Result<DeviceChunk>>,
+    pub timings: BatchTimings,
+    pub(super) buffer: CudaSlice<u8>,
+    pub(super) stream: Arc<CudaStream>,
+    /// Last: the pool is trimmed after the buffer is freed, if this is the last holder.
+    pub(super) _memory: Arc<DeviceMemory>,
+}
+
+impl std::fmt::Debug for DeviceBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBatch")
+            .field("chunks", &self.chunks.len())
+            .field("bytes", &self.buffer.len())
+            .finish()
+    }
+}
+
+/// A batch whose decoding is enqueued on the decoder's stream but not yet checked: more work
+/// on the decoded bytes (collation) can be enqueued behind it, and the next batch planned,
+/// before [`GpuDecoder::complete`] waits for it. Dropping it waits for its groups.
+pub struct PendingBatch {
+    pub(super) sources: Vec<EncodedChunk>,
+    /// The decode stream the batch runs on.
+    pub(super) stream: Arc<CudaStream>,
+    /// Where each chunk will be, as planned (errors found while planning included).
+    pub(super) planned: Vec<Option<(ChunkRequest, usize)>>,
+    pub(super) running: VecDeque<InFlight>,
+    pub(super) finished: Vec<Result<DeviceChunk>>,
+    pub(super) output: CudaSlice<u8>,
+    pub(super) timings: BatchTimings,
+    pub(super) started: Instant,
+    pub(super) pool: SlotPool,
+    /// Timed events on the decode stream: after the first group's upload, after the last
+    /// group's work (the batch's device time lies between).
+    pub(super) begun: Option<CudaEvent>,
+    pub(super) ended: Option<CudaEvent>,
+}
+
+/// A batch planned on the CPU ([`GpuDecoder::plan`]): frames read and checked, CPU
+/// fallbacks decoded, tables laid out. Planning needs no GPU, so it can run on another
+/// thread while the batch before is staged and uploaded.
+pub struct PlannedBatch {
+    pub(super) sources: Vec<EncodedChunk>,
+    pub(super) groups: Vec<Prepared>,
+    pub(super) plan_time: std::time::Duration,
+}
+
+impl std::fmt::Debug for PlannedBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlannedBatch")
+            .field("chunks", &self.sources.len())
+            .field("groups", &self.groups.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PendingBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingBatch")
+            .field("chunks", &self.sources.len())
+            .field("bytes", &self.output.len())
+            .finish()
+    }
+}
+
+impl PendingBatch {
+    /// The buffer the chunks are being decoded into.
+    pub fn buffer(&self) -> &CudaSlice<u8> {
+        &self.output
+    }
+
+    /// The stream the batch decodes on: work on its bytes goes there (or waits on it).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The device address of [`Self::buffer`].
+    pub fn buffer_address(&self) -> u64 {
+        self.output.device_ptr(self.output.stream()).0
+    }
+
+    /// Each chunk's request and byte offset in [`Self::buffer`], in input order; `None` for
+    /// chunks already known to fail.
+    pub fn planned(&self) -> &[Option<(ChunkRequest, usize)>] {
+        &self.planned
+    }
+}
+
+impl Drop for PendingBatch {
+    fn drop(&mut self) {
+        // The device may still read the slots' buffers: wait before they are reused.
+        for group in self.running.drain(..) {
+            let _ = group.done.synchronize();
+            self.pool.give_back(group.slot);
+        }
+    }
+}
+
+pub(super) fn device_chunk(chunk: PreparedChunk) -> Result<DeviceChunk> {
+    let (region, path) = chunk.outcome?;
+    Ok(DeviceChunk {
+        request: chunk.request,
+        offset: region.offset,
+        len: region.len,
+        path,
+        stored_len: chunk.stored_len,
+        fetch_time: chunk.fetch_time,
+    })
+}
+
+impl DeviceBatch {
+    /// Copies the decoded chunks back to host memory (for checks and CPU consumers).
+    pub fn into_host(self) -> Result<Vec<Result<DecodedChunk>>> {
+        let host = self
+            .stream
+            .clone_dtoh(&self.buffer)
+            .map_err(cuda_error("copying a batch to the host"))?;
+        let decode_time = self.timings.device;
+        Ok(self
+            .chunks
+            .into_iter()
+            .map(|chunk| {
+                let chunk = chunk?;
+                Ok(DecodedChunk {
+                    bytes: host[chunk.offset..chunk.offset + chunk.len].to_vec(),
+                    stored_len: chunk.stored_len,
+                    missing: chunk.path == crate::DecodePath::Fill,
+                    request: chunk.request,
+                    fetch_time: chunk.fetch_time,
+                    decode_time,
+                })
+            })
+            .collect())
+    }
+
+    /// The device buffer holding every chunk (see [`DeviceChunk::offset`]).
+    pub fn buffer(&self) -> &CudaSlice<u8> {
+        &self.buffer
+    }
+
+    /// The stream that decoded the chunks: work reading them goes there (or waits on it),
+    /// and the buffer is freed in its order.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Decoded bytes in the batch's buffer.
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_empty()
+    }
+}

@@ -1,0 +1,84 @@
+//! Pinned staging and device buffers of the groups in flight, reused from batch to batch.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
+
+use super::cuda::cuda_error;
+use crate::Result;
+
+/// Groups of one batch staged, uploading or decoding at once.
+pub(super) const SLOTS: usize = 3;
+
+/// The buffers of one group in flight; they only grow, and go back to the pool when the
+/// group has finished.
+#[derive(Default)]
+pub(super) struct Slot {
+    pub(super) staging: Option<PinnedHostSlice<u8>>,
+    pub(super) input: Option<CudaSlice<u8>>,
+    pub(super) scratch: Option<CudaSlice<u8>>,
+    pub(super) results: Option<CudaSlice<u8>>,
+    pub(super) results_host: Option<PinnedHostSlice<u8>>,
+}
+
+/// Free slots, shared with the batches in flight that hold the others.
+#[derive(Clone, Default)]
+pub(super) struct SlotPool(pub(super) Arc<Mutex<Vec<Slot>>>);
+
+impl SlotPool {
+    pub(super) fn take(&self) -> Slot {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    pub(super) fn give_back(&self, slot: Slot) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .push(slot);
+    }
+}
+
+/// Grows `slot` to at least `len` bytes (setting `grown`); returns its device address.
+pub(super) fn grow(
+    slot: &mut Option<CudaSlice<u8>>,
+    stream: &Arc<CudaStream>,
+    len: usize,
+    grown: &mut bool,
+) -> Result<u64> {
+    if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
+        *grown = true;
+        *slot = None; // free before allocating the larger one
+        let capacity = (len + len / 4).max(1 << 20);
+        // SAFETY: scratch memory; every byte read is written first within a batch.
+        let buffer = unsafe { stream.alloc::<u8>(capacity) }.map_err(cuda_error(format!(
+            "allocating {capacity} bytes of device memory"
+        )))?;
+        *slot = Some(buffer);
+    }
+    let buffer = slot.as_ref().expect("allocated above");
+    Ok(buffer.device_ptr(stream).0)
+}
+
+pub(super) fn grow_pinned<'a>(
+    context: &Arc<CudaContext>,
+    slot: &'a mut Option<PinnedHostSlice<u8>>,
+    len: usize,
+) -> Result<&'a mut [u8]> {
+    if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
+        *slot = None;
+        let capacity = (len + len / 4).max(1 << 20);
+        // SAFETY: host staging memory; every byte uploaded is written first.
+        let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }.map_err(cuda_error(
+            format!("allocating {capacity} bytes of pinned memory"),
+        ))?;
+        *slot = Some(buffer);
+    }
+    slot.as_mut()
+        .expect("allocated above")
+        .as_mut_slice()
+        .map_err(cuda_error("mapping pinned memory"))
+}
