@@ -33,6 +33,7 @@ def test_missing_variable_names_the_variable_and_the_choices():
     "options, error, pattern",
     [
         (dict(input_dims={"latitude": 64}), zarrpipe.LayoutError, "size 64.*length 11"),
+        (dict(input_dims={"latitude": 0}), zarrpipe.LayoutError, "`latitude`.*at least 1"),
         (dict(input_dims={"latitude": 4}, input_overlap={"latitude": 4}), zarrpipe.LayoutError,
          "overlap 4 of `latitude`"),
         (dict(input_overlap={"longitude": 1}), zarrpipe.LayoutError, "`longitude`"),
