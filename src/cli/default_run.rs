@@ -452,6 +452,7 @@ fn print_json(
         "gpu_decoded_chunks": metrics.gpu_decoded_chunks,
         "consumer_wait_s": metrics.consumer_wait.as_secs_f64(),
         "wait_fraction": metrics.wait_fraction(seconds),
+        "steady_wait_fraction": metrics.steady_wait_fraction(seconds),
         "checksum": checksum,
         // Requests and bytes of every pass (warm-up included) and the metadata.
         "io": io,

@@ -58,6 +58,7 @@ impl GpuDevice {
         }
         let pool = rayon::ThreadPoolBuilder::new()
             .thread_name(|n| format!("zarrpipe-split-cpu{n}"))
+            .start_handler(|_| yield_to_the_gpu_side())
             .build()
             .map_err(|error| Error::Gpu {
                 what: "starting the split decoder's CPU threads".into(),
@@ -100,6 +101,18 @@ impl GpuDevice {
     /// The device's tensor pool.
     pub fn pool(&self) -> &TensorPool {
         &self.pool
+    }
+}
+
+/// Lowers the calling thread's priority, so the threads that feed the GPU (planning, frame
+/// checks, staging) run first when the split decoder's CPU side keeps every core busy:
+/// starved, the GPU side slows down more than the CPU side gains.
+fn yield_to_the_gpu_side() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority reads no memory of ours; on Linux, `who = 0` names the calling
+    // thread. Failing (no permission) only leaves the priority as it was.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
     }
 }
 

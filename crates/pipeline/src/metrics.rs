@@ -13,6 +13,7 @@ pub struct Metrics {
     decode_nanos: AtomicU64,
     collate_nanos: AtomicU64,
     wait_nanos: AtomicU64,
+    first_wait_nanos: AtomicU64,
     chunks: AtomicU64,
     missing_chunks: AtomicU64,
     stored_bytes: AtomicU64,
@@ -34,6 +35,8 @@ pub struct MetricsSnapshot {
     pub collate_busy: Duration,
     /// Time the consumer spent waiting for the next batch.
     pub consumer_wait: Duration,
+    /// Of that, the wait for the first batch (the pipeline filling up).
+    pub first_wait: Duration,
     pub chunks: u64,
     pub missing_chunks: u64,
     pub stored_bytes: u64,
@@ -62,6 +65,17 @@ impl MetricsSnapshot {
             return 0.0;
         }
         (self.consumer_wait.as_secs_f64() / seconds).min(1.0)
+    }
+
+    /// The fraction of the wall-clock `seconds` after the first batch that the consumer spent
+    /// waiting: the steady state, without the pipeline filling up.
+    pub fn steady_wait_fraction(&self, seconds: f64) -> f64 {
+        let first = self.first_wait.as_secs_f64();
+        if seconds <= first {
+            return 0.0;
+        }
+        let waited = self.consumer_wait.as_secs_f64() - first;
+        (waited / (seconds - first)).clamp(0.0, 1.0)
     }
 }
 
@@ -95,7 +109,9 @@ impl Metrics {
         add(&self.cpu_decoded_chunks, stats.cpu_decoded_chunks);
         add(&self.gpu_decoded_chunks, stats.gpu_decoded_chunks);
         add(&self.samples, samples as u64);
-        add(&self.batches, 1);
+        if self.batches.fetch_add(1, Ordering::Relaxed) == 0 {
+            add(&self.first_wait_nanos, nanos(waited));
+        }
         add(&self.delivered_bytes, tensor_bytes as u64);
         add(&self.wait_nanos, nanos(waited));
     }
@@ -108,6 +124,7 @@ impl Metrics {
             decode_busy: time(&self.decode_nanos),
             collate_busy: time(&self.collate_nanos),
             consumer_wait: time(&self.wait_nanos),
+            first_wait: time(&self.first_wait_nanos),
             chunks: load(&self.chunks),
             missing_chunks: load(&self.missing_chunks),
             stored_bytes: load(&self.stored_bytes),
