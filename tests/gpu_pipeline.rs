@@ -78,6 +78,7 @@ fn patches(url: &str) -> PipelineBuilder {
 mod on_gpu {
     use super::*;
     use zarrpipe::codec::cudarc::driver::CudaContext;
+    use zarrpipe::collate::dlpack::dlpark;
 
     /// Every batch of the GPU pipeline, as host float32 (inputs, targets, padding and NaN
     /// masks as 0/1, latitude weights), with its sample indices.
@@ -360,22 +361,25 @@ mod on_gpu {
             batch.synchronize().unwrap();
             let expected = batch.inputs.to_host_f32().unwrap();
             let (address, shape) = (batch.inputs.device_ptr(), batch.inputs.shape().to_vec());
-            let managed = batch.inputs.into_dlpack();
-            // SAFETY: a live tensor from `into_dlpack`, read, then deleted once.
+            let managed: dlpark::legacy::Dlpack = batch.inputs.into_dlpack();
+            let dl = managed.validate().unwrap();
+            assert_eq!(dl.data_ptr() as u64, address, "no copy");
+            assert_eq!(dl.device(), dlpark::ffi::DLDevice::cuda(0));
+            let dims: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+            assert_eq!(dl.shape(), dims);
+            let mut host = vec![0f32; expected.len()];
+            // SAFETY: `host` holds the tensor's bytes; the tensor is complete (synchronised).
             unsafe {
-                let dl = &(*managed).dl_tensor;
-                assert_eq!(dl.data as u64, address, "no copy");
-                assert_eq!((dl.device.device_type, dl.device.device_id), (2, 0));
-                let dims = std::slice::from_raw_parts(dl.shape, dl.ndim as usize);
-                assert_eq!(dims, shape.iter().map(|&n| n as i64).collect::<Vec<_>>());
-                let mut host = vec![0f32; expected.len()];
                 let bytes =
                     std::slice::from_raw_parts_mut(host.as_mut_ptr().cast::<u8>(), host.len() * 4);
-                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, dl.data as u64)
+                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address)
                     .unwrap();
-                assert_eq!(host, expected.iter().copied().collect::<Vec<_>>());
-                ((*managed).deleter.unwrap())(managed);
             }
+            assert_eq!(host, expected.iter().copied().collect::<Vec<_>>());
+            // The consumer's deleter, once: the buffer goes back to the pool.
+            let raw = managed.into_raw();
+            // SAFETY: a live tensor from `into_dlpack`, deleted once.
+            unsafe { ((*raw).deleter.unwrap())(raw) };
             while batches.try_next().await.unwrap().is_some() {}
         });
     }

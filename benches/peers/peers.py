@@ -56,7 +56,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SURFACE = ["t2m", "u10", "v10", "msl"]
 LEVEL = ["z", "t", "u"]
-DEFAULT_PEERS = ["zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp", "augspurger"]
+DEFAULT_PEERS = [
+    "zarrpipe-python", "zarr", "zarr-gpu", "zarrs", "tensorstore-sample", "tensorstore-whole", "xbatcher", "nvcomp",
+    "augspurger",
+]
 ALL_PEERS = DEFAULT_PEERS + ["chunks-cpu", "augspurger-cpu"]
 NO_CHUNK = 2**64 - 1  # sharding_indexed's marker of an absent inner chunk
 
@@ -652,6 +655,36 @@ class NvcompPeer(Peer):
             yield out
 
 
+class ZarrpipePythonPeer(Peer):
+    """zarrpipe's own Python package (python/): the Rust pipeline behind `zarrpipe.Pipeline`,
+    batches as torch tensors without a copy (on a GPU, decoded and collated there; torch's
+    stream waits on each batch's event). One pipeline for every pass, as a training loop keeps
+    it across epochs."""
+
+    id = "zarrpipe-python"
+    packages = ["zarrpipe"]
+
+    @property
+    def label(self):
+        return f"zarrpipe {version('zarrpipe')} Python package (torch tensors, no copy)"
+
+    def open(self):
+        zarrpipe = need("zarrpipe")
+        if self.device.is_cuda and not zarrpipe.cuda_available():
+            raise Skip("this zarrpipe wheel was built without the `cuda` feature")
+        self.pipeline = zarrpipe.Pipeline(
+            self.store.path,
+            variables=self.store.names,
+            batch_size=self.args.batch_size,
+            device=self.device.spec if self.device.is_cuda else "cpu",
+            tensors="torch" if self.device.torch is not None else "raw",
+        )
+
+    def batches(self):
+        for batch in self.pipeline:
+            yield batch.inputs
+
+
 # --- Augspurger: the fastest published Python GPU pipeline, reproduced ------------------------
 
 
@@ -1072,6 +1105,7 @@ PEERS = {
     "chunks-cpu": ChunksCpuPeer,
     "augspurger": AugspurgerPeer,
     "augspurger-cpu": AugspurgerCpuPeer,
+    "zarrpipe-python": ZarrpipePythonPeer,
 }
 
 

@@ -32,6 +32,9 @@ def load(path):
 
 
 def is_zarrpipe(row):
+    """zarrpipe's own program (`zarrpipe bench`); the Python package is a row like the peers'."""
+    if row.get("peer") == "zarrpipe-python":
+        return False
     return row.get("peer") == "zarrpipe" or str(row.get("tool", "")).startswith("zarrpipe")
 
 

@@ -9,15 +9,6 @@ use zarrpipe::store::Dataset;
 #[derive(Debug, Clone, Default)]
 pub struct DimSizes(Vec<(String, u64)>);
 
-impl DimSizes {
-    fn get(&self, dim: &str) -> Option<u64> {
-        self.0
-            .iter()
-            .find(|(name, _)| name == dim)
-            .map(|(_, size)| *size)
-    }
-}
-
 #[derive(Debug, Clone, clap::Args)]
 pub struct WindowArgs {
     /// Variables stacked as channels (repeatable; default: every data variable, by name).
@@ -108,9 +99,6 @@ impl WindowArgs {
     pub fn spec(&self) -> anyhow::Result<WindowSpec> {
         let sizes = self.input_dims.clone().unwrap_or_default();
         let overlaps = self.input_overlap.clone().unwrap_or_default();
-        if let Some((dim, _)) = overlaps.0.iter().find(|(dim, _)| sizes.get(dim).is_none()) {
-            bail!("--input-overlap names `{dim}`, which --input-dims does not window");
-        }
         let mut spec = WindowSpec::new().edge(match self.edge {
             EdgeArg::Drop => Edge::Drop,
             EdgeArg::Pad => Edge::Pad,
@@ -119,16 +107,10 @@ impl WindowArgs {
         if !self.leads.is_empty() {
             spec = spec.forecast(self.history.unwrap_or(1), self.leads.iter().copied());
         }
-        for (dim, size) in sizes.0 {
-            if size == 0 {
-                bail!("--input-dims {dim}=0: a window needs a size of at least 1");
-            }
-            let overlap = overlaps.get(&dim).unwrap_or(0);
-            if overlap >= size {
-                bail!("overlap {overlap} of `{dim}` must be smaller than its window size {size}");
-            }
-            spec = spec.window(dim, size, size - overlap);
+        if let Some((dim, _)) = sizes.0.iter().find(|(_, size)| *size == 0) {
+            bail!("--input-dims {dim}=0: a window needs a size of at least 1");
         }
+        let mut spec = spec.input_dims(&sizes.0, &overlaps.0)?;
         for (dim, size) in self.batch_dims.clone().unwrap_or_default().0 {
             spec = spec.batch_dim(dim, size);
         }

@@ -36,6 +36,16 @@ pub enum Error {
     #[error("window over `{dim}` needs a size and stride of at least 1 (got size {size}, stride {stride})")]
     EmptyWindow { dim: String, size: u64, stride: u64 },
 
+    #[error("an overlap is given for `{dim}`, which the input dims do not window")]
+    OverlapWithoutWindow { dim: String },
+
+    #[error("overlap {overlap} of `{dim}` must be smaller than its window size {size}")]
+    OverlapTooLarge {
+        dim: String,
+        overlap: u64,
+        size: u64,
+    },
+
     #[error("dimension `{dim}` is named twice in the window specification")]
     DuplicateDimension { dim: String },
 

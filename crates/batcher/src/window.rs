@@ -84,6 +84,52 @@ impl WindowSpec {
         self
     }
 
+    /// Adds windows in xbatcher's terms, in the order given: `input_dims` sizes and
+    /// `input_overlap` overlaps (stride = size - overlap; a dim without an overlap has none).
+    /// Refused: a size of 0, an overlap of a dim that `input_dims` does not window, or one not
+    /// smaller than its window. The command line's `--input-dims`/`--input-overlap` and the Python
+    /// package's `input_dims=`/`input_overlap=` both come here.
+    ///
+    /// ```
+    /// use zarrpipe_batcher::WindowSpec;
+    ///
+    /// let sizes = [("latitude".to_string(), 64), ("longitude".to_string(), 64)];
+    /// let spec = WindowSpec::new().input_dims(&sizes, &[("latitude".into(), 16)]).unwrap();
+    /// assert_eq!((spec.windows[0].stride, spec.windows[1].stride), (48, 64));
+    /// ```
+    pub fn input_dims(
+        mut self,
+        input_dims: &[(String, u64)],
+        input_overlap: &[(String, u64)],
+    ) -> crate::Result<Self> {
+        let size_of = |dim: &str| input_dims.iter().find(|(name, _)| name == dim);
+        if let Some((dim, _)) = input_overlap.iter().find(|(dim, _)| size_of(dim).is_none()) {
+            return Err(crate::Error::OverlapWithoutWindow { dim: dim.clone() });
+        }
+        for (dim, size) in input_dims {
+            if *size == 0 {
+                return Err(crate::Error::EmptyWindow {
+                    dim: dim.clone(),
+                    size: 0,
+                    stride: 0,
+                });
+            }
+            let overlap = input_overlap
+                .iter()
+                .find(|(name, _)| name == dim)
+                .map_or(0, |(_, overlap)| *overlap);
+            if overlap >= *size {
+                return Err(crate::Error::OverlapTooLarge {
+                    dim: dim.clone(),
+                    overlap,
+                    size: *size,
+                });
+            }
+            self = self.window(dim.clone(), *size, size - overlap);
+        }
+        Ok(self)
+    }
+
     /// Sets how windows end at the edge of a dimension.
     pub fn edge(mut self, edge: Edge) -> Self {
         self.edge = edge;

@@ -1,123 +1,73 @@
-//! Zero-copy handoff of batch tensors through DLPack: a `DLManagedTensor` points at the
-//! tensor's own memory (host or device) and owns the tensor until its consumer calls the
-//! deleter. PyTorch, JAX and CuPy take one wrapped in a PyCapsule named `"dltensor"`
-//! (`torch.utils.dlpack.from_dlpack`); with PyO3 that capsule is one call (or see the
-//! `dlpark` crate). The structs are DLPack's C ABI (v0.8, unversioned).
+//! Zero-copy handoff of batch tensors through DLPack, with the `dlpark` crate: a managed
+//! tensor points at the tensor's own memory (host or device) and owns the tensor until its
+//! consumer calls the deleter (or, in Rust, drops the [`dlpark::Managed`] handle). PyTorch,
+//! JAX, CuPy and NumPy take one wrapped in a PyCapsule (`__dlpack__`); the `zarrpipe` Python
+//! package does that with dlpark's PyO3 support.
+//!
+//! Both ABIs are produced: the legacy `DLManagedTensor` ([`dlpark::legacy::Dlpack`]) that
+//! every consumer reads, and the versioned `DLManagedTensorVersioned` (DLPack 1.x,
+//! [`dlpark::versioned::Dlpack`]). Strides are always written (compact, C order), as DLPack
+//! 1.2 asks of producers.
 
 use std::ffi::c_void;
 
+pub use dlpark;
+use dlpark::ffi::{DLDataType, DLDevice};
+use dlpark::metadata::Dynamic;
+use dlpark::{Managed, ManagedTensorBase};
 use ndarray::ArrayD;
 
 use crate::TensorDType;
 
-/// `DLDeviceType`: where the memory is.
-pub const DL_CPU: i32 = 1;
-pub const DL_CUDA: i32 = 2;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DLDevice {
-    pub device_type: i32,
-    pub device_id: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DLDataType {
-    /// 0 int, 1 uint, 2 float, 4 bfloat.
-    pub code: u8,
-    pub bits: u8,
-    pub lanes: u16,
-}
-
 impl From<TensorDType> for DLDataType {
     fn from(dtype: TensorDType) -> Self {
-        let (code, bits) = match dtype {
-            TensorDType::F32 => (2, 32),
-            TensorDType::F16 => (2, 16),
-            TensorDType::BF16 => (4, 16),
-            TensorDType::U8 => (1, 8),
-        };
-        Self {
-            code,
-            bits,
-            lanes: 1,
+        match dtype {
+            TensorDType::F32 => DLDataType::F32,
+            TensorDType::F16 => DLDataType::F16,
+            TensorDType::BF16 => DLDataType::BF16,
+            TensorDType::U8 => DLDataType::U8,
         }
     }
 }
 
-#[repr(C)]
-#[derive(Debug)]
-pub struct DLTensor {
-    pub data: *mut c_void,
-    pub device: DLDevice,
-    pub ndim: i32,
-    pub dtype: DLDataType,
-    pub shape: *mut i64,
-    /// Null: C-contiguous.
-    pub strides: *mut i64,
-    pub byte_offset: u64,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-pub struct DLManagedTensor {
-    pub dl_tensor: DLTensor,
-    pub manager_ctx: *mut c_void,
-    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
-}
-
-/// What a managed tensor keeps alive: the tensor and its shape array.
-struct Owner {
-    _tensor: Box<dyn Send>,
-    _shape: Vec<i64>,
-}
-
-/// Wraps memory that `owner` keeps alive as a `DLManagedTensor`; the consumer frees it (and
-/// drops `owner`) through the deleter.
-pub(crate) fn export(
-    owner: Box<dyn Send>,
+/// Wraps memory that `owner` keeps alive as a managed tensor of either ABI (`M`); the
+/// consumer frees it (and drops `owner`, on whatever thread it calls the deleter from)
+/// through the deleter.
+///
+/// # Safety
+///
+/// 1. `data` points at `shape.iter().product()` elements of `dtype`, C-contiguous, on
+///    `device`.
+/// 2. That memory stays valid, and is not written through any other handle, for as long as
+///    `owner` lives.
+pub unsafe fn export<M: ManagedTensorBase, O: Send + 'static>(
+    owner: O,
     data: *mut c_void,
     device: DLDevice,
     shape: &[usize],
     dtype: DLDataType,
-) -> *mut DLManagedTensor {
-    let mut shape: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
-    let dl_tensor = DLTensor {
-        data,
-        device,
-        ndim: shape.len() as i32,
-        dtype,
-        shape: shape.as_mut_ptr(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    };
-    let owner = Box::new(Owner {
-        _tensor: owner,
-        _shape: shape,
-    });
-    Box::into_raw(Box::new(DLManagedTensor {
-        dl_tensor,
-        manager_ctx: Box::into_raw(owner).cast(),
-        deleter: Some(delete),
-    }))
+) -> Managed<M> {
+    let shape: Vec<i64> = shape.iter().map(|&n| n as i64).collect();
+    // A shape is at most a handful of axes of in-memory sizes: the metadata cannot overflow.
+    let mut initialized = Dynamic::compact(shape)
+        .initialize_as::<M>(Box::new(owner))
+        .expect("tensor metadata of a few axes fits");
+    initialized
+        .set_data(data)
+        .set_device(device)
+        .set_dtype(dtype);
+    // SAFETY: the data pointer, device, type and (compact) shape describe the owner's
+    // memory (the caller's items 1 and 2); the owner is the context the deleter drops.
+    unsafe { initialized.finish() }
 }
 
-unsafe extern "C" fn delete(managed: *mut DLManagedTensor) {
-    if managed.is_null() {
-        return;
-    }
-    // SAFETY: `managed` and its context were made by `export` with `Box::into_raw`, and
-    // DLPack's contract is that the deleter is called once.
-    unsafe {
-        let managed = Box::from_raw(managed);
-        drop(Box::from_raw(managed.manager_ctx.cast::<Owner>()));
-    }
-}
-
-/// A host float32 tensor (a CPU batch's `inputs`) as a DLPack tensor on the CPU, without a
-/// copy.
-pub fn host_to_dlpack(tensor: ArrayD<f32>) -> *mut DLManagedTensor {
+/// A host tensor (a CPU batch's `inputs`, `targets`, masks or weights) as a DLPack tensor on
+/// the CPU, without a copy (unless it is not in standard layout).
+pub fn host_to_dlpack<T, M>(tensor: ArrayD<T>) -> Managed<M>
+where
+    T: dlpark::DlpackElement + Clone + Send,
+    M: ManagedTensorBase,
+{
     let shape = tensor.shape().to_vec();
     let mut tensor = if tensor.is_standard_layout() {
         tensor
@@ -125,22 +75,17 @@ pub fn host_to_dlpack(tensor: ArrayD<f32>) -> *mut DLManagedTensor {
         tensor.as_standard_layout().into_owned()
     };
     let data = tensor.as_mut_ptr().cast::<c_void>();
-    let device = DLDevice {
-        device_type: DL_CPU,
-        device_id: 0,
-    };
-    export(
-        Box::new(tensor),
-        data,
-        device,
-        &shape,
-        TensorDType::F32.into(),
-    )
+    // SAFETY: `data` is the standard-layout (C-contiguous) array's first element, host
+    // memory owned by `tensor`, which moves into the managed tensor and is never written
+    // again.
+    unsafe { export(tensor, data, DLDevice::CPU, &shape, T::DTYPE) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn host_tensors_export_their_own_memory_and_free_it_once() {
@@ -148,34 +93,61 @@ mod tests {
             (i[0] * 12 + i[1] * 4 + i[2]) as f32
         });
         let data = tensor.as_ptr();
-        let managed = host_to_dlpack(tensor);
-        // SAFETY: `managed` is a live tensor from `host_to_dlpack`, read then deleted once.
-        unsafe {
-            let dl = &(*managed).dl_tensor;
-            assert_eq!(dl.data as *const f32, data, "no copy");
-            assert_eq!(
-                dl.device,
-                DLDevice {
-                    device_type: DL_CPU,
-                    device_id: 0
-                }
-            );
-            assert_eq!(
-                dl.dtype,
-                DLDataType {
-                    code: 2,
-                    bits: 32,
-                    lanes: 1
-                }
-            );
-            assert_eq!(
-                std::slice::from_raw_parts(dl.shape, dl.ndim as usize),
-                [2, 3, 4]
-            );
-            assert!(dl.strides.is_null());
-            let values = std::slice::from_raw_parts(dl.data as *const f32, 24);
-            assert_eq!(values[23], 23.0);
-            ((*managed).deleter.unwrap())(managed);
+        let managed: dlpark::legacy::Dlpack = host_to_dlpack(tensor);
+        let dl = managed.validate().unwrap();
+        assert_eq!(dl.data_ptr() as *const f32, data, "no copy");
+        assert_eq!(dl.device(), DLDevice::CPU);
+        assert_eq!(dl.dtype(), DLDataType::F32);
+        assert_eq!(dl.shape(), [2, 3, 4]);
+        assert_eq!(dl.strides().unwrap(), [12, 4, 1]);
+        // SAFETY: 24 f32 elements, alive while `managed` is.
+        let values = unsafe { std::slice::from_raw_parts(dl.data_ptr() as *const f32, 24) };
+        assert_eq!(values[23], 23.0);
+        // The raw ABI: the consumer calls the deleter exactly once.
+        let raw = managed.into_raw();
+        // SAFETY: `raw` is a live tensor from `host_to_dlpack`, deleted once.
+        unsafe { ((*raw).deleter.unwrap())(raw) };
+    }
+
+    /// What the owner context guards is dropped exactly when the consumer deletes the tensor,
+    /// through either ABI.
+    #[test]
+    fn the_deleter_drops_the_owner_once() {
+        struct Counted(Arc<AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
         }
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut bytes = vec![7u8; 6];
+        let data = bytes.as_mut_ptr().cast();
+        // SAFETY: 6 u8 elements that outlive both tensors (`bytes` lives to the end).
+        let legacy: dlpark::legacy::Dlpack = unsafe {
+            export(
+                Counted(drops.clone()),
+                data,
+                DLDevice::CPU,
+                &[2, 3],
+                DLDataType::U8,
+            )
+        };
+        // SAFETY: as above.
+        let versioned: dlpark::versioned::Dlpack = unsafe {
+            export(
+                Counted(drops.clone()),
+                data,
+                DLDevice::CPU,
+                &[6],
+                DLDataType::U8,
+            )
+        };
+        assert_eq!(versioned.validate().unwrap().shape(), [6]);
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        drop(legacy);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        drop(versioned);
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+        drop(bytes);
     }
 }

@@ -12,7 +12,9 @@ use zarrpipe_codec_gpu::trim_memory_pool;
 
 use super::cuda_error;
 use super::staging::Staging;
-use crate::dlpack::{export, DLDevice, DLManagedTensor, DL_CUDA};
+use crate::dlpack::dlpark::ffi::DLDevice;
+use crate::dlpack::dlpark::{Managed, ManagedTensorBase};
+use crate::dlpack::export;
 use crate::options::TensorDType;
 use crate::{Error, Result};
 
@@ -260,17 +262,29 @@ impl DeviceTensor {
 }
 
 impl DeviceTensor {
-    /// Hands the tensor to a DLPack consumer (PyTorch, JAX, CuPy) without a copy. Its memory
-    /// goes back to the pool when the consumer calls the deleter. Read it only after the
-    /// batch's `ready` event.
-    pub fn into_dlpack(self) -> *mut DLManagedTensor {
+    /// Hands the tensor to a DLPack consumer (PyTorch, JAX, CuPy) without a copy, as either
+    /// ABI (`dlpark::legacy::Dlpack` or `dlpark::versioned::Dlpack`). Its memory goes back to
+    /// the pool when the consumer calls the deleter (or the handle is dropped). Read it only
+    /// after the batch's `ready` event.
+    pub fn into_dlpack<M: ManagedTensorBase>(self) -> Managed<M> {
         let data = self.device_ptr() as *mut std::ffi::c_void;
-        let device = DLDevice {
-            device_type: DL_CUDA,
-            device_id: self.device_ordinal() as i32,
-        };
+        let device = DLDevice::cuda(self.device_ordinal() as i32);
         let (shape, dtype) = (self.shape.clone(), self.dtype.into());
-        export(Box::new(self), data, device, &shape, dtype)
+        // SAFETY: `data` is this tensor's own device buffer of `shape` elements of `dtype`, C
+        // order, on its device; the tensor moves into the managed tensor, so the buffer stays
+        // out of the pool until the deleter drops it.
+        unsafe { export(self, data, device, &shape, dtype) }
+    }
+
+    /// What [`into_dlpack`](Self::into_dlpack) hands over, for a tensor shared with other
+    /// owners (a Python object that exports it more than once): the buffer goes back to the
+    /// pool when the last owner is gone.
+    pub fn shared_dlpack<M: ManagedTensorBase>(tensor: &std::sync::Arc<Self>) -> Managed<M> {
+        let data = tensor.device_ptr() as *mut std::ffi::c_void;
+        let device = DLDevice::cuda(tensor.device_ordinal() as i32);
+        let (shape, dtype) = (tensor.shape.clone(), tensor.dtype.into());
+        // SAFETY: as in `into_dlpack`; the `Arc` keeps the tensor, and so its buffer, alive.
+        unsafe { export(tensor.clone(), data, device, &shape, dtype) }
     }
 }
 

@@ -1,0 +1,225 @@
+//! The GPU path (feature `cuda`), all of it: building a GPU pipeline, and `CudaTensor`, a
+//! batch tensor in device memory that exports itself through DLPack without a copy.
+//!
+//! `__dlpack__(stream=S)` makes the consumer's stream `S` (torch passes its current stream)
+//! wait on the batch's `ready` event on the device, so the host never synchronises. The
+//! exported tensor shares the `DeviceTensor`: its buffer goes back to zarrpipe's pool when the
+//! last holder (this object or the consumer's tensor, through the DLPack deleter) lets go.
+
+use std::sync::{Arc, Mutex};
+
+use dlpark::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned};
+use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter, ExportRequest};
+use dlpark::{DlpackFlags, Managed};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use zarrpipe::codec::cudarc::driver::{result, sys, CudaEvent};
+use zarrpipe::codec::GpuOptions;
+use zarrpipe::collate::{DeviceTensor, TensorDType};
+use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
+
+use crate::errors::GpuError;
+use crate::options::Config;
+
+/// The pipeline's GPU (decoder, kernels, tensor pool), opened at its first epoch and kept for
+/// the next ones.
+#[derive(Default)]
+pub(crate) struct GpuHandle(Mutex<Option<Arc<GpuDevice>>>);
+
+/// Builds one epoch's GPU stream on `cuda:ordinal`: chunks decoded on the GPU (or the CPU,
+/// `decode_on`) and batches collated there, in device memory.
+///
+/// This is the one place that speaks the Rust GPU pipeline API.
+pub(crate) async fn build(
+    builder: PipelineBuilder,
+    config: &Config,
+    ordinal: usize,
+    handle: &GpuHandle,
+) -> zarrpipe::pipeline::Result<BatchStream<Gpu>> {
+    let gpu = {
+        let mut slot = handle.0.lock().unwrap_or_else(|p| p.into_inner());
+        match &*slot {
+            Some(gpu) => gpu.clone(),
+            None => {
+                let mut options = GpuOptions {
+                    device: ordinal,
+                    ..Default::default()
+                };
+                if let Some(bytes) = config.gpu_pinned_memory {
+                    options.pinned_memory = bytes;
+                }
+                let memory = config.gpu_tensor_memory.unwrap_or(16 << 30);
+                let gpu = GpuDevice::open(options, memory)?;
+                *slot = Some(gpu.clone());
+                gpu
+            }
+        }
+    };
+    builder
+        .device(config.device)
+        .gpu(gpu)
+        .decode_on(config.decode_on)
+        .collate_on_gpu()
+        .build()
+        .await
+}
+
+/// A GPU batch as a dict of `CudaTensor`s, plus their device addresses (`pointers`).
+pub(crate) fn gpu_batch(py: Python<'_>, batch: GpuBatch) -> PyResult<Bound<'_, PyDict>> {
+    let ready = Arc::new(batch.ready);
+    let dict = PyDict::new(py);
+    let pointers = PyDict::new(py);
+    let put = |name: &str, tensor: Option<DeviceTensor>| -> PyResult<()> {
+        let tensor = tensor.map(|tensor| CudaTensor {
+            tensor: Arc::new(tensor),
+            ready: ready.clone(),
+        });
+        if let Some(tensor) = &tensor {
+            pointers.set_item(name, tensor.tensor.device_ptr())?;
+        }
+        dict.set_item(name, tensor.map(|t| Py::new(py, t)).transpose()?)
+    };
+    put("inputs", Some(batch.inputs))?;
+    put("targets", batch.targets)?;
+    put("mask", batch.mask)?;
+    put("nan_mask", batch.nan_mask)?;
+    put("latitude_weights", batch.latitude_weights)?;
+    dict.set_item("index", batch.index)?;
+    dict.set_item("samples", crate::pipeline::samples(py, &batch.samples)?)?;
+    dict.set_item("pointers", pointers)?;
+    Ok(dict)
+}
+
+/// A batch tensor in device memory (C order). Hand it to torch, CuPy or JAX with their
+/// `from_dlpack`; no copy is made, and the consumer's stream waits for the batch on the GPU.
+#[pyclass(module = "zarrpipe._native", frozen)]
+pub struct CudaTensor {
+    tensor: Arc<DeviceTensor>,
+    /// Recorded after the batch's last kernel.
+    ready: Arc<CudaEvent>,
+}
+
+/// CUDA's default-stream handles (`CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD` in cuda.h).
+const LEGACY_STREAM: usize = 0x1;
+const PER_THREAD_STREAM: usize = 0x2;
+
+fn cuda_error(what: &str) -> impl Fn(result::DriverError) -> PyErr + '_ {
+    move |error| GpuError::new_err(format!("{what}: {error}"))
+}
+
+impl DlpackExporter for CudaTensor {
+    fn device(&self) -> DLDevice {
+        DLDevice::cuda(self.tensor.device_ordinal() as i32)
+    }
+
+    fn flags(&self) -> DlpackFlags {
+        DlpackFlags::empty()
+    }
+
+    /// The consumer's stream waits for the batch (on the device).
+    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        let stream = match request.cuda_stream()? {
+            CudaStreamRequest::NoSync => return Ok(()),
+            // DLPack: no stream given means the legacy default stream.
+            CudaStreamRequest::Omitted | CudaStreamRequest::LegacyDefault => {
+                LEGACY_STREAM as sys::CUstream
+            }
+            CudaStreamRequest::PerThreadDefault => PER_THREAD_STREAM as sys::CUstream,
+            CudaStreamRequest::Pointer(address) => address as sys::CUstream,
+        };
+        let context = self.ready.context();
+        context
+            .bind_to_thread()
+            .map_err(cuda_error("making the batch's CUDA context current"))?;
+        // SAFETY: `stream` is the consumer's live stream on this tensor's device (DLPack's
+        // contract for `__dlpack__(stream=...)`) or a default-stream sentinel, and the event
+        // is alive (held by `self`) for the call; a wait on an event needs nothing after it.
+        unsafe {
+            result::stream::wait_event(
+                stream,
+                self.ready.cu_event(),
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(cuda_error(
+            "making the consumer's stream wait for the batch",
+        ))
+    }
+
+    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
+        Ok(DeviceTensor::shared_dlpack(&self.tensor))
+    }
+
+    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
+        Ok(DeviceTensor::shared_dlpack(&self.tensor))
+    }
+}
+
+#[pymethods]
+impl CudaTensor {
+    /// DLPack export: a capsule consumed once by `torch.from_dlpack` and the like.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let request = ExportRequest::parse(stream.as_ref(), max_version, dl_device, copy)?;
+        export_dlpack(self, py, request)
+    }
+
+    /// `(2, ordinal)`: CUDA memory on device `ordinal`.
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        (2, self.tensor.device_ordinal() as i32)
+    }
+
+    /// The device address of the first element.
+    fn data_ptr(&self) -> u64 {
+        self.tensor.device_ptr()
+    }
+
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.tensor.shape().to_vec()
+    }
+
+    /// `float32`, `bfloat16`, `float16` or `uint8`.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match self.tensor.dtype() {
+            TensorDType::F32 => "float32",
+            TensorDType::BF16 => "bfloat16",
+            TensorDType::F16 => "float16",
+            TensorDType::U8 => "uint8",
+        }
+    }
+
+    #[getter]
+    fn device(&self) -> String {
+        format!("cuda:{}", self.tensor.device_ordinal())
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.tensor.byte_len()
+    }
+
+    /// Blocks until the batch is complete on the GPU (for host-side reads; `__dlpack__` does
+    /// not need it).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.ready.synchronize())
+            .map_err(cuda_error("waiting for the batch"))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CudaTensor(shape={:?}, dtype={}, device={})",
+            self.tensor.shape(),
+            self.dtype(),
+            self.device()
+        )
+    }
+}

@@ -1,0 +1,119 @@
+//! `zarrpipe._native`: the Rust side of the `zarrpipe` Python package, a thin layer over the
+//! workspace crates (`zarrpipe_pipeline::Pipeline::builder` and friends). The Python side
+//! (`zarrpipe/__init__.py`) turns its arguments into this module's explicit ones, picks ranks
+//! from `torch.distributed`, and wraps batches as torch tensors when torch is installed.
+//!
+//! Host batches arrive as NumPy arrays that own the Rust `ndarray` buffers (no copy); GPU
+//! batches (feature `cuda`, all of it in `gpu.rs`) as `CudaTensor`s that export themselves
+//! through DLPack (`__dlpack__`) and make the consumer's stream wait on the batch's event.
+
+use std::sync::OnceLock;
+
+use pyo3::prelude::*;
+
+mod errors;
+#[cfg(feature = "cuda")]
+mod gpu;
+mod options;
+mod pipeline;
+
+/// The Tokio runtime every pipeline of the process runs its stages on.
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("zarrpipe-io")
+            .build()
+            .expect("a Tokio runtime starts")
+    })
+}
+
+/// Whether this build has the GPU path (the `cuda` feature).
+#[pyfunction]
+fn cuda_built() -> bool {
+    cfg!(feature = "cuda")
+}
+
+/// `zarrpipe info URL --json`: the dataset's variables, dims, chunks and codecs, as JSON.
+#[pyfunction]
+#[pyo3(signature = (url, store_options = None))]
+fn info_json(
+    py: Python<'_>,
+    url: String,
+    store_options: Option<Vec<(String, String)>>,
+) -> PyResult<String> {
+    let options = options::store_options(store_options.unwrap_or_default(), None, None);
+    let described = py
+        .detach(|| {
+            runtime().block_on(async {
+                let dataset = zarrpipe::store::Dataset::open_with(&url, &options).await?;
+                Ok::<_, zarrpipe::store::Error>(zarrpipe::info::describe(&dataset).await)
+            })
+        })
+        .map_err(|error| errors::to_py(&error))?;
+    serde_json::to_string(&described).map_err(|error| errors::to_py(&error))
+}
+
+/// `zarrpipe stats URL --json`: mean, std, min, max and NaN count per variable, as JSON (what
+/// `normalize=` takes).
+#[pyfunction]
+#[pyo3(signature = (url, variables = None, store_options = None))]
+fn stats_json(
+    py: Python<'_>,
+    url: String,
+    variables: Option<Vec<String>>,
+    store_options: Option<Vec<(String, String)>>,
+) -> PyResult<String> {
+    use std::sync::Arc;
+    let options = options::store_options(store_options.unwrap_or_default(), None, None);
+    let all = py.detach(|| {
+        runtime().block_on(async {
+            let dataset = zarrpipe::store::Dataset::open_with(&url, &options)
+                .await
+                .map_err(zarrpipe::codec::Error::from)?;
+            let names = variables.unwrap_or_else(|| dataset.data_variable_names());
+            let decoder = Arc::new(zarrpipe::codec::CpuDecoder::new());
+            let concurrency = 2 * rayon_threads();
+            let mut all = Vec::new();
+            for name in &names {
+                let variable = dataset
+                    .variable(name)
+                    .map_err(zarrpipe::codec::Error::from)?;
+                all.push(
+                    zarrpipe::stats::variable_stats(variable, decoder.clone(), concurrency).await?,
+                );
+            }
+            Ok::<_, zarrpipe::codec::Error>(all)
+        })
+    });
+    let all = all.map_err(|error| errors::to_py(&error))?;
+    serde_json::to_string(&all).map_err(|error| errors::to_py(&error))
+}
+
+/// Writes zarrpipe's sample dataset (ERA5-like: t2m, u10, z on 13 levels; 128 x 256 points)
+/// to `data/sample.zarr` under the working directory unless it is there; returns its path.
+#[pyfunction]
+fn sample_dataset(py: Python<'_>) -> PyResult<String> {
+    py.detach(|| zarrpipe::sample::ensure_sample(|_, _| {}))
+        .map_err(|error| errors::ZarrpipeError::new_err(format!("{error:#}")))
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<pipeline::NativePipeline>()?;
+    m.add_class::<pipeline::NativeEpoch>()?;
+    #[cfg(feature = "cuda")]
+    m.add_class::<gpu::CudaTensor>()?;
+    m.add_function(wrap_pyfunction!(cuda_built, m)?)?;
+    m.add_function(wrap_pyfunction!(info_json, m)?)?;
+    m.add_function(wrap_pyfunction!(stats_json, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_dataset, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! The Python `Pipeline(...)` keyword arguments, as the Rust builder's options of the same
+//! names (`zarrpipe_pipeline::PipelineBuilder`). The Python side has already turned torch
+//! dtypes, dicts and booleans into the plain values read here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use zarrpipe::batcher::{Edge, EpochOptions, Ranks, SamplerState, Shuffle, Uneven, WindowSpec};
+use zarrpipe::collate::{CollateOptions, TensorDType};
+use zarrpipe::core::Device;
+use zarrpipe::pipeline::{DecodeOn, Pipeline, PipelineBuilder};
+use zarrpipe::store::{Dataset, StoreOptions};
+
+use crate::errors;
+
+/// Everything a pipeline is built from, but the epoch and the resume state.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub variables: Vec<String>,
+    pub input_dims: Vec<(String, u64)>,
+    pub input_overlap: Vec<(String, u64)>,
+    pub batch_dims: Vec<(String, u64)>,
+    pub concat_input_dims: bool,
+    pub batch_size: usize,
+    pub shuffle: Shuffle,
+    pub seed: u64,
+    pub history: Option<u64>,
+    pub leads: Vec<u64>,
+    pub edge: Edge,
+    pub select: Vec<(String, String, String)>,
+    pub normalize: Option<String>,
+    pub nan_fill: Option<f32>,
+    pub nan_mask: bool,
+    pub latitude_weights: Option<String>,
+    pub dtype: TensorDType,
+    pub device: Device,
+    pub prefetch: usize,
+    pub drop_last: bool,
+    pub ranks: Ranks,
+    pub uneven: Uneven,
+    pub store: StoreOptions,
+    pub fetch_concurrency: Option<usize>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub gpu_tensor_memory: Option<usize>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub gpu_pinned_memory: Option<usize>,
+    /// GPU pipelines: where chunks are decoded (default: the GPU; also the CPU, split between
+    /// both by their rates, or `auto` with an optional `gpu_share`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub decode_on: DecodeOn,
+}
+
+const KEYS: &[&str] = &[
+    "variables",
+    "input_dims",
+    "input_overlap",
+    "batch_dims",
+    "concat_input_dims",
+    "batch_size",
+    "shuffle",
+    "seed",
+    "history",
+    "leads",
+    "edge",
+    "select",
+    "normalize",
+    "nan_fill",
+    "nan_mask",
+    "latitude_weights",
+    "dtype",
+    "device",
+    "prefetch",
+    "drop_last",
+    "rank",
+    "world_size",
+    "uneven",
+    "store_options",
+    "cache_dir",
+    "cache_size",
+    "max_requests",
+    "timeout",
+    "retries",
+    "fetch_concurrency",
+    "gpu_tensor_memory",
+    "gpu_pinned_memory",
+    "decode_on",
+    "gpu_share",
+];
+
+fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(
+    options: &Bound<'py, PyDict>,
+    key: &str,
+) -> PyResult<Option<T>> {
+    match options.get_item(key)? {
+        Some(value) if !value.is_none() => value.extract::<T>().map(Some).map_err(|error| {
+            PyTypeError::new_err(format!("`{key}`: {}", Into::<PyErr>::into(error)))
+        }),
+        _ => Ok(None),
+    }
+}
+
+fn choice<T: Copy>(key: &str, value: &str, choices: &[(&str, T)]) -> PyResult<T> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == value)
+        .map(|(_, choice)| *choice)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+            PyValueError::new_err(format!("`{key}` must be one of {names:?}, not {value:?}"))
+        })
+}
+
+/// Store options from `key=value` pairs, a cache directory and its bound in bytes.
+pub(crate) fn store_options(
+    pairs: Vec<(String, String)>,
+    cache_dir: Option<String>,
+    cache_size: Option<u64>,
+) -> StoreOptions {
+    let mut options = StoreOptions::new();
+    for (key, value) in pairs {
+        options = options.option(key, value);
+    }
+    if let Some(dir) = cache_dir {
+        options = options.cache(dir, cache_size.unwrap_or(10 << 30));
+    }
+    options
+}
+
+impl Config {
+    pub fn from_dict(options: &Bound<'_, PyDict>) -> PyResult<Self> {
+        for key in options.keys() {
+            let key: String = key.extract()?;
+            if !KEYS.contains(&key.as_str()) {
+                return Err(PyTypeError::new_err(format!(
+                    "Pipeline() got an unexpected keyword argument `{key}`"
+                )));
+            }
+        }
+        let shuffle: String = get(options, "shuffle")?.unwrap_or_else(|| "none".into());
+        let shuffle = choice(
+            "shuffle",
+            &shuffle,
+            &[
+                ("none", Shuffle::None),
+                ("full", Shuffle::Full),
+                ("blocks", Shuffle::Blocks),
+            ],
+        )?;
+        let edge: String = get(options, "edge")?.unwrap_or_else(|| "drop".into());
+        let edge = choice(
+            "edge",
+            &edge,
+            &[
+                ("drop", Edge::Drop),
+                ("pad", Edge::Pad),
+                ("shift", Edge::Shift),
+            ],
+        )?;
+        let uneven: String = get(options, "uneven")?.unwrap_or_else(|| "pad".into());
+        let uneven = choice(
+            "uneven",
+            &uneven,
+            &[("pad", Uneven::Pad), ("drop", Uneven::Drop)],
+        )?;
+        let dtype: String = get(options, "dtype")?.unwrap_or_else(|| "float32".into());
+        let dtype = choice(
+            "dtype",
+            &dtype,
+            &[
+                ("float32", TensorDType::F32),
+                ("bfloat16", TensorDType::BF16),
+                ("float16", TensorDType::F16),
+            ],
+        )?;
+        let decode_on: String = get(options, "decode_on")?.unwrap_or_else(|| "gpu".into());
+        let gpu_share: Option<f64> = get(options, "gpu_share")?;
+        let decode_on = choice(
+            "decode_on",
+            &decode_on,
+            &[
+                ("gpu", DecodeOn::Gpu),
+                ("cpu", DecodeOn::Cpu),
+                ("split", DecodeOn::Split),
+                ("auto", DecodeOn::Auto { gpu_share }),
+            ],
+        )?;
+        let device: String = get(options, "device")?.unwrap_or_else(|| "cpu".into());
+        let device: Device = device
+            .parse()
+            .map_err(|error| PyValueError::new_err(format!("`device`: {error}")))?;
+        let ranks = match (
+            get::<usize>(options, "rank")?,
+            get::<usize>(options, "world_size")?,
+        ) {
+            (Some(rank), Some(world_size)) => Ranks::new(rank, world_size),
+            (None, None) => Ranks::from_env(),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "give both `rank` and `world_size`, or neither",
+                ))
+            }
+        }
+        .map_err(|error| errors::to_py(&error))?;
+        let mut store = store_options(
+            get(options, "store_options")?.unwrap_or_default(),
+            get(options, "cache_dir")?,
+            get(options, "cache_size")?,
+        );
+        if let Some(requests) = get::<usize>(options, "max_requests")? {
+            store = store.max_requests(requests);
+        }
+        if let Some(seconds) = get::<f64>(options, "timeout")? {
+            store = store.timeout(Duration::from_secs_f64(seconds.max(0.001)));
+        }
+        if let Some(retries) = get::<usize>(options, "retries")? {
+            store = store.retries(retries);
+        }
+        let config = Self {
+            variables: get(options, "variables")?.unwrap_or_default(),
+            input_dims: get(options, "input_dims")?.unwrap_or_default(),
+            input_overlap: get(options, "input_overlap")?.unwrap_or_default(),
+            batch_dims: get(options, "batch_dims")?.unwrap_or_default(),
+            concat_input_dims: get(options, "concat_input_dims")?.unwrap_or(false),
+            batch_size: get(options, "batch_size")?.unwrap_or(4),
+            shuffle,
+            seed: get(options, "seed")?.unwrap_or(0),
+            history: get(options, "history")?,
+            leads: get(options, "leads")?.unwrap_or_default(),
+            edge,
+            select: get(options, "select")?.unwrap_or_default(),
+            normalize: get(options, "normalize")?,
+            nan_fill: get(options, "nan_fill")?,
+            nan_mask: get(options, "nan_mask")?.unwrap_or(false),
+            latitude_weights: get(options, "latitude_weights")?,
+            dtype,
+            device,
+            prefetch: get(options, "prefetch")?.unwrap_or(4),
+            drop_last: get(options, "drop_last")?.unwrap_or(false),
+            ranks,
+            uneven,
+            store,
+            fetch_concurrency: get(options, "fetch_concurrency")?,
+            gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
+            gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
+            decode_on,
+        };
+        if config.history.is_some() && config.leads.is_empty() {
+            return Err(PyValueError::new_err(
+                "`history` needs `leads` (the target steps ahead)",
+            ));
+        }
+        if config.device == Device::Cpu && config.dtype != TensorDType::F32 {
+            return Err(PyValueError::new_err(
+                "CPU batches are float32; bfloat16 and float16 come from device=\"cuda:N\"",
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The window specification: windows in xbatcher's terms, as the command line makes it
+    /// (`WindowSpec::input_dims`).
+    fn spec(&self) -> PyResult<WindowSpec> {
+        let mut spec = WindowSpec::new().edge(self.edge);
+        if !self.leads.is_empty() {
+            spec = spec.forecast(self.history.unwrap_or(1), self.leads.iter().copied());
+        }
+        let mut spec = spec
+            .input_dims(&self.input_dims, &self.input_overlap)
+            .map_err(|error| errors::to_py(&error))?;
+        for (dim, size) in &self.batch_dims {
+            spec = spec.batch_dim(dim.clone(), *size);
+        }
+        Ok(spec.concat_input_dims(self.concat_input_dims))
+    }
+
+    /// The builder for one epoch over `dataset` (opened once per Python `Pipeline`): decoding
+    /// and collating on the CPU whatever `device` says (`gpu.rs` moves the stages to the GPU).
+    pub fn builder(
+        &self,
+        dataset: &Arc<Dataset>,
+        epoch: u64,
+        resume: Option<SamplerState>,
+    ) -> PyResult<PipelineBuilder> {
+        let mut builder = Pipeline::from_dataset(dataset.clone())
+            .variables(self.variables.clone())
+            .window_spec(self.spec()?)
+            .batch_size(self.batch_size)
+            .epoch_options(EpochOptions {
+                epoch,
+                seed: self.seed,
+                shuffle: self.shuffle,
+                ranks: self.ranks,
+                uneven: self.uneven,
+                drop_last: self.drop_last,
+            })
+            .prefetch(self.prefetch)
+            .collate_options(CollateOptions {
+                dtype: self.dtype,
+                normalize: None,
+                nan_fill: self.nan_fill,
+                nan_mask: self.nan_mask,
+                latitude_weights: None,
+            });
+        for (dim, from, to) in &self.select {
+            builder = builder.select(dim.clone(), from.as_str(), to.as_str());
+        }
+        if let Some(stats) = &self.normalize {
+            builder = builder.normalize_with_stats(stats.clone());
+        }
+        if let Some(dim) = &self.latitude_weights {
+            builder = builder.latitude_weights(dim.clone());
+        }
+        if let Some(reads) = self.fetch_concurrency {
+            builder = builder.fetch_concurrency(reads);
+        }
+        if let Some(state) = resume {
+            builder = builder.resume(state);
+        }
+        Ok(builder)
+    }
+}

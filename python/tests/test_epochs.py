@@ -1,0 +1,131 @@
+"""Epochs as a PyTorch data loader has them: shuffling per epoch and seed, resuming mid-epoch
+from state_dict, ranks that together see every sample once."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import zarrpipe
+from conftest import store
+
+# 6 steps x 3 latitude windows x 3 longitude windows = 54 samples.
+WINDOWS = dict(variables=["t2m", "z"], input_dims={"latitude": 3, "longitude": 5}, tensors="raw")
+
+
+def order(pipe: zarrpipe.Pipeline) -> list[int]:
+    return [index for batch in pipe for index in batch.sample_indices]
+
+
+def pipeline(**options) -> zarrpipe.Pipeline:
+    return zarrpipe.Pipeline(store("xr_v3"), **{**WINDOWS, **options})
+
+
+def test_shuffling_changes_with_set_epoch_and_repeats_with_the_seed():
+    pipe = pipeline(batch_size=8, shuffle=True, seed=7)
+    assert pipe.num_samples == 54 and len(pipe) == 7
+    first = order(pipe)
+    assert sorted(first) == list(range(54)) and first != list(range(54))
+    assert order(pipe) == first, "without set_epoch, the same epoch again"
+    pipe.set_epoch(1)
+    second = order(pipe)
+    assert sorted(second) == list(range(54)) and second != first
+    again = pipeline(batch_size=8, shuffle=True, seed=7)
+    assert order(again) == first
+    again.set_epoch(1)
+    assert order(again) == second
+    assert order(pipeline(batch_size=8, shuffle=True, seed=8)) != first
+    assert order(pipeline(batch_size=8, shuffle="blocks", seed=7)) != first
+    assert order(pipeline(batch_size=8)) == list(range(54))
+
+
+def test_len_is_the_batches_per_epoch():
+    assert len(pipeline(batch_size=8)) == len(list(pipeline(batch_size=8))) == 7
+    assert len(pipeline(batch_size=8, drop_last=True)) == 6
+
+
+@pytest.mark.parametrize("delivered", [0, 1, 4, 7])
+def test_state_dict_resumes_with_exactly_the_remaining_batches(delivered):
+    full = [(b.index, b.sample_indices, b.inputs.copy()) for b in pipeline(batch_size=8, shuffle=True, seed=3, epoch=2)]
+    pipe = pipeline(batch_size=8, shuffle=True, seed=3)
+    pipe.set_epoch(2)
+    iterator = iter(pipe)
+    for _ in range(delivered):
+        next(iterator)
+    state = pipe.state_dict()
+    assert state["epoch"] == 2
+    del iterator  # the epoch stops; its state stays
+    assert pipe.state_dict() == state
+    state = json.loads(json.dumps(state))  # what a checkpoint keeps
+
+    fresh = pipeline(batch_size=8, shuffle=True, seed=3)
+    fresh.load_state_dict(state)
+    rest = [(b.index, b.sample_indices, b.inputs) for b in fresh]
+    assert len(rest) == 7 - delivered
+    for (index, samples, values), (want_index, want_samples, want_values) in zip(rest, full[delivered:]):
+        assert (index, samples) == (want_index, want_samples)
+        np.testing.assert_array_equal(values, want_values)
+    # The next iteration is a whole epoch again.
+    assert len(order(fresh)) == 54
+
+
+def test_a_state_from_other_options_is_refused():
+    pipe = pipeline(batch_size=8, shuffle=True, seed=3)
+    iterator = iter(pipe)
+    next(iterator)
+    state = pipe.state_dict()
+    other = pipeline(batch_size=8, shuffle=True, seed=4)
+    other.load_state_dict(state)
+    with pytest.raises(zarrpipe.LayoutError, match="seed"):
+        iter(other)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ranks_together_see_every_sample_once(world_size):
+    seen = []
+    for rank in range(world_size):
+        pipe = pipeline(batch_size=5, shuffle=True, seed=1, rank=rank, world_size=world_size,
+                        uneven="drop")
+        assert (pipe.rank, pipe.world_size) == (rank, world_size)
+        mine = order(pipe)
+        assert len(mine) == 54 // world_size
+        seen += mine
+    assert len(seen) == len(set(seen)), "no sample on two ranks"
+    if 54 % world_size == 0:
+        assert sorted(seen) == list(range(54))
+
+
+def test_padded_ranks_cover_every_sample():
+    seen = set()
+    for rank in range(4):
+        seen |= set(order(pipeline(batch_size=5, shuffle=True, rank=rank, world_size=4)))
+    assert seen == set(range(54))
+
+
+def test_ranks_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    pipe = pipeline(batch_size=5)
+    assert (pipe.rank, pipe.world_size) == (1, 3)
+    assert len(order(pipe)) == 18
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(zarrpipe.LayoutError, match="RANK"):
+        pipeline(batch_size=5)
+
+
+def test_a_loaded_state_holds_for_its_own_epoch_only():
+    pipe = pipeline(batch_size=8, shuffle=True, seed=3)
+    pipe.set_epoch(1)
+    iterator = iter(pipe)
+    next(iterator), next(iterator)
+    state = pipe.state_dict()
+    del iterator
+    fresh = pipeline(batch_size=8, shuffle=True, seed=3)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(1)  # the training loop's own call, for the saved epoch: still resumes
+    assert len(list(fresh)) == 5
+    fresh.load_state_dict(state)
+    fresh.set_epoch(2)  # the next epoch: whole, in its own order
+    assert len(list(fresh)) == 7 and fresh.state_dict()["epoch"] == 2

@@ -1,0 +1,521 @@
+"""zarrpipe: training batches straight from Zarr, as PyTorch tensors without a copy.
+
+A :class:`Pipeline` opens a Zarr v2/v3 dataset (local, ``http(s)://``, ``s3://``, ``gs://``,
+``az://``), cuts xbatcher-style windows, reads and decodes chunks on every core (or on the GPU),
+and yields :class:`Batch` es of ``[batch, channel, window...]`` tensors. It behaves like a
+PyTorch data loader: ``len()``, ``set_epoch()``, ``state_dict()`` / ``load_state_dict()``,
+ranks from ``torch.distributed``.
+
+    >>> import zarrpipe
+    >>> pipe = zarrpipe.Pipeline("data/sample.zarr", variables=["t2m", "z"],
+    ...                          input_dims={"latitude": 64, "longitude": 64}, batch_size=8)
+    >>> for batch in pipe:
+    ...     batch.inputs.shape   # torch.Size([8, 14, 64, 64]) (numpy without torch)
+
+Everything runs in Rust (the ``zarrpipe`` crates); the GIL is released while it works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+from . import _native
+from ._native import (
+    CollateError,
+    DecodeError,
+    GpuError,
+    LayoutError,
+    StoreError,
+    ZarrpipeError,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "Batch",
+    "CollateError",
+    "DecodeError",
+    "GpuError",
+    "LayoutError",
+    "Pipeline",
+    "StoreError",
+    "ZarrpipeError",
+    "cuda_available",
+    "info",
+    "sample_dataset",
+    "stats",
+]
+
+_TORCH: Any = None
+
+
+def _torch() -> Any:
+    """torch if it is installed (imported once), else None."""
+    global _TORCH
+    if _TORCH is None:
+        try:
+            import torch
+        except ImportError:
+            _TORCH = False
+        else:
+            _TORCH = torch
+    return _TORCH or None
+
+
+def cuda_available() -> bool:
+    """Whether this build of zarrpipe has the GPU path (it still needs a GPU to run)."""
+    return bool(_native.cuda_built())
+
+
+def _store_pairs(store_options: Mapping[str, Any] | None) -> list[tuple[str, str]] | None:
+    if store_options is None:
+        return None
+    return [(str(key), _option_text(value)) for key, value in store_options.items()]
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def info(url: str | os.PathLike[str], *, store_options: Mapping[str, Any] | None = None) -> dict:
+    """What ``zarrpipe info URL --json`` prints: variables with their dims, shapes, dtypes,
+    chunks, codecs and sizes, the dataset's dims and attributes."""
+    return json.loads(_native.info_json(os.fspath(url), _store_pairs(store_options)))
+
+
+def stats(
+    url: str | os.PathLike[str],
+    variables: Sequence[str] | None = None,
+    *,
+    store_options: Mapping[str, Any] | None = None,
+) -> list[dict]:
+    """Mean, standard deviation, min, max and NaN count of each variable, over every chunk
+    (what ``zarrpipe stats URL --json`` prints, and what ``Pipeline(normalize=...)`` takes)."""
+    names = list(variables) if variables is not None else None
+    return json.loads(_native.stats_json(os.fspath(url), names, _store_pairs(store_options)))
+
+
+def sample_dataset() -> str:
+    """Writes zarrpipe's sample dataset (ERA5-like: ``t2m``, ``u10``, ``z`` on 13 levels, 128 x
+    256 points, zstd) to ``data/sample.zarr`` under the working directory unless it is already
+    there, and returns that path. The examples run on it."""
+    return _native.sample_dataset()
+
+
+@dataclass
+class Batch:
+    """One batch. Tensors are torch tensors when torch is installed (``tensors="auto"``),
+    else NumPy arrays (CPU) or :class:`CudaTensor` s (GPU, for ``cupy.from_dlpack`` and the
+    like); either way they hold zarrpipe's own memory, without a copy.
+
+    ``inputs``: ``[batch, channel, window...]`` (channels as :attr:`Pipeline.channels`).
+    ``targets``: with ``leads``, ``[batch, leads x channels, window...]``.
+    ``mask``: with ``edge="pad"``, ``[batch, window...]`` uint8, 1 where ``inputs`` holds data.
+    ``nan_mask``: with ``nan_mask=True``, the inputs' shape, uint8, 0 where the value was NaN.
+    ``latitude_weights``: with ``latitude_weights=DIM``, ``[batch, latitude window]``.
+    """
+
+    inputs: Any
+    targets: Any = None
+    mask: Any = None
+    nan_mask: Any = None
+    latitude_weights: Any = None
+    #: The batch's number in its epoch.
+    index: int = 0
+    #: The epoch it belongs to.
+    epoch: int = 0
+    #: ``(sample number, origin)`` per sample: the sample's index in the whole epoch's
+    #: natural order and the start of its window along each sample dimension.
+    samples: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    #: GPU batches: the device address of each tensor as zarrpipe allocated it.
+    device_pointers: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def sample_indices(self) -> list[int]:
+        """The samples' numbers (``samples[i][0]``)."""
+        return [index for index, _ in self.samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+_TENSORS = ("inputs", "targets", "mask", "nan_mask", "latitude_weights")
+
+
+def _device_text(device: Any) -> str:
+    text = str(device)
+    if text == "cuda":
+        torch = _torch()
+        index = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+        return f"cuda:{index}"
+    return text
+
+
+def _dtype_text(dtype: Any) -> str | None:
+    if dtype is None:
+        return None
+    text = str(dtype).removeprefix("torch.")
+    aliases = {"float": "float32", "half": "float16", "bf16": "bfloat16", "f32": "float32",
+               "f16": "float16", "<f4": "float32"}
+    return aliases.get(text, text)
+
+
+def _coordinate_text(value: Any) -> str:
+    """A selection bound as the Rust side reads it: a number, or a date/time string."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def _normalize_json(normalize: Any, url: str, variables: Sequence[str] | None,
+                    store_options: Mapping[str, Any] | None) -> str | None:
+    if normalize is None or normalize is False:
+        return None
+    if normalize is True:
+        return json.dumps(stats(url, variables, store_options=store_options))
+    if isinstance(normalize, os.PathLike) or (
+        isinstance(normalize, str) and not normalize.lstrip().startswith("[")
+    ):
+        with open(normalize, encoding="utf-8") as file:
+            return file.read()
+    if isinstance(normalize, str):
+        return normalize
+    return json.dumps(list(normalize))
+
+
+def _distributed_ranks() -> tuple[int, int] | None:
+    torch = _torch()
+    if torch is None:
+        return None
+    distributed = getattr(torch, "distributed", None)
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        return distributed.get_rank(), distributed.get_world_size()
+    return None
+
+
+def _find_cuda_libraries() -> None:
+    """Before a GPU pipeline: zarrpipe loads NVRTC and nvCOMP 6 at run time. Where the system
+    has no NVRTC on the library path, take the one pip's nvidia wheels bring (torch depends on
+    them), and where ``NVCOMP_LIB`` is unset, an installed ``nvidia-libnvcomp`` wheel's."""
+    import ctypes
+    import glob
+    import site
+
+    bases = [*site.getsitepackages(), site.getusersitepackages()]
+
+    def find(name: str) -> str | None:
+        for base in bases:
+            for folder in ("lib", "lib64"):
+                hits = sorted(glob.glob(os.path.join(base, "nvidia", "*", folder, name)))
+                if hits:
+                    return hits[-1]
+        return None
+
+    try:
+        ctypes.CDLL("libnvrtc.so")
+    except OSError:
+        nvrtc = find("libnvrtc.so.1[0-9]")
+        if nvrtc is not None:
+            # Loaded once, globally: zarrpipe's dlopen of `libnvrtc.so.<major>` finds it.
+            ctypes.CDLL(nvrtc, mode=ctypes.RTLD_GLOBAL)
+    if "NVCOMP_LIB" not in os.environ:
+        nvcomp = find("libnvcomp.so.6")
+        if nvcomp is not None:
+            os.environ["NVCOMP_LIB"] = nvcomp
+
+
+class Pipeline:
+    """An iterable of :class:`Batch` es over a Zarr dataset, one epoch per ``iter()``.
+
+    The options are the Rust builder's (``zarrpipe_pipeline::PipelineBuilder``) under the
+    same names, windows in xbatcher's terms:
+
+    - ``variables``: stacked as channels in this order (default: every data variable). Every
+      dimension that is neither iterated nor windowed is stacked too (``z`` with 13 levels
+      gives 13 channels).
+    - ``input_dims`` / ``input_overlap``: ``{dim: size}`` / ``{dim: overlap}``; stride = size -
+      overlap. ``time`` is iterated (one sample per step) unless windowed. ``batch_dims`` and
+      ``concat_input_dims`` as xbatcher's. ``edge``: ``"drop"`` windows that would cross the
+      end, ``"pad"`` them (batches carry a ``mask``) or ``"shift"`` them back.
+    - ``select``: ``{dim: (from, to)}`` coordinate ranges (dates or numbers), ends included.
+    - ``history`` / ``leads``: forecasting pairs, ``history`` input steps and targets ``leads``
+      steps ahead.
+    - ``batch_size``, ``drop_last``; ``shuffle`` (False, True or ``"full"``, ``"blocks"``),
+      ``seed``, ``epoch`` (or :meth:`set_epoch`); ``rank`` / ``world_size`` (default:
+      ``torch.distributed`` when initialised, else ``RANK`` / ``WORLD_SIZE``), ``uneven``.
+    - ``normalize``: per-variable ``mean`` and ``std``: a path to ``zarrpipe stats --json``
+      output, that JSON, the list :func:`stats` returns, or True to compute it now (reads
+      every chunk). Then ``nan_fill``, ``nan_mask``, ``latitude_weights`` (a dim name).
+    - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
+      build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
+      ``"split"`` (both, by their measured rates) or ``"auto"`` (the GPU only while training
+      waits, at most ``gpu_share`` of its time).
+      ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
+      its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
+      device / of stored chunks staged in pinned memory at once.
+    - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight per
+      batch. Store access: ``store_options`` (``{"anonymous":
+      True, "endpoint": ...}``), ``cache_dir`` / ``cache_size`` (bytes), ``max_requests``,
+      ``timeout`` (seconds), ``retries``.
+    - ``tensors``: ``"auto"`` (torch tensors if torch is installed), ``"torch"`` or ``"raw"``
+      (NumPy arrays on the CPU, :class:`CudaTensor` s on the GPU).
+
+    Bad options and unreadable datasets raise :class:`ZarrpipeError` subclasses (or
+    ValueError / TypeError for malformed arguments) here, not at the first batch.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str],
+        *,
+        variables: Sequence[str] | None = None,
+        input_dims: Mapping[str, int] | None = None,
+        input_overlap: Mapping[str, int] | None = None,
+        batch_dims: Mapping[str, int] | None = None,
+        concat_input_dims: bool = False,
+        batch_size: int = 4,
+        shuffle: bool | str = False,
+        seed: int = 0,
+        epoch: int = 0,
+        history: int | None = None,
+        leads: Sequence[int] | int | None = None,
+        edge: str = "drop",
+        select: Mapping[str, tuple[Any, Any]] | None = None,
+        normalize: Any = None,
+        nan_fill: float | None = None,
+        nan_mask: bool = False,
+        latitude_weights: str | None = None,
+        dtype: Any = None,
+        device: Any = "cpu",
+        prefetch: int = 4,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        uneven: str = "pad",
+        store_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | None = None,
+        max_requests: int | None = None,
+        timeout: float | None = None,
+        retries: int | None = None,
+        fetch_concurrency: int | None = None,
+        gpu_tensor_memory: int | None = None,
+        gpu_pinned_memory: int | None = None,
+        decode_on: str | None = None,
+        gpu_share: float | None = None,
+        tensors: str = "auto",
+    ) -> None:
+        url = os.fspath(url)
+        if tensors not in ("auto", "torch", "raw"):
+            raise ValueError(f'tensors must be "auto", "torch" or "raw", not {tensors!r}')
+        if tensors == "torch" and _torch() is None:
+            raise ImportError('tensors="torch" needs torch installed')
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both `rank` and `world_size`, or neither")
+        if rank is None:
+            ranks = _distributed_ranks()
+            if ranks is not None:
+                rank, world_size = ranks
+        device = _device_text(device)
+        if device.startswith("cuda"):
+            _find_cuda_libraries()
+        if decode_on is not None and decode_on != "cpu" and not device.startswith("cuda"):
+            raise ValueError(f'decode_on={decode_on!r} needs device="cuda:N"')
+        if isinstance(shuffle, bool):
+            shuffle = "full" if shuffle else "none"
+        if isinstance(leads, int):
+            leads = [leads]
+        variables = list(variables) if variables is not None else None
+        options = {
+            "variables": variables,
+            "input_dims": list((input_dims or {}).items()),
+            "input_overlap": list((input_overlap or {}).items()),
+            "batch_dims": list((batch_dims or {}).items()),
+            "concat_input_dims": concat_input_dims,
+            "batch_size": batch_size,
+            "shuffle": shuffle,
+            "seed": seed,
+            "history": history,
+            "leads": list(leads) if leads is not None else None,
+            "edge": edge,
+            "select": [
+                (dim, _coordinate_text(start), _coordinate_text(end))
+                for dim, (start, end) in (select or {}).items()
+            ],
+            "normalize": _normalize_json(normalize, url, variables, store_options),
+            "nan_fill": nan_fill,
+            "nan_mask": nan_mask,
+            "latitude_weights": latitude_weights,
+            "dtype": _dtype_text(dtype),
+            "device": device,
+            "prefetch": prefetch,
+            "drop_last": drop_last,
+            "rank": rank,
+            "world_size": world_size,
+            "uneven": uneven,
+            "store_options": _store_pairs(store_options),
+            "cache_dir": os.fspath(cache_dir) if cache_dir is not None else None,
+            "cache_size": cache_size,
+            "max_requests": max_requests,
+            "timeout": timeout,
+            "retries": retries,
+            "fetch_concurrency": fetch_concurrency,
+            "gpu_tensor_memory": gpu_tensor_memory,
+            "gpu_pinned_memory": gpu_pinned_memory,
+            "decode_on": decode_on,
+            "gpu_share": gpu_share,
+        }
+        self._native = _native.NativePipeline(url, options)
+        self._pid = os.getpid()
+        self._tensors = tensors
+        self._epoch = int(epoch)
+        self._resume: str | None = None
+        self._current: Any = None
+        self._last_state: str | None = None
+        self._last_epoch = self._epoch
+
+    # --- what a DataLoader has ---------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return len(self._native)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch`` for the next iteration (its shuffle is seeded with
+        ``seed + epoch``), as ``DistributedSampler.set_epoch``. A state loaded with
+        :meth:`load_state_dict` applies to its own epoch only: another epoch starts afresh."""
+        epoch = int(epoch)
+        if epoch != self._epoch:
+            self._resume = None
+        self._epoch = epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs."""
+        return self._epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "this zarrpipe.Pipeline was made in another process (a forked DataLoader worker?): "
+                "its Rust threads are not here. Iterate it directly; it is parallel already."
+            )
+        epoch, resume = self._epoch, self._resume
+        self._resume = None
+        native_epoch = self._native.epoch(epoch, resume)
+        return self._batches(native_epoch, epoch)
+
+    def _batches(self, native_epoch: Any, epoch: int) -> Iterator[Batch]:
+        self._current, self._last_epoch = native_epoch, epoch
+        try:
+            while True:
+                raw = native_epoch.next_batch()
+                if raw is None:
+                    return
+                yield self._batch(raw, epoch)
+        finally:
+            if self._current is native_epoch:
+                self._last_state = native_epoch.state_json()
+                self._current = None
+            native_epoch.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch stands: pass it to :meth:`load_state_dict` (in this or a new
+        process, with the same options) and the next iteration delivers exactly the batches
+        not yet delivered. JSON-serialisable."""
+        state = None
+        if self._current is not None:
+            state = self._current.state_json()
+        elif self._last_state is not None and self._last_epoch == self._epoch:
+            state = self._last_state
+        return {
+            "epoch": self._epoch,
+            "sampler": json.loads(state) if state is not None else None,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict` at the next iteration."""
+        self._epoch = int(state_dict["epoch"])
+        sampler = state_dict.get("sampler")
+        self._resume = json.dumps(sampler) if sampler is not None else None
+
+    # --- the layout ------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._native.url
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``."""
+        return self._native.device
+
+    @property
+    def rank(self) -> int:
+        return self._native.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._native.world_size
+
+    @property
+    def channels(self) -> list[str]:
+        """Labels of the inputs' channels, in order (``t2m``, ``z[level=3]``, ...)."""
+        return self._native.channels
+
+    @property
+    def variables(self) -> list[str]:
+        return self._native.variables
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """One sample's inputs, ``(channel, window...)``."""
+        return tuple(self._native.sample_shape)
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in the whole epoch, over all ranks."""
+        return self._native.num_samples
+
+    @property
+    def dims(self) -> list[dict[str, Any]]:
+        """The sample dimensions: name, length, window size, stride, whether iterated."""
+        return [
+            {"name": name, "length": length, "size": size, "stride": stride, "iterated": iterated}
+            for name, length, size, stride, iterated in self._native.dims
+        ]
+
+    def __repr__(self) -> str:
+        return (
+            f"zarrpipe.Pipeline({self.url!r}, channels={len(self.channels)}, "
+            f"sample_shape={self.sample_shape}, batches={len(self)}, device={self.device!r}, "
+            f"rank={self.rank}/{self.world_size})"
+        )
+
+    # --- batches ---------------------------------------------------------------------------
+
+    def _batch(self, raw: dict, epoch: int) -> Batch:
+        torch = _torch() if self._tensors != "raw" else None
+        tensors = {name: raw[name] for name in _TENSORS}
+        if torch is not None:
+            on_gpu = "pointers" in raw
+            convert = torch.from_dlpack if on_gpu else torch.from_numpy
+            tensors = {name: convert(t) if t is not None else None for name, t in tensors.items()}
+        return Batch(
+            **tensors,
+            index=raw["index"],
+            epoch=epoch,
+            samples=[(index, tuple(origin)) for index, origin in raw["samples"]],
+            device_pointers=dict(raw.get("pointers", {})),
+        )
+
+
+if _native.cuda_built():
+    from ._native import CudaTensor  # noqa: F401
+
+    __all__.append("CudaTensor")
