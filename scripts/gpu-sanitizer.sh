@@ -18,7 +18,7 @@ for run in "$decode scrambled_chunks_fail_alone_on_the_gpu" \
            "$decode truncated_chunks_fail_alone_on_the_gpu" \
            "$decode fixtures_decode_bit_identical_on_the_gpu" \
            "$decode pipelined_groups_decode_bit_identical_on_the_gpu" \
-           "$pipeline a_corrupt_chunk_fails_its_batch_only"; do
+           "$pipeline on_gpu::a_corrupt_chunk_fails_its_batch_only"; do
   set -- $run
   echo "== compute-sanitizer memcheck: $(basename "$1") $2"
   log=$(mktemp)

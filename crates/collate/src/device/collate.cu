@@ -122,7 +122,10 @@ extern "C" __global__ void finish(const float* values, u64 len, void* out, u32 o
     float v = values[i];
     if (flags & NORMALIZE) {
       u64 c = (i / plane) % channels;
-      v = __fdiv_rn(__fsub_rn(v, mean[c]), std[c]);
+      // A NaN keeps its payload, quietened, as the CPU's arithmetic keeps it (CUDA's would
+      // give its one canonical NaN), so normalised batches match the CPU's bit for bit.
+      v = v != v ? __int_as_float(__float_as_int(v) | 0x00400000)
+                 : __fdiv_rn(__fsub_rn(v, mean[c]), std[c]);
     }
     bool nan = v != v;
     if (nan && (flags & FILL_NAN)) v = fill;
