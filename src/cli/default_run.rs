@@ -46,9 +46,10 @@ pub struct RunArgs {
     /// much as the consumer's pace asks for).
     #[arg(long, default_value = "auto", value_name = "SHARE")]
     gpu_share: String,
-    /// With --decode split or auto: threads of the CPU side (0: one per core).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    split_cpu_threads: usize,
+    /// With --decode split or auto: threads of the CPU side (0: one per core; default: a
+    /// quarter of the cores, leaving the others to feed the GPU).
+    #[arg(long, value_name = "N")]
+    split_cpu_threads: Option<usize>,
     /// Where batch tensors are made: cpu (host memory) or gpu (device memory; default: the
     /// device's side).
     #[arg(long, value_name = "SIDE")]
@@ -374,7 +375,10 @@ fn pipeline(
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
-        .split_cpu_threads(args.split_cpu_threads)
+        .split_cpu_threads(
+            args.split_cpu_threads
+                .unwrap_or_else(zarrpipe::pipeline::default_split_cpu_threads),
+        )
         .decode_on(match decode {
             Decode::Cpu => DecodeOn::Cpu,
             Decode::Gpu => DecodeOn::Gpu,

@@ -118,7 +118,7 @@ impl PipelineBuilder {
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
             gpu_pinned_memory: 8 << 30,
-            split_cpu_threads: 0,
+            split_cpu_threads: default_split_cpu_threads(),
             #[cfg(feature = "cuda")]
             gpu: None,
         };
@@ -296,8 +296,10 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
-    /// Split and auto decoding: the threads of the CPU side (default 0: one per core). Fewer
-    /// leave cores to the threads that feed the GPU.
+    /// Split and auto decoding: the threads of the CPU side (0: one per core; default: a
+    /// quarter of the cores). Feeding the GPU (reads, frame checks, staging) takes the host's
+    /// cores too: on the H100 host, 16-core split decoding of W1 was slower than 2 or 4 threads
+    /// (docs/benchmarks.md).
     pub fn split_cpu_threads(mut self, threads: usize) -> Self {
         self.config.split_cpu_threads = threads;
         self
@@ -454,6 +456,12 @@ impl<P: CollateOn> PipelineBuilder<P> {
             unreachable!("refused when the GPU was opened")
         }
     }
+}
+
+/// A quarter of the cores, at least one: what split decoding's CPU side takes by default.
+pub fn default_split_cpu_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 4).max(1)
 }
 
 /// The GPU the stages use, if any.
