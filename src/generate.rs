@@ -61,6 +61,33 @@ pub struct GenerateOptions {
     /// `None` keeps one whole field per chunk. Tiles need not divide the grid:
     /// edge chunks are partial, and a shard is rounded up to whole tiles.
     pub chunks: Option<[u64; 2]>,
+    /// Which variables to write: W1's seven (43 fields) or the training benchmark's six.
+    pub variables: VariableSet,
+}
+
+/// The variables a store holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum VariableSet {
+    /// W1: t2m, u10, v10, msl and z, t, u on `levels` pressure levels (43 fields at 13 levels).
+    #[default]
+    W1,
+    /// The ERA5 U-Net benchmark's setup A (the hackathon's `train_unet.py`): t2m and five
+    /// 500 hPa fields, `t2m, V500, U500, T500, Z500, Q500`, each `(time, latitude, longitude)`;
+    /// `levels` does not apply.
+    SetupA,
+}
+
+impl VariableSet {
+    fn variables(self) -> &'static [Variable] {
+        match self {
+            Self::W1 => &VARIABLES,
+            Self::SetupA => &SETUP_A_VARIABLES,
+        }
+    }
+
+    fn has_levels(self) -> bool {
+        self.variables().iter().any(|v| v.has_level)
+    }
 }
 
 impl Default for GenerateOptions {
@@ -75,6 +102,7 @@ impl Default for GenerateOptions {
             shard: None,
             seed: 0,
             chunks: None,
+            variables: VariableSet::W1,
         }
     }
 }
@@ -125,13 +153,19 @@ enum Kind {
     Z,
     T,
     U,
+    V,
+    Q,
 }
 
+#[derive(Clone, Copy)]
 struct Variable {
     name: &'static str,
     long_name: &'static str,
     units: &'static str,
     has_level: bool,
+    /// The pressure (hPa) of a single-level field such as `Z500`; `None` for surface fields
+    /// and for level variables (whose pressure comes from the level coordinate).
+    pressure: Option<f64>,
     kind: Kind,
 }
 
@@ -141,6 +175,7 @@ const VARIABLES: [Variable; 7] = [
         long_name: "2 metre temperature",
         units: "K",
         has_level: false,
+        pressure: None,
         kind: Kind::T2m,
     },
     Variable {
@@ -148,6 +183,7 @@ const VARIABLES: [Variable; 7] = [
         long_name: "10 metre U wind component",
         units: "m s**-1",
         has_level: false,
+        pressure: None,
         kind: Kind::U10,
     },
     Variable {
@@ -155,6 +191,7 @@ const VARIABLES: [Variable; 7] = [
         long_name: "10 metre V wind component",
         units: "m s**-1",
         has_level: false,
+        pressure: None,
         kind: Kind::V10,
     },
     Variable {
@@ -162,6 +199,7 @@ const VARIABLES: [Variable; 7] = [
         long_name: "Mean sea level pressure",
         units: "Pa",
         has_level: false,
+        pressure: None,
         kind: Kind::Msl,
     },
     Variable {
@@ -169,6 +207,7 @@ const VARIABLES: [Variable; 7] = [
         long_name: "Geopotential",
         units: "m**2 s**-2",
         has_level: true,
+        pressure: None,
         kind: Kind::Z,
     },
     Variable {
@@ -176,6 +215,7 @@ const VARIABLES: [Variable; 7] = [
         long_name: "Temperature",
         units: "K",
         has_level: true,
+        pressure: None,
         kind: Kind::T,
     },
     Variable {
@@ -183,13 +223,64 @@ const VARIABLES: [Variable; 7] = [
         long_name: "U component of wind",
         units: "m s**-1",
         has_level: true,
+        pressure: None,
         kind: Kind::U,
     },
 ];
 
-/// Names of the data variables, surface ones first.
+/// Setup A of the training benchmark: the hackathon's six fields, as single-level variables.
+const SETUP_A_VARIABLES: [Variable; 6] = [
+    VARIABLES[0],
+    Variable {
+        name: "V500",
+        long_name: "V component of wind at 500 hPa",
+        units: "m s**-1",
+        has_level: false,
+        pressure: Some(500.0),
+        kind: Kind::V,
+    },
+    Variable {
+        name: "U500",
+        long_name: "U component of wind at 500 hPa",
+        units: "m s**-1",
+        has_level: false,
+        pressure: Some(500.0),
+        kind: Kind::U,
+    },
+    Variable {
+        name: "T500",
+        long_name: "Temperature at 500 hPa",
+        units: "K",
+        has_level: false,
+        pressure: Some(500.0),
+        kind: Kind::T,
+    },
+    Variable {
+        name: "Z500",
+        long_name: "Geopotential at 500 hPa",
+        units: "m**2 s**-2",
+        has_level: false,
+        pressure: Some(500.0),
+        kind: Kind::Z,
+    },
+    Variable {
+        name: "Q500",
+        long_name: "Specific humidity at 500 hPa",
+        units: "kg kg**-1",
+        has_level: false,
+        pressure: Some(500.0),
+        kind: Kind::Q,
+    },
+];
+
+/// Names of W1's data variables, surface ones first.
 pub fn variable_names() -> impl Iterator<Item = &'static str> {
     VARIABLES.iter().map(|v| v.name)
+}
+
+/// Names of the data variables `set` writes, in the order they are written.
+pub fn variable_names_of(set: VariableSet) -> impl Iterator<Item = &'static str> {
+    set.variables().iter().map(|v| v.name)
 }
 
 /// Writes the store at `path`, which must be absent or an empty directory.
@@ -213,7 +304,8 @@ pub fn generate(
 
     write_group(&store, options, path)?;
     write_coordinates(&store, &grid, options)?;
-    let arrays = VARIABLES
+    let variables = options.variables.variables();
+    let arrays = variables
         .iter()
         .map(|variable| create_variable(&store, variable, options))
         .collect::<Result<Vec<_>>>()?;
@@ -234,7 +326,7 @@ pub fn generate(
         .collect::<Result<Vec<(u64, u64)>>>()?;
 
     Ok(GenerateReport {
-        variables: VARIABLES.len(),
+        variables: variables.len(),
         chunks: total,
         stored_bytes: sizes.iter().map(|s| s.0).sum(),
         decoded_bytes: sizes.iter().map(|s| s.1).sum(),
@@ -252,13 +344,14 @@ pub fn expected_value(
     lat: u64,
     lon: u64,
 ) -> Option<f32> {
-    let index = VARIABLES.iter().position(|v| v.name == variable)?;
-    let level = if VARIABLES[index].has_level { level } else { 0 };
+    let variables = options.variables.variables();
+    let index = variables.iter().position(|v| v.name == variable)?;
+    let level = if variables[index].has_level { level } else { 0 };
     if time >= options.time || level >= options.levels || lat >= options.lat || lon >= options.lon {
         return None;
     }
     let grid = Grid::new(options);
-    let field = Field::new(options.seed, index, time, level, &grid);
+    let field = Field::new(options, index, time, level, &grid);
     Some(field.at(lat as usize, lon as usize))
 }
 
@@ -464,14 +557,16 @@ fn write_coordinates(
         0i64,
         time_attributes,
     )?;
-    write_coordinate(
-        store,
-        "level",
-        data_type::int32(),
-        &grid.levels,
-        0i32,
-        attributes("hPa", "pressure level"),
-    )?;
+    if options.variables.has_levels() {
+        write_coordinate(
+            store,
+            "level",
+            data_type::int32(),
+            &grid.levels,
+            0i32,
+            attributes("hPa", "pressure level"),
+        )?;
+    }
     let lat: Vec<f32> = grid.lat_deg.iter().map(|&v| v as f32).collect();
     write_coordinate(
         store,
@@ -508,7 +603,7 @@ struct ChunkTask {
 
 fn chunk_tasks(options: &GenerateOptions) -> Vec<ChunkTask> {
     let mut tasks = Vec::new();
-    for (variable, v) in VARIABLES.iter().enumerate() {
+    for (variable, v) in options.variables.variables().iter().enumerate() {
         match options.shard {
             Some(n) => {
                 for time_block in 0..options.time.div_ceil(n) {
@@ -552,7 +647,7 @@ fn write_chunk(
     options: &GenerateOptions,
     task: &ChunkTask,
 ) -> Result<(u64, u64)> {
-    let variable = &VARIABLES[task.variable];
+    let variable = &options.variables.variables()[task.variable];
     let levels = if variable.has_level {
         options.levels
     } else {
@@ -589,8 +684,7 @@ fn write_chunk(
     for ((time, level), out) in fields.zip(data.chunks_exact_mut(window_len)) {
         // Past the end of the time axis (last shard): leave the fill value.
         if time < options.time {
-            Field::new(options.seed, task.variable, time, level, grid)
-                .fill_window(origin, window, out);
+            Field::new(options, task.variable, time, level, grid).fill_window(origin, window, out);
             valid_fields += 1;
         }
     }
@@ -677,6 +771,8 @@ fn unit(h: u64) -> f64 {
 fn rounding_scale(kind: Kind) -> f64 {
     match kind {
         Kind::Z | Kind::Msl => 10.0,
+        // Specific humidity is about 1e-3 kg/kg at 500 hPa: keep 1e-7.
+        Kind::Q => 1e7,
         _ => 100.0,
     }
 }
@@ -689,6 +785,12 @@ fn profile(kind: Kind, phi: f64, p: f64) -> (f64, f64, f64) {
         Kind::T2m => (232.0 + 68.0 * c, 5.0, 0.3),
         Kind::U10 => (1.0 - 5.0 * (4.0 * phi).cos(), 7.0, 0.3),
         Kind::V10 => (0.0, 8.0, 0.3),
+        Kind::V => (0.0, 10.0 * p.min(500.0) / 500.0 + 2.0, 0.4),
+        // Moist tropics, dry poles; drier with height (scale height about 2.5 km of pressure).
+        Kind::Q => {
+            let q = 0.012 * c.powi(3) * (p / 1_000.0).powi(3) + 1e-5;
+            (q, 0.3 * q, 0.05 * q)
+        }
         Kind::Msl => (101_325.0 - 600.0 * (4.0 * phi).cos(), 1_000.0, 5.0),
         Kind::Z => {
             // Hypsometric height with a 7 km scale height; lower poleward.
@@ -724,9 +826,13 @@ struct Field {
 }
 
 impl Field {
-    fn new(seed: u64, variable: usize, time: u64, level: u64, grid: &Grid) -> Self {
-        let kind = VARIABLES[variable].kind;
-        let p = f64::from(grid.levels.get(level as usize).copied().unwrap_or(1000));
+    fn new(options: &GenerateOptions, variable: usize, time: u64, level: u64, grid: &Grid) -> Self {
+        let seed = options.seed;
+        let spec = &options.variables.variables()[variable];
+        let kind = spec.kind;
+        let p = spec
+            .pressure
+            .unwrap_or_else(|| f64::from(grid.levels.get(level as usize).copied().unwrap_or(1000)));
         // Wave shapes depend on (seed, variable, level) only; time moves the
         // phases so consecutive steps look like evolving weather.
         let shape_key = splitmix64(splitmix64(splitmix64(seed) ^ variable as u64) ^ level);
@@ -817,6 +923,7 @@ mod tests {
             shard,
             seed: 7,
             chunks: None,
+            variables: VariableSet::W1,
         }
     }
 
@@ -947,6 +1054,51 @@ mod tests {
         );
     }
 
+    /// Setup A: six single-level fields named as the hackathon's, no level coordinate, values
+    /// of each field's physical size (Q500 a small positive humidity, Z500 about 5 km of
+    /// geopotential height), and t2m the same field as W1's.
+    #[test]
+    fn setup_a_writes_the_six_training_fields() {
+        let options = GenerateOptions {
+            variables: VariableSet::SetupA,
+            ..tiny(Compression::Zstd, None)
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store");
+        let report = generate(&path, &options, |_, _| {}).expect("generate");
+        assert_eq!(report.variables, 6);
+        assert_eq!(report.chunks, 6 * 2);
+        assert!(!path.join("level").exists());
+        let names: Vec<_> = variable_names_of(VariableSet::SetupA).collect();
+        assert_eq!(names, ["t2m", "V500", "U500", "T500", "Z500", "Q500"]);
+        for name in names {
+            let array = open(&path, name);
+            assert_eq!(array.shape(), &[2, 8, 16], "{name}");
+            let values: Vec<f32> = array
+                .retrieve_array_subset(&ArraySubset::new_with_shape(vec![2, 8, 16]))
+                .expect("values");
+            for (k, value) in values.iter().enumerate() {
+                let (t, i, j) = (k / 128, (k / 16) % 8, k % 16);
+                let expected = expected_value(&options, name, t as u64, 0, i as u64, j as u64);
+                assert_eq!(Some(*value), expected, "{name}[{t}, {i}, {j}]");
+            }
+            let mean = values.iter().map(|&v| f64::from(v)).sum::<f64>() / values.len() as f64;
+            let plausible = match name {
+                "Q500" => (1e-6..0.01).contains(&mean) && values.iter().all(|&v| v > 0.0),
+                "Z500" => (45_000.0..58_000.0).contains(&mean),
+                "T500" => (230.0..275.0).contains(&mean),
+                "t2m" => (230.0..310.0).contains(&mean),
+                _ => mean.abs() < 40.0,
+            };
+            assert!(plausible, "{name}: mean {mean}");
+        }
+        let w1 = tiny(Compression::Zstd, None);
+        assert_eq!(
+            expected_value(&options, "t2m", 1, 0, 3, 5),
+            expected_value(&w1, "t2m", 1, 0, 3, 5)
+        );
+    }
+
     #[test]
     fn refuses_non_empty_directory() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -983,7 +1135,11 @@ mod tests {
             let levels = if VARIABLES[index].has_level { 13 } else { 1 };
             for level in 0..levels {
                 let mut out = vec![0.0; 32 * 64];
-                Field::new(0, index, 0, level, &grid).fill_window([0, 0], [32, 64], &mut out);
+                Field::new(&options, index, 0, level, &grid).fill_window(
+                    [0, 0],
+                    [32, 64],
+                    &mut out,
+                );
                 for &x in &out {
                     let x = f64::from(x);
                     assert!(

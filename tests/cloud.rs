@@ -31,6 +31,7 @@ fn small_w1(dir: &Path, shard: Option<u64>) -> std::path::PathBuf {
         shard,
         seed: 3,
         chunks: None,
+        variables: Default::default(),
     };
     generate(&path, &options, |_, _| {}).expect("generate");
     consolidate(&path);

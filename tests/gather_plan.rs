@@ -25,6 +25,7 @@ fn store(dir: &std::path::Path, shard: Option<u64>) -> String {
         shard,
         seed: 3,
         chunks: None,
+        variables: Default::default(),
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");

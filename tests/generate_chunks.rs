@@ -21,6 +21,7 @@ fn options(shard: Option<u64>, chunks: Option<[u64; 2]>) -> GenerateOptions {
         shard,
         seed: 5,
         chunks,
+        variables: Default::default(),
     }
 }
 

@@ -22,6 +22,7 @@ fn tiny(compression: Compression, shard: Option<u64>) -> GenerateOptions {
         shard,
         seed: 7,
         chunks: None,
+        variables: Default::default(),
     }
 }
 

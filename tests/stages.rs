@@ -26,6 +26,7 @@ fn write_store(dir: &Path, compression: Compression) -> String {
         shard: None,
         seed: 3,
         chunks: None,
+        variables: Default::default(),
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");

@@ -50,6 +50,7 @@ fn fixture() -> &'static Fixture {
             shard: None,
             seed: 3,
             chunks: None,
+            variables: Default::default(),
         };
         generate(&path, &options, |_, _| {}).unwrap();
         let (t2m, z) = runtime().block_on(async {

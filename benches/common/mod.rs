@@ -16,6 +16,7 @@ pub fn options(compression: Compression) -> GenerateOptions {
         shard: None,
         seed: 7,
         chunks: None,
+        variables: Default::default(),
     }
 }
 

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use zarrpipe::generate::{generate, Compression, GenerateOptions};
+use zarrpipe::generate::{generate, Compression, GenerateOptions, VariableSet};
 
 #[derive(Debug, clap::Args)]
 pub struct GenerateArgs {
@@ -30,6 +30,10 @@ pub struct GenerateArgs {
     /// still holds whole fields); default: one whole field per chunk.
     #[arg(long, value_name = "LAT,LON", value_parser = parse_chunks)]
     chunks: Option<[u64; 2]>,
+    /// Which variables: `w1` (t2m, u10, v10, msl; z, t, u on --levels levels: 43 fields), or
+    /// `setup-a` (the U-Net training benchmark's t2m, V500, U500, T500, Z500, Q500).
+    #[arg(long, value_enum, default_value_t = VariableSet::W1)]
+    variables: VariableSet,
     /// Seed of the synthetic fields.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -45,6 +49,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         shard: args.shard,
         seed: args.seed,
         chunks: args.chunks,
+        variables: args.variables,
     };
     let started = Instant::now();
     let report = write_with_progress(&args.path, &options)?;
