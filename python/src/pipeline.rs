@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use zarrpipe::batcher::{SampleLayout, SamplerState};
 use zarrpipe::core::Device;
-use zarrpipe::pipeline::{Batch, BatchStream, Host};
+use zarrpipe::pipeline::{Batch, BatchStream, Host, MetricsSnapshot};
 use zarrpipe::store::Dataset;
 
 use crate::errors;
@@ -49,6 +49,14 @@ impl Batches {
             Batches::Host(stream) => stream.num_batches(),
             #[cfg(feature = "cuda")]
             Batches::Gpu(stream) => stream.num_batches(),
+        }
+    }
+
+    fn metrics(&self) -> MetricsSnapshot {
+        match self {
+            Batches::Host(stream) => stream.metrics(),
+            #[cfg(feature = "cuda")]
+            Batches::Gpu(stream) => stream.metrics(),
         }
     }
 
@@ -259,6 +267,40 @@ impl NativeEpoch {
     fn num_batches(&self) -> u64 {
         let guard = self.batches.lock().unwrap_or_else(|p| p.into_inner());
         guard.as_ref().map_or(0, Batches::num_batches)
+    }
+
+    /// The epoch's counters so far (the pipeline's `MetricsSnapshot`): times in seconds.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let guard = self.batches.lock().unwrap_or_else(|p| p.into_inner());
+        let m = guard.as_ref().map(Batches::metrics).unwrap_or_default();
+        let dict = PyDict::new(py);
+        let seconds = [
+            ("fetch_busy_s", m.fetch_busy),
+            ("decode_busy_s", m.decode_busy),
+            ("collate_busy_s", m.collate_busy),
+            ("consumer_wait_s", m.consumer_wait),
+            ("first_wait_s", m.first_wait),
+            ("gpu_planning_busy_s", m.gpu_planning_busy),
+            ("gpu_busy_s", m.gpu_busy),
+        ];
+        for (name, duration) in seconds {
+            dict.set_item(name, duration.as_secs_f64())?;
+        }
+        let counts = [
+            ("chunks", m.chunks),
+            ("missing_chunks", m.missing_chunks),
+            ("stored_bytes", m.stored_bytes),
+            ("decoded_bytes", m.decoded_bytes),
+            ("delivered_bytes", m.delivered_bytes),
+            ("samples", m.samples),
+            ("batches", m.batches),
+            ("cpu_decoded_chunks", m.cpu_decoded_chunks),
+            ("gpu_decoded_chunks", m.gpu_decoded_chunks),
+        ];
+        for (name, count) in counts {
+            dict.set_item(name, count)?;
+        }
+        Ok(dict)
     }
 
     /// Stops the epoch: batches being loaded are dropped and their work cancelled.

@@ -129,3 +129,56 @@ def test_a_loaded_state_holds_for_its_own_epoch_only():
     fresh.load_state_dict(state)
     fresh.set_epoch(2)  # the next epoch: whole, in its own order
     assert len(list(fresh)) == 7 and fresh.state_dict()["epoch"] == 2
+
+
+@pytest.mark.parametrize("uneven", ["drop", "pad"])
+@pytest.mark.parametrize("stop_after", [0, 2, 5])
+def test_two_ranks_resumed_mid_epoch_deliver_the_epoch_exactly_once(uneven, stop_after):
+    """Two ranks (as under torchrun), shuffled, 27 samples each in batches of 4 (the last
+    batch short), each rank stopped after `stop_after` batches and resumed from its saved
+    state in a new pipeline: each rank delivers exactly what an uninterrupted run delivers,
+    and together they deliver each sample once."""
+    options = dict(batch_size=4, shuffle=True, seed=11, world_size=2, uneven=uneven, epoch=3)
+    delivered = []
+    for rank in range(2):
+        whole = order(pipeline(rank=rank, **options))
+        pipe = pipeline(rank=rank, **options)
+        iterator = iter(pipe)
+        first = [i for _ in range(stop_after) for i in next(iterator).sample_indices]
+        state = json.loads(json.dumps(pipe.state_dict()))
+        del iterator
+        resumed = pipeline(rank=rank, **options)
+        resumed.load_state_dict(state)
+        rest = order(resumed)
+        assert first + rest == whole, f"rank {rank}: the resumed epoch differs"
+        assert len(whole) == 27
+        delivered += whole
+    assert sorted(delivered) == list(range(54)), "each sample exactly once over the two ranks"
+
+
+def test_odd_sample_counts_drop_or_pad_as_distributed_sampler():
+    # 54 samples on 4 ranks: drop gives 13 each (2 left out), pad 14 each (2 repeated).
+    for uneven, per_rank in (("drop", 13), ("pad", 14)):
+        ranks = [order(pipeline(batch_size=5, shuffle=True, seed=2, rank=r, world_size=4,
+                                uneven=uneven)) for r in range(4)]
+        assert all(len(r) == per_rank for r in ranks), uneven
+        flat = [i for r in ranks for i in r]
+        if uneven == "drop":
+            assert len(set(flat)) == 52
+        else:
+            assert set(flat) == set(range(54)) and len(flat) - len(set(flat)) == 2
+
+
+def test_metrics_count_the_epoch():
+    pipe = pipeline(batch_size=8)
+    assert pipe.metrics() == {}
+    batches = 0
+    for _ in pipe:
+        batches += 1
+        assert pipe.metrics()["batches"] == batches
+    metrics = pipe.metrics()
+    assert metrics["batches"] == 7 and metrics["samples"] == 54
+    assert metrics["gpu_decoded_chunks"] == 0 and metrics["gpu_busy_s"] == 0.0
+    assert metrics["cpu_decoded_chunks"] + metrics["missing_chunks"] == metrics["chunks"] > 0
+    assert metrics["consumer_wait_s"] >= metrics["first_wait_s"] >= 0.0
+    assert metrics["delivered_bytes"] == 54 * pipe.sample_shape[0] * 3 * 5 * 4

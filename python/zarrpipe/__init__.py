@@ -377,6 +377,7 @@ class Pipeline:
         self._resume: str | None = None
         self._current: Any = None
         self._last_state: str | None = None
+        self._last_metrics: dict[str, Any] | None = None
         self._last_epoch = self._epoch
 
     # --- what a DataLoader has ---------------------------------------------------------
@@ -421,6 +422,7 @@ class Pipeline:
         finally:
             if self._current is native_epoch:
                 self._last_state = native_epoch.state_json()
+                self._last_metrics = native_epoch.metrics()
                 self._current = None
             native_epoch.close()
 
@@ -437,6 +439,16 @@ class Pipeline:
             "epoch": self._epoch,
             "sampler": json.loads(state) if state is not None else None,
         }
+
+    def metrics(self) -> dict[str, Any]:
+        """The counters of the epoch being iterated, or else of the last one: busy times of
+        each stage and the consumer's wait (``*_s``, seconds; busy times add up over chunks
+        in flight), ``gpu_busy_s`` (GPU time the loader's kernels took, from CUDA events),
+        chunks decoded on each side (``cpu_decoded_chunks``, ``gpu_decoded_chunks``), bytes,
+        samples and batches. Empty counters before the first epoch."""
+        if self._current is not None:
+            return self._current.metrics()
+        return dict(self._last_metrics) if self._last_metrics is not None else {}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` at the next iteration."""
