@@ -152,9 +152,13 @@ class ZarrpipeBatches:
             if args.mode == "auto" and args.gpu_share is not None:
                 options["gpu_share"] = args.gpu_share
         self.pipe = zarrpipe.Pipeline(args.store, **options)
+        self.pipe_batch_size = args.batch_size
         self.finished: dict[str, float] = {}
 
     def __iter__(self) -> Iterator:
+        if len(self.pipe) == 0:
+            raise SystemExit(f"{self.pipe.num_samples} samples per epoch: not one batch of "
+                             f"{self.pipe_batch_size} (a larger store, or a smaller --batch-size)")
         epoch = 0
         while True:
             self.pipe.set_epoch(epoch)
@@ -183,14 +187,14 @@ def baseline_batches(args, device) -> Iterator:
     class ERA5Pairs(Dataset):
         def __init__(self):
             self.ds = None  # opened in each worker (xarray handles are not fork-safe)
-            self.steps = xr.open_zarr(args.store, consolidated=False).sizes["time"]
+            self.steps = xr.open_zarr(args.store, consolidated=False, chunks=None).sizes["time"]
 
         def __len__(self) -> int:
             return self.steps - 1
 
         def fields(self, t: int) -> np.ndarray:
             if self.ds is None:
-                self.ds = xr.open_zarr(args.store, consolidated=False)[args.variables]
+                self.ds = xr.open_zarr(args.store, consolidated=False, chunks=None)[args.variables]
             step = self.ds.isel(time=t).load()
             # A level variable gives a channel per level, as in zarrpipe's stacking.
             fields = [((step[v].values - stats[v]["mean"]) / stats[v]["std"]).reshape(
@@ -207,6 +211,9 @@ def baseline_batches(args, device) -> Iterator:
                         pin_memory=device.type == "cuda", drop_last=True,
                         persistent_workers=args.workers > 0,
                         prefetch_factor=4 if args.workers > 0 else None)
+    if len(loader) == 0:
+        raise SystemExit(f"{len(data)} samples per epoch: not one batch of {args.batch_size} "
+                         f"(a larger store, or a smaller --batch-size)")
     epoch = 0
     while True:
         if sampler is not None:

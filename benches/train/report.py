@@ -1,0 +1,141 @@
+"""The training benchmark's report: results.jsonl (one line per run of
+examples/python/train_unet.py, with `setup` and `run` added by run.sh) -> training.md and one
+plot per setup and precision: the hackathon's three bars (training on real data, the loader
+alone, training on synthetic data) for the baseline and for each zarrpipe mode.
+
+    python benches/train/report.py results.jsonl --out DIR --host TEXT --command TEXT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SETUPS = {
+    "a": "Setup A: t2m, V500, U500, T500, Z500, Q500 in and out (6 channels)",
+    "b": "Setup B: W1's 43 fields in and out",
+}
+LOADER_NAMES = {
+    "baseline": "baseline (xarray + DataLoader)",
+    "zarrpipe-gpu": "zarrpipe, GPU decode",
+    "zarrpipe-cpu": "zarrpipe, CPU decode + GPU collate",
+    "zarrpipe-split": "zarrpipe, split decode",
+    "zarrpipe-auto": "zarrpipe, auto",
+}
+
+
+def load(path: Path) -> list[dict]:
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+def pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}%"
+
+
+def table(rows: list[dict], setup: str, precision: str) -> tuple[list[str], dict]:
+    """The markdown table of one setup and precision, and the figures the plot needs."""
+    runs = {r["run"]: r for r in rows if r.get("setup") == setup}
+    synthetic = runs.get(f"synthetic {precision}", {}).get("samples_per_s")
+    out = [
+        "| loader | training samples/s | % of synthetic | data wait | loader GPU time | loader alone samples/s | mean loss |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    bars = {}
+    if synthetic:
+        out.append(f"| synthetic (random tensors on the GPU) | {synthetic:.1f} | 100% | "
+                   f"{pct(runs[f'synthetic {precision}'].get('data_wait_fraction'))} | | | |")
+    for loader, name in LOADER_NAMES.items():
+        train = runs.get(f"{loader} {precision}")
+        alone = runs.get(f"{loader} alone")
+        if train is None and alone is None:
+            continue
+        if train is not None and "error" in train:
+            out.append(f"| {name} | failed: {train['error'][:120]} | | | | | |")
+            continue
+        speed = train.get("samples_per_s") if train else None
+        alone_speed = alone.get("samples_per_s") if alone and "error" not in alone else None
+        ratio = f"{100 * speed / synthetic:.1f}%" if speed and synthetic else ""
+        out.append(
+            f"| {name} | {speed:.1f} | {ratio} | {pct(train.get('data_wait_fraction'))} | "
+            f"{pct(train.get('loader_gpu_fraction'))} | "
+            f"{'' if alone_speed is None else f'{alone_speed:.1f}'} | {train.get('mean_loss', 0):.4f} |"
+            if speed else f"| {name} | | | | | {'' if alone_speed is None else f'{alone_speed:.1f}'} | |")
+        bars[name] = (speed, alone_speed)
+    return out, {"synthetic": synthetic, "bars": bars}
+
+
+def plot(figures: dict, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(figures["bars"])
+    if not names:
+        return
+    fig, ax = plt.subplots(figsize=(10, 0.9 + 0.75 * len(names)))
+    y = range(len(names))
+    train = [figures["bars"][n][0] or 0 for n in names]
+    alone = [figures["bars"][n][1] or 0 for n in names]
+    synthetic = figures["synthetic"] or 0
+    ax.barh([i + 0.27 for i in y], train, height=0.26, color="#d62728", label="training on real data")
+    ax.barh(list(y), alone, height=0.26, color="#7f7f7f", label="loader alone (no training)")
+    ax.barh([i - 0.27 for i in y], [synthetic] * len(names), height=0.26, color="#1f77b4",
+            label="training on synthetic data")
+    for i, (t, a) in enumerate(zip(train, alone)):
+        if t:
+            ax.text(t, i + 0.27, f" {t:.1f}", va="center", fontsize=8)
+        if a:
+            ax.text(a, i, f" {a:.1f}", va="center", fontsize=8)
+    ax.set_yticks(list(y), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("samples/s")
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("results", type=Path)
+    p.add_argument("--out", type=Path, default=Path("."))
+    p.add_argument("--host", default="")
+    p.add_argument("--command", default="benches/train/run.sh")
+    args = p.parse_args()
+    rows = load(args.results)
+    done = [r for r in rows if "error" not in r]
+    out = ["# Training benchmark results", ""]
+    if done:
+        first = done[0]
+        out += [f"Host: {args.host}. Command: `{args.command}`.",
+                f"Each run: {first['steps']} timed steps after {first['warmup']} untimed, batch "
+                f"{first['batch_size']}, fields {first['shape'][0]} x {first['shape'][1]}.", ""]
+    for setup, text in SETUPS.items():
+        precisions = sorted({r["run"].split()[-1] for r in rows
+                             if r.get("setup") == setup and r["run"].split()[-1] in ("fp32", "bf16")})
+        for precision in precisions:
+            lines, figures = table(rows, setup, precision)
+            image = f"training_{setup}_{precision}.png"
+            out += [f"## {text}, {precision}", "", *lines, "", f"![{setup} {precision}]({image})", ""]
+            plot(figures, f"{text}, {precision}: samples/s", args.out / image)
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        out += ["Runs that failed or did not run:", ""]
+        out += [f"- setup {r.get('setup')}, {r.get('run')}: {r['error']}" for r in errors]
+        out.append("")
+    (args.out / "training.md").write_text("\n".join(out))
+    print(f"wrote {args.out / 'training.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

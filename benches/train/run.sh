@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The ERA5 U-Net training benchmark (issue 17), every loader and mode in one run on one GPU host:
+#
+#   benches/train/run.sh [ZARRPIPE_BINARY] [WORKDIR]
+#
+# 1. installs the carried wheels (WHEELS=.whl: zarr-python and its dependencies for the baseline,
+#    from benches/peers/fetch_wheels.sh, and the zarrpipe wheel built with `maturin build
+#    --release --features cuda`) into /tmp/site;
+# 2. writes each setup's store with `zarrpipe generate` into WORKDIR (kept between runs):
+#      a   setup A: t2m, V500, U500, T500, Z500, Q500 (`--variables setup-a`), A_TIME steps
+#      b   setup B: W1's 43 fields (t2m, u10, v10, msl; z, t, u on 13 levels), B_TIME steps
+#    and their per-variable statistics (the first training run computes and caches them);
+# 3. runs examples/python/train_unet.py once per loader, mode and precision, the same STEPS
+#    timed steps after WARMUP untimed ones each: synthetic (the upper bound), the baseline
+#    (xarray + DataLoader, WORKERS workers), zarrpipe with --mode gpu, cpu (CPU decode, GPU
+#    collate), split and auto; each loader also alone (--no-training, fp32);
+# 4. appends every run's JSON line to WORKDIR/results.jsonl and writes WORKDIR/training.md and
+#    its plots (benches/train/report.py), copied to $OUT when that is set.
+#
+# Environment (all optional):
+#   WHEELS=.whl (a folder of wheels)   SKIP_WHEELS=1 (use what python3 has)
+#   SETUPS="a b"   PRECISIONS="fp32 bf16" (bf16 runs train only; setup B: fp32 only)
+#   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe"
+#   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=1500 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
+#   BUDGET=seconds for the whole run: what does not fit is reported as not run
+#   KEEP=1 keeps each store after its setup (default: removed, the host's disk is 64 GiB)
+#   APPEND=1 keeps earlier results.jsonl lines (several calls make one report)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+work=${2:-/tmp/zarrpipe-train}
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+bin=${1:-}
+if [ -z "$bin" ]; then
+  for b in .device/bin/zarrpipe "$work/bin/zarrpipe" target/release/zarrpipe; do [ -x "$b" ] && bin=$b && break; done
+fi
+if [ -z "$bin" ] && [ -e .device/bins.tar.xz ]; then
+  tar -xJf .device/bins.tar.xz -C "$work" && bin=$work/bin/zarrpipe
+fi
+[ -x "${bin:-}" ] || { echo "no zarrpipe binary (give its path as the first argument)" >&2; exit 2; }
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+started=$SECONDS
+say() { echo "[train/run.sh $((SECONDS - started))s] $*" >&2; }
+
+# --- 1. wheels ---------------------------------------------------------------------------------
+wheels=$(ls "${WHEELS:-.whl}"/*.whl 2>/dev/null)
+if [ -n "$wheels" ] && [ "${SKIP_WHEELS:-0}" != 1 ]; then
+  say "installing $(echo "$wheels" | wc -l) wheels into /tmp/site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
+    || { say "installing the wheels failed"; exit 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+if [ -z "${NVCOMP_LIB:-}" ] && [ -e "$(dirname "$bin")/libnvcomp.so.6" ]; then
+  export NVCOMP_LIB=$(dirname "$bin")/libnvcomp.so.6
+fi
+python3 -c "import zarrpipe, torch; print('zarrpipe', zarrpipe.__version__, 'cuda built', zarrpipe.cuda_available(), 'torch', torch.__version__)" >&2 \
+  || { say "python3 cannot import zarrpipe and torch"; exit 1; }
+
+[ "${APPEND:-0}" = 1 ] || : > "$work/results.jsonl"
+steps=${STEPS:-60}; warmup=${WARMUP:-15}; workers=${WORKERS:-8}
+modes=${MODES:-gpu cpu split auto}
+loaders=${LOADERS:-synthetic baseline zarrpipe}
+script=$root/examples/python/train_unet.py
+
+# One training run; its JSON line goes to results.jsonl, a failure is recorded with its reason.
+train() {
+  local setup=$1 label=$2; shift 2
+  if [ -n "${BUDGET:-}" ] && [ $((SECONDS - started)) -ge "$BUDGET" ]; then
+    say "over BUDGET: not run: $setup $label"
+    echo "{\"setup\": \"$setup\", \"run\": \"$label\", \"error\": \"not run (over BUDGET)\"}" >> "$work/results.jsonl"
+    return
+  fi
+  say "setup $setup: $label"
+  local log=$work/$setup-${label// /_}.log
+  timeout "${RUN_TIMEOUT:-300}" python3 "$script" --steps "$steps" --warmup "$warmup" --workers "$workers" "$@" > "$log" 2>&1
+  local status=$?
+  local line
+  line=$(grep '^{' "$log" | tail -n 1)
+  if [ "$status" -eq 0 ] && [ -n "$line" ]; then
+    python3 -c "import json,sys; d=json.loads(sys.argv[1]); d.update(setup=sys.argv[2], run=sys.argv[3]); print(json.dumps(d))" \
+      "$line" "$setup" "$label" >> "$work/results.jsonl"
+    grep -v '^{' "$log" | tail -n 1 >&2
+  else
+    local why
+    why=$(tail -n 3 "$log" | tr '\n"' ' \047' | cut -c1-300)
+    say "failed ($status): $why"
+    echo "{\"setup\": \"$setup\", \"run\": \"$label\", \"error\": \"exit $status: $why\"}" >> "$work/results.jsonl"
+  fi
+}
+
+for setup in ${SETUPS:-a b}; do
+  store=$work/setup-$setup.zarr
+  case $setup in
+    a) gen=(--variables setup-a --time "${A_TIME:-1500}"); variables=(--variables t2m,V500,U500,T500,Z500,Q500); precisions=${PRECISIONS:-fp32 bf16} ;;
+    b) gen=(--time "${B_TIME:-200}"); variables=(--variables all); precisions=fp32 ;;
+    *) say "unknown setup $setup (a or b)"; continue ;;
+  esac
+  if [ ! -e "$store/zarr.json" ]; then
+    say "writing $store: zarrpipe generate ${gen[*]} ${GEN_ARGS:-}"
+    "$bin" generate "$store" "${gen[@]}" ${GEN_ARGS:-} | tail -n 1 >&2 || { say "generate failed"; continue; }
+  fi
+  # Warm the page cache (every loader then reads from memory, as in the peers' runs).
+  cat "$store"/*/c/* "$store"/*/c/*/* "$store"/*/c/*/*/* > /dev/null 2>&1
+  for precision in $precisions; do
+    for loader in $loaders; do
+      case $loader in
+        synthetic) train "$setup" "synthetic $precision" --loader synthetic --precision "$precision" "${variables[@]}" "$store" ;;
+        baseline)
+          train "$setup" "baseline $precision" --loader baseline --precision "$precision" "${variables[@]}" "$store"
+          [ "$precision" = fp32 ] && train "$setup" "baseline alone" --loader baseline --no-training "${variables[@]}" "$store" ;;
+        zarrpipe)
+          for mode in $modes; do
+            train "$setup" "zarrpipe-$mode $precision" --loader zarrpipe --mode "$mode" --precision "$precision" "${variables[@]}" "$store"
+            [ "$precision" = fp32 ] && train "$setup" "zarrpipe-$mode alone" --loader zarrpipe --mode "$mode" --no-training "${variables[@]}" "$store"
+          done ;;
+      esac
+    done
+  done
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$store"
+done
+
+# --- 4. the report ---------------------------------------------------------------------------
+host=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+python3 "$here/report.py" "$work/results.jsonl" --out "$work" --host "${host:-no GPU}, $(nproc) CPUs" \
+  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-1500} B_TIME=${B_TIME:-200})" >&2
+if [ -n "${OUT:-}" ]; then
+  cp "$work/results.jsonl" "$work"/training*.md "$work"/training_*.png "$work"/*.log "$OUT"/ 2>/dev/null
+fi
+say "done"
