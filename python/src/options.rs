@@ -43,6 +43,8 @@ pub(crate) struct Config {
     pub uneven: Uneven,
     pub store: StoreOptions,
     pub fetch_concurrency: Option<usize>,
+    /// GPU pipelines: threads decoding on the CPU (`cpu`, `split`, `auto`).
+    pub cpu_decode_threads: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_tensor_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -84,6 +86,7 @@ const KEYS: &[&str] = &[
     "timeout",
     "retries",
     "fetch_concurrency",
+    "cpu_decode_threads",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
     "decode_on",
@@ -243,6 +246,7 @@ impl Config {
             uneven,
             store,
             fetch_concurrency: get(options, "fetch_concurrency")?,
+            cpu_decode_threads: get(options, "cpu_decode_threads")?,
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
             decode_on,
@@ -315,6 +319,9 @@ impl Config {
         }
         if let Some(reads) = self.fetch_concurrency {
             builder = builder.fetch_concurrency(reads);
+        }
+        if let Some(threads) = self.cpu_decode_threads {
+            builder = builder.cpu_decode_threads(threads);
         }
         if let Some(state) = resume {
             builder = builder.resume(state);

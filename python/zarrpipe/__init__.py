@@ -254,7 +254,9 @@ class Pipeline:
     - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
       build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
       ``"split"`` (both, by their measured rates) or ``"auto"`` (the GPU only while training
-      waits, at most ``gpu_share`` of its time).
+      waits, at most ``gpu_share`` of its time); ``cpu_decode_threads``: threads decoding on
+      the CPU there, at a low priority so the training loop keeps its cores (default: every
+      core but two; a quarter of them for ``"split"``).
       ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
       its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
       device / of stored chunks staged in pinned memory at once.
@@ -304,6 +306,7 @@ class Pipeline:
         timeout: float | None = None,
         retries: int | None = None,
         fetch_concurrency: int | None = None,
+        cpu_decode_threads: int | None = None,
         gpu_tensor_memory: int | None = None,
         gpu_pinned_memory: int | None = None,
         decode_on: str | None = None,
@@ -365,6 +368,7 @@ class Pipeline:
             "timeout": timeout,
             "retries": retries,
             "fetch_concurrency": fetch_concurrency,
+            "cpu_decode_threads": cpu_decode_threads,
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,
             "decode_on": decode_on,

@@ -46,10 +46,11 @@ pub struct RunArgs {
     /// much as the consumer's pace asks for).
     #[arg(long, default_value = "auto", value_name = "SHARE")]
     gpu_share: String,
-    /// With --decode split or auto: threads of the CPU side (0: one per core; default: a
-    /// quarter of the cores, leaving the others to feed the GPU).
-    #[arg(long, value_name = "N")]
-    split_cpu_threads: Option<usize>,
+    /// On a GPU device with --decode cpu, split or auto: threads decoding on the CPU, at a low
+    /// priority (0: one per core; default: a quarter of the cores for split, leaving the
+    /// others to feed the GPU; every core but two for cpu and auto).
+    #[arg(long, value_name = "N", alias = "split-cpu-threads")]
+    cpu_decode_threads: Option<usize>,
     /// Where batch tensors are made: cpu (host memory) or gpu (device memory; default: the
     /// device's side).
     #[arg(long, value_name = "SIDE")]
@@ -375,10 +376,6 @@ fn pipeline(
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
         .prefetch(args.prefetch)
-        .split_cpu_threads(
-            args.split_cpu_threads
-                .unwrap_or_else(zarrpipe::pipeline::default_split_cpu_threads),
-        )
         .decode_on(match decode {
             Decode::Cpu => DecodeOn::Cpu,
             Decode::Gpu => DecodeOn::Gpu,
@@ -387,6 +384,9 @@ fn pipeline(
                 gpu_share: gpu_share(&args.gpu_share)?,
             },
         });
+    if let Some(threads) = args.cpu_decode_threads {
+        builder = builder.cpu_decode_threads(threads);
+    }
     builder = args.values.apply(builder)?;
     for selection in &args.windows.select {
         builder = builder.select(

@@ -76,7 +76,8 @@ struct Config {
     latitude_dim: Option<String>,
     gpu_tensor_memory: usize,
     gpu_pinned_memory: usize,
-    split_cpu_threads: usize,
+    /// Threads of CPU decoding in a GPU pipeline; `None`: [`default_cpu_decode_threads`].
+    cpu_decode_threads: Option<usize>,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -118,7 +119,7 @@ impl PipelineBuilder {
             latitude_dim: None,
             gpu_tensor_memory: 16 << 30,
             gpu_pinned_memory: 8 << 30,
-            split_cpu_threads: default_split_cpu_threads(),
+            cpu_decode_threads: None,
             #[cfg(feature = "cuda")]
             gpu: None,
         };
@@ -296,12 +297,12 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
-    /// Split and auto decoding: the threads of the CPU side (0: one per core; default: a
-    /// quarter of the cores). Feeding the GPU (reads, frame checks, staging) takes the host's
-    /// cores too: on the H100 host, 16-core split decoding of W1 was slower than 2 or 4 threads
-    /// (docs/benchmarks.md).
-    pub fn split_cpu_threads(mut self, threads: usize) -> Self {
-        self.config.split_cpu_threads = threads;
+    /// CPU decoding in a GPU pipeline (`DecodeOn::Cpu` with GPU collation, the CPU side of
+    /// split and auto decoding): its threads (0: one per core; default:
+    /// [`default_cpu_decode_threads`]). They run at a lower priority than the process's other
+    /// threads, so a training loop and the GPU's feeders keep their cores.
+    pub fn cpu_decode_threads(mut self, threads: usize) -> Self {
+        self.config.cpu_decode_threads = Some(threads);
         self
     }
 
@@ -431,7 +432,16 @@ impl<P: CollateOn> PipelineBuilder<P> {
         if let Some(decoder) = &self.config.decoder {
             return Ok((decoder.clone(), own_pace));
         }
+        let threads = self
+            .config
+            .cpu_decode_threads
+            .unwrap_or_else(|| default_cpu_decode_threads(self.config.decode_on));
         let policy = match self.config.decode_on {
+            #[cfg(feature = "cuda")]
+            DecodeOn::Cpu if gpu.is_some() => {
+                let gpu = gpu.as_ref().expect("checked");
+                return Ok((gpu.cpu_decoder(threads)?, own_pace));
+            }
             DecodeOn::Cpu => return Ok((Arc::new(CpuDecoder::new()), own_pace)),
             DecodeOn::Gpu => None,
             DecodeOn::Split => Some(SplitPolicy::Balanced),
@@ -444,7 +454,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 None => (gpu.decoder(), own_pace),
                 Some(policy) => {
                     // The device's own split decoder: what it learnt carries over epochs.
-                    let split = gpu.split_decoder(policy, self.config.split_cpu_threads)?;
+                    let split = gpu.split_decoder(policy, threads)?;
                     let pace = split.pace();
                     (split, pace)
                 }
@@ -458,10 +468,18 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 }
 
-/// A quarter of the cores, at least one: what split decoding's CPU side takes by default.
-pub fn default_split_cpu_threads() -> usize {
+/// The threads CPU decoding takes by default in a GPU pipeline decoding `on` that side:
+/// - split decoding: a quarter of the cores (at least one). Feeding the GPU (reads, frame
+///   checks, staging) takes the host's cores too: on the H100 host, 16-thread split decoding
+///   of W1 was slower than 2 or 4 threads (docs/benchmarks.md);
+/// - CPU and auto decoding: every core but two (at least one), the CPU being the side that
+///   should carry the load; two stay for the consumer and the GPU's feeders.
+pub fn default_cpu_decode_threads(on: DecodeOn) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores / 4).max(1)
+    match on {
+        DecodeOn::Split => (cores / 4).max(1),
+        DecodeOn::Cpu | DecodeOn::Gpu | DecodeOn::Auto { .. } => cores.saturating_sub(2).max(1),
+    }
 }
 
 /// The GPU the stages use, if any.

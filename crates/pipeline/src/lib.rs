@@ -63,7 +63,7 @@ mod prefetch;
 mod select;
 mod stream;
 
-pub use builder::{default_split_cpu_threads, CollateOn, DecodeOn, Pipeline, PipelineBuilder};
+pub use builder::{default_cpu_decode_threads, CollateOn, DecodeOn, Pipeline, PipelineBuilder};
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};
