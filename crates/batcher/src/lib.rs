@@ -24,6 +24,7 @@
 mod batches;
 mod error;
 mod layout;
+mod missing;
 mod plan;
 mod sampler;
 mod window;
@@ -34,6 +35,7 @@ pub use layout::{
     clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,
     MAX_SAMPLE_VALUES,
 };
+pub use missing::{AbsentStep, Gap, Missing, MissingSteps};
 pub use plan::PlanSummary;
 pub use sampler::{
     EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven, MAX_SHUFFLED_SAMPLES,
