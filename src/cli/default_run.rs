@@ -374,6 +374,7 @@ fn pipeline(
         .epoch_options(args.windows.epoch_options()?)
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
+        .missing(args.windows.missing.into())
         .prefetch(args.prefetch)
         .split_cpu_threads(
             args.split_cpu_threads
