@@ -24,14 +24,18 @@ fn strings(value: &serde_json::Value) -> Vec<String> {
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
     let words = bytes.chunks_exact(4);
-    words.map(|b| f32::from_ne_bytes(b.try_into().unwrap())).collect()
+    words
+        .map(|b| f32::from_ne_bytes(b.try_into().unwrap()))
+        .collect()
 }
 
 /// The stored steps' dates: the fixtures' time is hours since 2020-01-01, within January.
 async fn dates(url: &str) -> Vec<String> {
     let dataset = zarrpipe::store::Dataset::open(url).await.unwrap();
     let bytes = read_whole(dataset.variable("time").unwrap()).await.unwrap();
-    let hours = bytes.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()));
+    let hours = bytes
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()));
     hours
         .map(|h| {
             assert!((0..31 * 24).contains(&h));
@@ -57,20 +61,30 @@ async fn drain(mut batches: BatchStream) -> Vec<zarrpipe::pipeline::Batch> {
 async fn missing_steps_are_those_numpy_finds() {
     let expected = expected();
     for store in ["gaps_v2", "gaps_v3"] {
-        let dataset = zarrpipe::store::Dataset::open(&store_path(store)).await.unwrap();
-        let steps = find_missing_steps(&dataset, &["t2m", "z"], "time").await.unwrap();
+        let dataset = zarrpipe::store::Dataset::open(&store_path(store))
+            .await
+            .unwrap();
+        let steps = find_missing_steps(&dataset, &["t2m", "z"], "time")
+            .await
+            .unwrap();
         assert_eq!(steps.frequency_text.as_deref(), Some("6 hours"), "{store}");
         assert_eq!(steps.length, expected["stored_steps"].as_u64().unwrap());
         let gap_dates: Vec<String> = steps.gaps.iter().flat_map(|g| g.dates.clone()).collect();
         assert_eq!(gap_dates, strings(&expected["gap_dates"]), "{store}");
         let absent: Vec<String> = steps.absent.iter().map(|s| s.date.clone()).collect();
         assert_eq!(absent, strings(&expected["absent_dates"]), "{store}");
-        assert_eq!(steps.dates(), strings(&expected["missing_dates"]), "{store}");
+        assert_eq!(
+            steps.dates(),
+            strings(&expected["missing_dates"]),
+            "{store}"
+        );
         // The half-absent field of t2m at stored step 11 is not a missing step.
         assert!(steps.absent.iter().all(|s| s.index != 11));
         assert!(steps.unchecked.is_empty(), "{:?}", steps.unchecked);
         // Only t2m's fields: z's absent steps are not t2m's.
-        let t2m = find_missing_steps(&dataset, &["t2m"], "time").await.unwrap();
+        let t2m = find_missing_steps(&dataset, &["t2m"], "time")
+            .await
+            .unwrap();
         assert_eq!(t2m.absent.len(), 1);
         assert_eq!(t2m.absent[0].variables, ["t2m"]);
     }
@@ -96,7 +110,11 @@ async fn skip_leaves_out_samples_touching_missing_steps() {
             let kept = strings(&expected[key]);
             assert_eq!(layout.num_samples(), kept.len() as u64, "{store} {key}");
             let positions = 13 - (history - 1) - leads.iter().max().unwrap_or(&0);
-            assert_eq!(layout.skipped(), positions - kept.len() as u64, "{store} {key}");
+            assert_eq!(
+                layout.skipped(),
+                positions - kept.len() as u64,
+                "{store} {key}"
+            );
             let t2m = f32s(&read_whole(dataset.variable("t2m").unwrap()).await.unwrap());
             let mut seen = Vec::new();
             for batch in drain(batches).await {
@@ -107,7 +125,10 @@ async fn skip_leaves_out_samples_touching_missing_steps() {
                     let channel = (history as usize - 1) * 3;
                     let field = batch.inputs.slice(ndarray::s![n, channel, .., ..]);
                     let stored = &t2m[step * 20..(step + 1) * 20];
-                    let same = field.iter().zip(stored).all(|(a, b)| a.to_bits() == b.to_bits());
+                    let same = field
+                        .iter()
+                        .zip(stored)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
                     assert!(same, "{store} {key} step {step}");
                 }
             }
@@ -201,16 +222,20 @@ async fn fill_keeps_samples_with_nan_at_missing_steps() {
                             Some(t) if channel == 0 => t2m[t as usize * 20..][..20].to_vec(),
                             Some(t) => z[(t as usize * 2 + channel - 1) * 20..][..20].to_vec(),
                         };
-                        let same = field.iter().zip(&want).all(|(a, b)| {
-                            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-                        });
+                        let same = field
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
                         assert!(same, "{store} grid step {step} channel {channel}");
                     }
                 }
                 // The NaN mask marks a gap's steps in the inputs.
                 let mask = batch.nan_mask.as_ref().unwrap();
                 let input_gap = grid[origin as usize].is_none();
-                let marked = mask.slice(ndarray::s![n, 3..6, .., ..]).iter().all(|&m| m == 0);
+                let marked = mask
+                    .slice(ndarray::s![n, 3..6, .., ..])
+                    .iter()
+                    .all(|&m| m == 0);
                 assert_eq!(marked, input_gap, "{store} sample at grid step {origin}");
             }
         }
@@ -221,7 +246,11 @@ async fn fill_keeps_samples_with_nan_at_missing_steps() {
 #[tokio::test]
 async fn error_names_the_missing_dates() {
     let url = store_path("gaps_v3");
-    let error = builder(&url).missing(Missing::Error).build().await.unwrap_err();
+    let error = builder(&url)
+        .missing(Missing::Error)
+        .build()
+        .await
+        .unwrap_err();
     let message = error.to_string();
     for date in ["2020-01-01T12:00", "2020-01-01T18:00", "2020-01-03T00:00"] {
         assert!(message.contains(date), "{message}");
@@ -242,5 +271,8 @@ async fn error_names_the_missing_dates() {
         .build()
         .await
         .unwrap_err();
-    assert!(error.to_string().contains("needs `time` iterated"), "{error}");
+    assert!(
+        error.to_string().contains("needs `time` iterated"),
+        "{error}"
+    );
 }

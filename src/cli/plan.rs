@@ -31,7 +31,8 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         &variables,
         &args.windows.resolved_spec(&dataset).await?,
     )?;
-    let layout = Arc::new(apply_missing_steps(&dataset, layout, args.windows.missing.into()).await?);
+    let layout =
+        Arc::new(apply_missing_steps(&dataset, layout, args.windows.missing.into()).await?);
     let batcher = Batcher::with_options(
         layout.clone(),
         args.windows.batch_size,

@@ -128,7 +128,10 @@ impl MissingSteps {
     pub fn dates_touched(&self, used: &[(u64, u64)]) -> Vec<String> {
         let lo = used.iter().map(|r| r.0).min().unwrap_or(0);
         let hi = used.iter().map(|r| r.1).max().unwrap_or(0);
-        let gaps = self.gaps.iter().filter(|gap| lo <= gap.after && gap.after < hi);
+        let gaps = self
+            .gaps
+            .iter()
+            .filter(|gap| lo <= gap.after && gap.after < hi);
         let mut dates: Vec<String> = gaps.flat_map(|gap| gap.dates.iter().cloned()).collect();
         let absent = self.absent.iter().filter(|step| {
             used.iter()

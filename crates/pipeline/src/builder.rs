@@ -3,8 +3,7 @@ use std::sync::Arc;
 
 use futures::stream;
 use zarrpipe_batcher::{
-    Batcher, EpochOptions, Missing, Ranks, SampleLayout, SamplerState, Shuffle, Uneven,
-    WindowSpec,
+    Batcher, EpochOptions, Missing, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
 use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, SplitPolicy};
 use zarrpipe_collate::{

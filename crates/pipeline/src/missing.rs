@@ -92,7 +92,10 @@ pub async fn find_missing_steps(
         match absent_steps(dataset, variable, axis).await {
             Ok(indices) => {
                 for index in indices {
-                    absent.entry(index).or_default().push(variable.name().into());
+                    absent
+                        .entry(index)
+                        .or_default()
+                        .push(variable.name().into());
                 }
             }
             Err(why) => steps.unchecked.push(why),
@@ -143,7 +146,10 @@ impl Coordinate {
     }
 
     fn label(&self, value: f64) -> String {
-        let date = self.units.as_deref().and_then(|units| cf_date(value, units));
+        let date = self
+            .units
+            .as_deref()
+            .and_then(|units| cf_date(value, units));
         date.unwrap_or_else(|| format!("{}={value}", self.dim))
     }
 
