@@ -264,6 +264,14 @@ async fn error_names_the_missing_dates() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("2020-01-02T06:00"), "{error}");
+    // `ignore` does not look: every stored step is a sample, as the store holds it.
+    let batches = builder(&url)
+        .missing(Missing::Ignore)
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(batches.layout().num_samples(), 13);
+    assert!(batches.layout().missing_steps().is_none());
     // A window of steps cannot be filled across a gap.
     let error = builder(&url)
         .window("time", 4, 4)

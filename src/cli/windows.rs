@@ -59,7 +59,9 @@ pub struct WindowArgs {
     /// Samples whose inputs or targets touch a missing time step (a step the time coordinate
     /// leaves out of its regular frequency, or one whose whole field is absent from the
     /// store): skip leaves them out, fill keeps them (NaN for left-out steps, the fill value
-    /// for absent data), error stops naming the dates.
+    /// for absent data), error stops naming the dates; ignore does not look for them (no
+    /// coordinate read or store listing at start; for stores known whole, or too large to
+    /// list).
     #[arg(long, value_enum, default_value_t = MissingArg::Skip)]
     pub missing: MissingArg,
 }
@@ -69,6 +71,7 @@ pub enum MissingArg {
     Skip,
     Fill,
     Error,
+    Ignore,
 }
 
 impl From<MissingArg> for Missing {
@@ -77,6 +80,7 @@ impl From<MissingArg> for Missing {
             MissingArg::Skip => Missing::Skip,
             MissingArg::Fill => Missing::Fill,
             MissingArg::Error => Missing::Error,
+            MissingArg::Ignore => Missing::Ignore,
         }
     }
 }

@@ -258,6 +258,9 @@ impl SampleLayout {
     /// gaps become NaN steps of a regular time axis. Steps along a dimension that is not a
     /// sample dimension are refused unless filled.
     pub fn with_missing_steps(mut self, steps: MissingSteps, policy: Missing) -> Result<Self> {
+        if policy == Missing::Ignore {
+            return Ok(self);
+        }
         let steps = Arc::new(steps);
         self.missing = Some((steps.clone(), policy));
         if steps.is_empty() {

@@ -24,6 +24,10 @@ pub enum Missing {
     Fill,
     /// Refuse the epoch, naming the missing dates.
     Error,
+    /// Do not look for missing steps (no coordinate read, no listing at build): samples are
+    /// cut from the stored steps as they are. For stores known to be whole, or too large to
+    /// list at every start.
+    Ignore,
 }
 
 impl std::str::FromStr for Missing {
@@ -34,8 +38,9 @@ impl std::str::FromStr for Missing {
             "skip" => Ok(Missing::Skip),
             "fill" => Ok(Missing::Fill),
             "error" => Ok(Missing::Error),
+            "ignore" => Ok(Missing::Ignore),
             _ => Err(format!(
-                "unknown missing-step handling `{text}`: expected skip, fill or error"
+                "unknown missing-step handling `{text}`: expected skip, fill, error or ignore"
             )),
         }
     }
@@ -47,6 +52,7 @@ impl std::fmt::Display for Missing {
             Missing::Skip => "skip",
             Missing::Fill => "fill",
             Missing::Error => "error",
+            Missing::Ignore => "ignore",
         })
     }
 }

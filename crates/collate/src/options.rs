@@ -74,7 +74,13 @@ impl Normalization {
                     variables.iter().find(|entry| entry["variable"] == variable)
                 })
                 .ok_or_else(|| Error::BadOptions {
-                    reason: format!("no statistics for channel `{label}` (nor its variable)"),
+                    reason: match channel.index.is_empty() {
+                        true => format!("no statistics for variable `{label}`"),
+                        false => format!(
+                            "no statistics for channel `{label}` nor for variable `{}`",
+                            channel.variable
+                        ),
+                    },
                 })?;
             let field = |name: &str| {
                 entry[name].as_f64().ok_or_else(|| Error::BadOptions {

@@ -52,6 +52,9 @@ pub async fn apply_missing_steps(
     layout: SampleLayout,
     policy: Missing,
 ) -> Result<SampleLayout> {
+    if policy == Missing::Ignore {
+        return Ok(layout);
+    }
     let Some(dim) = time_dim(dataset, &layout) else {
         return Ok(layout);
     };
