@@ -164,9 +164,15 @@ pub async fn channel_stats(
         true => dataset.data_variable_names(),
         false => options.variables.clone(),
     };
-    let layout = SampleLayout::new(dataset, &names, &WindowSpec::new())?;
+    // Each variable laid out as a pipeline of its own lays it out by default: its channels are
+    // its dims but time and the last two (so variables of different shapes need not share
+    // a layout).
+    let layouts: Vec<SampleLayout> = names
+        .iter()
+        .map(|name| SampleLayout::new(dataset, &[name], &WindowSpec::new()))
+        .collect::<Result<_, _>>()?;
     let dim = &options.dim;
-    let has_dim = layout.variables().iter().any(|v| v.axis(dim).is_some());
+    let has_dim = layouts.iter().any(|l| l.variables()[0].axis(dim).is_some());
     let missing = match has_dim {
         true => Some(zarrpipe_pipeline::find_missing_steps(dataset, &names, dim).await?),
         false => None,
@@ -183,7 +189,8 @@ pub async fn channel_stats(
     }
     let mut channels = Vec::new();
     let mut variables = Vec::new();
-    for (number, variable) in layout.variables().iter().enumerate() {
+    for layout in &layouts {
+        let (number, variable) = (0, &layout.variables()[0]);
         let own = match (&missing, variable.axis(dim)) {
             (Some(_), Some(_)) => {
                 let name = [variable.name()];
@@ -191,7 +198,7 @@ pub async fn channel_stats(
             }
             _ => None,
         };
-        let pass = VariablePass::new(&layout, number, dim, &steps, own.as_ref());
+        let pass = VariablePass::new(layout, number, dim, &steps, own.as_ref());
         let (values, tendencies) = pass
             .run(decoder.clone(), options.concurrency)
             .await

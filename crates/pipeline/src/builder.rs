@@ -355,8 +355,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
         &self.config.collate
     }
 
-    /// Normalises each channel with its variable's `mean` and `std` from `zarrpipe stats
-    /// --json` output (resolved against the layout when the pipeline is built).
+    /// Normalises each channel with its own `mean` and `std` (else its variable's) from
+    /// `zarrpipe stats --json` output (resolved against the layout when the pipeline is
+    /// built); inputs and targets alike.
     pub fn normalize_with_stats(mut self, stats_json: impl Into<String>) -> Self {
         self.config.stats_json = Some(stats_json.into());
         self
