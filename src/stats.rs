@@ -259,6 +259,48 @@ pub async fn channel_stats(
     })
 }
 
+/// Statistics of one whole variable, its channels pooled: every chunk, missing chunks read as
+/// their fill value (as zarr-python reads them), edge chunks clipped to the array.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// let dataset = zarrpipe::store::Dataset::open("data/sample.zarr").await?;
+/// let t2m = dataset.variable("t2m")?;
+/// let decoder = Arc::new(zarrpipe::codec::CpuDecoder::new());
+/// let stats = zarrpipe::stats::variable_stats(t2m, decoder, 16).await?;
+/// println!("mean {:?}, std {:?}", stats.mean, stats.std);
+/// # Ok(()) }
+/// ```
+pub async fn variable_stats(
+    variable: &Arc<Variable>,
+    decoder: Arc<dyn ChunkDecoder>,
+    concurrency: usize,
+) -> Result<VariableStats, zarrpipe_codec_gpu::Error> {
+    let pass = VariablePass {
+        variable: variable.clone(),
+        time_axis: None,
+        steps: 0..1,
+        absent: HashSet::new(),
+        gap_after: HashSet::new(),
+        channel_strides: vec![0; variable.shape().len()],
+        channels: 1,
+    };
+    let (values, _) = pass.run(decoder, concurrency).await?;
+    let all = values[0];
+    Ok(VariableStats {
+        variable: variable.name().into(),
+        dtype: variable.dtype(),
+        shape: variable.shape().to_vec(),
+        count: all.count + all.nan,
+        nan_count: all.nan,
+        min: all.min(),
+        max: all.max(),
+        mean: all.mean(),
+        std: all.std(),
+    })
+}
+
 /// The missing dates inside `steps`: absent steps in it, and gaps between two of its steps.
 fn in_range(missing: &MissingSteps, steps: &Range<u64>) -> Vec<String> {
     let mut dates: Vec<String> = Vec::new();
