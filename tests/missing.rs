@@ -284,3 +284,46 @@ async fn error_names_the_missing_dates() {
         "{error}"
     );
 }
+
+fn zarrpipe(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plan_and_info_report_the_missing_steps() {
+    let expected = expected();
+    let url = store_path("gaps_v2");
+    let output = zarrpipe(&["plan", &url, "--history", "2", "--leads", "1,2", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(plan["samples"], 2);
+    assert_eq!(plan["missing"]["policy"], "skip");
+    assert_eq!(plan["missing"]["skipped"], 8);
+    assert_eq!(plan["missing"]["frequency"], "6 hours");
+    assert_eq!(plan["missing"]["dates"], expected["missing_dates"]);
+    let text = String::from_utf8_lossy(&zarrpipe(&["plan", &url]).stdout).into_owned();
+    assert!(text.contains("3 samples left out"), "{text}");
+    assert!(text.contains("2020-01-03T00:00 absent: t2m"), "{text}");
+    let output = zarrpipe(&["info", &url, "--json"]);
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(info["missing"]["absent"].as_array().unwrap().len(), 3);
+    let output = zarrpipe(&["run", &url, "--device", "cpu", "--missing", "error"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("2020-01-01T12:00"),
+        "{stderr}"
+    );
+    let output = zarrpipe(&["plan", &url, "--missing", "sometimes"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("skip, fill, error, ignore"),
+        "{stderr}"
+    );
+}
