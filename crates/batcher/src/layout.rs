@@ -256,7 +256,9 @@ impl SampleLayout {
     /// touching a missing step are left out, and sample numbers count the others; under
     /// [`Missing::Error`] such a sample is an error naming the dates; under [`Missing::Fill`]
     /// gaps become NaN steps of a regular time axis. Steps along a dimension that is not a
-    /// sample dimension are refused unless filled.
+    /// sample dimension are refused unless filled. When the layout fixes the batches (batch
+    /// dims, `concat_input_dims`), a batch touching a missing step is left out whole.
+    /// [`Missing::Ignore`] leaves the layout as it is.
     pub fn with_missing_steps(mut self, steps: MissingSteps, policy: Missing) -> Result<Self> {
         if policy == Missing::Ignore {
             return Ok(self);
