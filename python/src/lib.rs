@@ -82,8 +82,12 @@ fn stats_json(
                     // An open end is the coordinate's own first or last value.
                     let selection = Selection {
                         dim: dim.clone(),
-                        from: from.as_deref().map_or(CoordValue::Number(f64::MIN), Into::into),
-                        to: to.as_deref().map_or(CoordValue::Number(f64::MAX), Into::into),
+                        from: from
+                            .as_deref()
+                            .map_or(CoordValue::Number(f64::MIN), Into::into),
+                        to: to
+                            .as_deref()
+                            .map_or(CoordValue::Number(f64::MAX), Into::into),
                     };
                     Some(zarrpipe::pipeline::index_range(&dataset, &selection).await?)
                 }
