@@ -3,6 +3,7 @@
 use futures::TryStreamExt;
 use object_store::path::Path;
 use serde::Serialize;
+use zarrpipe_batcher::MissingSteps;
 use zarrpipe_core::DType;
 use zarrpipe_store::{Dataset, Variable};
 
@@ -16,6 +17,9 @@ pub struct DatasetInfo {
     pub variables: Vec<VariableInfo>,
     /// Arrays zarrpipe cannot read, with the reason (unsupported codec or data type).
     pub unreadable: Vec<UnreadableInfo>,
+    /// The missing steps of the time dimension (`time`, else the first dimension whose
+    /// coordinate has CF time units) over the data variables that have it; `None` without one.
+    pub missing: Option<MissingSteps>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -47,7 +51,9 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
     for variable in dataset.variables() {
         variables.push(describe_variable(dataset, variable).await);
     }
+    let missing = missing_steps(dataset).await;
     DatasetInfo {
+        missing,
         url: dataset.url().to_string(),
         zarr_format: dataset.zarr_format(),
         consolidated: dataset.consolidated(),
@@ -63,6 +69,33 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
             })
             .collect(),
     }
+}
+
+/// The missing steps of the dataset's time dimension, over its data variables having it.
+async fn missing_steps(dataset: &Dataset) -> Option<MissingSteps> {
+    let dims = dataset.dims();
+    let is_time = |dim: &str| {
+        let units = dataset
+            .variable(dim)
+            .ok()
+            .and_then(|c| c.attributes().get("units")?.as_str().map(str::to_string));
+        units.is_some_and(|units| units.contains(" since "))
+    };
+    let dim = match dims.contains_key("time") {
+        true => "time".to_string(),
+        false => dims.keys().find(|dim| is_time(dim))?.clone(),
+    };
+    let names: Vec<&str> = dataset
+        .data_variables()
+        .filter(|variable| variable.axis(&dim).is_some())
+        .map(|variable| variable.name())
+        .collect();
+    let found = zarrpipe_pipeline::find_missing_steps(dataset, &names, &dim).await;
+    Some(found.unwrap_or_else(|error| MissingSteps {
+        dim: dim.clone(),
+        unchecked: vec![crate::error_chain(&error)],
+        ..MissingSteps::default()
+    }))
 }
 
 async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableInfo {

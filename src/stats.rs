@@ -1,131 +1,634 @@
-//! Whole-array statistics through the library's own read path: every chunk fetched and decoded
-//! by the store and codec stages, missing chunks read as their fill value (as zarr-python
-//! reads them), edge chunks clipped to the array.
+//! Statistics for training: per channel (a level of a level variable is a channel, as the
+//! pipeline stacks it), the mean, standard deviation, min and max of the values and of their
+//! tendencies (the difference between consecutive time steps), over a range of time steps (the
+//! training split), in one streaming pass: chunks are read through the library's own fetch and
+//! decode stages, a few at a time, and summed into Welford accumulators per chunk that are
+//! merged (Chan et al.) into the channel's, in f64. Memory holds the chunks in flight and one
+//! time step of a chunk column (for the tendencies), whatever the store's size.
+//!
+//! Missing time steps are left out (see `zarrpipe_pipeline::find_missing_steps`): steps whose
+//! field is absent, and tendencies across a gap in the time coordinate. NaN values are counted
+//! apart and left out of the moments. The [`StatsReport`] records what it was computed over,
+//! and is what `--normalize` reads (per channel).
 
+use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 
-use futures::TryStreamExt;
+use futures::{stream, TryStreamExt};
 use serde::Serialize;
-use zarrpipe_codec_gpu::{decode_every_chunk, ChunkDecoder, DecodedChunk};
+use zarrpipe_batcher::{MissingSteps, SampleLayout, WindowSpec};
+use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
 use zarrpipe_core::{values_f64, DType};
-use zarrpipe_store::Variable;
+use zarrpipe_store::{ChunkRequest, Dataset, FetchExt, Variable};
 
-/// Statistics of one variable. `min`, `max` and `mean` are over the non-NaN values and are
-/// `None` when there are none.
+/// The JSON's format tag.
+pub const FORMAT: &str = "zarrpipe-stats/2";
+
+/// What `zarrpipe stats --json` writes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StatsReport {
+    pub format: &'static str,
+    pub computed_over: ComputedOver,
+    /// Per channel, in the pipeline's channel order.
+    pub channels: Vec<ChannelStats>,
+    /// Per variable, its channels pooled (what `--normalize` read before channels existed).
+    pub variables: Vec<VariableStats>,
+}
+
+/// What the statistics were computed over.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ComputedOver {
+    pub url: String,
+    pub variables: Vec<String>,
+    /// The time dimension the range and the tendencies run along (`None`: no variable has it).
+    pub dim: Option<String>,
+    /// The range as given (dates or coordinate values), `None` for an open end.
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// The steps `[first, end)` along `dim` the statistics cover.
+    pub steps: Option<[u64; 2]>,
+    /// Missing steps inside the range, left out (dates).
+    pub missing_left_out: Vec<String>,
+    /// What was not checked for missing steps, and why.
+    pub unchecked: Vec<String>,
+    /// When the statistics were computed (UTC, RFC 3339).
+    pub created: String,
+    pub zarrpipe: &'static str,
+}
+
+/// Statistics of one channel. `count` counts its numbers (NaN left out, counted in
+/// `nan_count`); `mean` and the others are `None` without any.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChannelStats {
+    /// The pipeline's label: `t2m`, `z[level=3]`.
+    pub channel: String,
+    pub variable: String,
+    pub count: u64,
+    pub nan_count: u64,
+    pub mean: Option<f64>,
+    /// Population standard deviation.
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    /// Of `value[t + 1] - value[t]` over consecutive steps (no gap between them, neither
+    /// absent, neither NaN); `None` for variables without the time dimension.
+    pub tendency: Option<Summary>,
+}
+
+/// Moments of a set of numbers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub count: u64,
+    pub mean: Option<f64>,
+    pub std: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+}
+
+/// Statistics of one variable, its channels pooled. `min`, `max` and `mean` are over the
+/// non-NaN values and are `None` when there are none.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VariableStats {
     pub variable: String,
     pub dtype: DType,
     pub shape: Vec<u64>,
-    /// Elements, NaNs included.
+    /// Elements covered, NaNs included.
     pub count: u64,
     pub nan_count: u64,
     pub min: Option<f64>,
     pub max: Option<f64>,
     pub mean: Option<f64>,
-    /// Population standard deviation of the non-NaN values (for `--normalize`).
+    /// Population standard deviation of the non-NaN values.
     pub std: Option<f64>,
 }
 
-#[derive(Default)]
-struct Accumulator {
-    count: u64,
-    nan_count: u64,
-    min: f64,
-    max: f64,
-    sum: f64,
-    sum_of_squares: f64,
+/// What to compute statistics over.
+#[derive(Clone, Debug)]
+pub struct StatsOptions {
+    /// Variables, in channel order (empty: every data variable, sorted by name).
+    pub variables: Vec<String>,
+    /// The time dimension (default `time`).
+    pub dim: String,
+    /// Steps along `dim` (`None`: all), and the range as given, for the record.
+    pub steps: Option<Range<u64>>,
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// Chunks fetched and decoded at once.
+    pub concurrency: usize,
 }
 
-impl Accumulator {
-    fn add(&mut self, value: f64) {
-        self.count += 1;
-        if value.is_nan() {
-            self.nan_count += 1;
-            return;
+impl Default for StatsOptions {
+    fn default() -> Self {
+        Self {
+            variables: Vec::new(),
+            dim: "time".into(),
+            steps: None,
+            start: None,
+            end: None,
+            concurrency: 2 * rayon::current_num_threads(),
         }
-        let first = self.count == self.nan_count + 1;
-        self.min = if first { value } else { self.min.min(value) };
-        self.max = if first { value } else { self.max.max(value) };
-        self.sum += value;
-        self.sum_of_squares += value * value;
     }
+}
 
-    fn finish(self, variable: &Variable) -> VariableStats {
-        let valid = self.count - self.nan_count;
-        let some = |value: f64| (valid > 0).then_some(value);
-        VariableStats {
-            variable: variable.name().to_string(),
+/// Errors of statistics: reading, laying out channels, finding missing steps.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StatsError {
+    #[error("statistics of `{variable}`")]
+    Read {
+        variable: String,
+        #[source]
+        source: zarrpipe_codec_gpu::Error,
+    },
+    #[error("statistics: laying out the channels")]
+    Layout(#[from] zarrpipe_batcher::Error),
+    #[error("statistics: finding missing steps")]
+    Missing(#[from] zarrpipe_pipeline::Error),
+    #[error("statistics: steps {start}..{end} of `{dim}`, which has {length}")]
+    BadSteps {
+        dim: String,
+        start: u64,
+        end: u64,
+        length: u64,
+    },
+}
+
+/// Per-channel statistics of `options.variables` over `options.steps`, in one pass.
+pub async fn channel_stats(
+    dataset: &Dataset,
+    decoder: Arc<dyn ChunkDecoder>,
+    options: &StatsOptions,
+) -> Result<StatsReport, StatsError> {
+    let names = match options.variables.is_empty() {
+        true => dataset.data_variable_names(),
+        false => options.variables.clone(),
+    };
+    // Each variable laid out as a pipeline of its own lays it out by default: its channels are
+    // its dims but time and the last two (so variables of different shapes need not share
+    // a layout).
+    let layouts: Vec<SampleLayout> = names
+        .iter()
+        .map(|name| SampleLayout::new(dataset, &[name], &WindowSpec::new()))
+        .collect::<Result<_, _>>()?;
+    let dim = &options.dim;
+    let has_dim = layouts.iter().any(|l| l.variables()[0].axis(dim).is_some());
+    let missing = match has_dim {
+        true => Some(zarrpipe_pipeline::find_missing_steps(dataset, &names, dim).await?),
+        false => None,
+    };
+    let length = missing.as_ref().map_or(0, |m| m.length);
+    let steps = options.steps.clone().unwrap_or(0..length);
+    if has_dim && (steps.start >= steps.end || steps.end > length) {
+        return Err(StatsError::BadSteps {
+            dim: dim.clone(),
+            start: steps.start,
+            end: steps.end,
+            length,
+        });
+    }
+    let mut channels = Vec::new();
+    let mut variables = Vec::new();
+    for layout in &layouts {
+        let (number, variable) = (0, &layout.variables()[0]);
+        let own = match (&missing, variable.axis(dim)) {
+            (Some(_), Some(_)) => {
+                let name = [variable.name()];
+                Some(zarrpipe_pipeline::find_missing_steps(dataset, &name, dim).await?)
+            }
+            _ => None,
+        };
+        let pass = VariablePass::new(layout, number, dim, &steps, own.as_ref());
+        let (values, tendencies) = pass
+            .run(decoder.clone(), options.concurrency)
+            .await
+            .map_err(|source| StatsError::Read {
+                variable: variable.name().into(),
+                source,
+            })?;
+        let labels = layout.channels()[layout.channel_range(number)].iter();
+        for ((channel, moments), tendency) in labels.zip(&values).zip(&tendencies) {
+            channels.push(ChannelStats {
+                channel: channel.label(),
+                variable: variable.name().into(),
+                count: moments.count,
+                nan_count: moments.nan,
+                mean: moments.mean(),
+                std: moments.std(),
+                min: moments.min(),
+                max: moments.max(),
+                tendency: pass.time_axis.map(|_| tendency.summary()),
+            });
+        }
+        let pooled = values.iter().fold(Moments::default(), |mut all, m| {
+            all.merge(m);
+            all
+        });
+        variables.push(VariableStats {
+            variable: variable.name().into(),
             dtype: variable.dtype(),
             shape: variable.shape().to_vec(),
-            count: self.count,
-            nan_count: self.nan_count,
-            min: some(self.min),
-            max: some(self.max),
-            mean: some(self.sum / valid.max(1) as f64),
-            std: some({
-                let n = valid.max(1) as f64;
-                let mean = self.sum / n;
-                (self.sum_of_squares / n - mean * mean).max(0.0).sqrt()
-            }),
-        }
+            count: pooled.count + pooled.nan,
+            nan_count: pooled.nan,
+            min: pooled.min(),
+            max: pooled.max(),
+            mean: pooled.mean(),
+            std: pooled.std(),
+        });
     }
+    let (missing_left_out, unchecked) = match &missing {
+        Some(missing) => (in_range(missing, &steps), missing.unchecked.clone()),
+        None => (Vec::new(), Vec::new()),
+    };
+    Ok(StatsReport {
+        format: FORMAT,
+        computed_over: ComputedOver {
+            url: dataset.url().into(),
+            variables: names,
+            dim: has_dim.then(|| dim.clone()),
+            start: options.start.clone(),
+            end: options.end.clone(),
+            steps: has_dim.then_some([steps.start, steps.end]),
+            missing_left_out,
+            unchecked,
+            created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            zarrpipe: env!("CARGO_PKG_VERSION"),
+        },
+        channels,
+        variables,
+    })
 }
 
-/// Reads every chunk of `variable` and computes its statistics.
+/// Statistics of one whole variable, its channels pooled: every chunk, missing chunks read as
+/// their fill value (as zarr-python reads them), edge chunks clipped to the array.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// let dataset = zarrpipe::store::Dataset::open("data/sample.zarr").await?;
+/// let t2m = dataset.variable("t2m")?;
+/// let decoder = Arc::new(zarrpipe::codec::CpuDecoder::new());
+/// let stats = zarrpipe::stats::variable_stats(t2m, decoder, 16).await?;
+/// println!("mean {:?}, std {:?}", stats.mean, stats.std);
+/// # Ok(()) }
+/// ```
 pub async fn variable_stats(
     variable: &Arc<Variable>,
     decoder: Arc<dyn ChunkDecoder>,
     concurrency: usize,
 ) -> Result<VariableStats, zarrpipe_codec_gpu::Error> {
-    let mut chunks = Box::pin(decode_every_chunk(variable, decoder, concurrency));
-    let mut accumulator = Accumulator::default();
-    while let Some(chunk) = chunks.try_next().await? {
-        accumulate_chunk(&chunk, &mut accumulator)?;
-    }
-    Ok(accumulator.finish(variable))
+    let pass = VariablePass {
+        variable: variable.clone(),
+        time_axis: None,
+        steps: 0..1,
+        absent: HashSet::new(),
+        gap_after: HashSet::new(),
+        channel_strides: vec![0; variable.shape().len()],
+        channels: 1,
+    };
+    let (values, _) = pass.run(decoder, concurrency).await?;
+    let all = values[0];
+    Ok(VariableStats {
+        variable: variable.name().into(),
+        dtype: variable.dtype(),
+        shape: variable.shape().to_vec(),
+        count: all.count + all.nan,
+        nan_count: all.nan,
+        min: all.min(),
+        max: all.max(),
+        mean: all.mean(),
+        std: all.std(),
+    })
 }
 
-/// Adds the elements of `chunk` that lie inside the array.
-fn accumulate_chunk(
-    chunk: &DecodedChunk,
-    accumulator: &mut Accumulator,
-) -> zarrpipe_store::Result<()> {
-    let variable = &chunk.request.variable;
-    let (start, shape) = variable.chunk_region(&chunk.request.indices)?;
-    let rank = shape.len();
-    let inside: Vec<u64> = (0..rank)
-        .map(|a| shape[a].min(variable.shape()[a].saturating_sub(start[a])))
-        .collect();
-    if inside.contains(&0) {
-        return Ok(());
-    }
-    let dtype = chunk.dtype();
-    if rank == 0 {
-        values_f64(dtype, &chunk.bytes)
-            .into_iter()
-            .for_each(|value| accumulator.add(value));
-        return Ok(());
-    }
-    let row = inside[rank - 1] as usize * dtype.size();
-    let mut coord = vec![0u64; rank];
-    loop {
-        let offset = (0..rank).fold(0u64, |offset, a| offset * shape[a] + coord[a]) as usize;
-        let start = offset * dtype.size();
-        let values = values_f64(dtype, &chunk.bytes[start..start + row]);
-        values.into_iter().for_each(|value| accumulator.add(value));
-        // Advance over every axis but the last.
-        let mut axis = rank - 1;
-        loop {
-            if axis == 0 {
-                return Ok(());
-            }
-            axis -= 1;
-            coord[axis] += 1;
-            if coord[axis] < inside[axis] {
-                break;
-            }
-            coord[axis] = 0;
+/// The missing dates inside `steps`: absent steps in it, and gaps between two of its steps.
+fn in_range(missing: &MissingSteps, steps: &Range<u64>) -> Vec<String> {
+    let mut dates: Vec<String> = Vec::new();
+    for gap in &missing.gaps {
+        if steps.start <= gap.after && gap.after + 1 < steps.end {
+            dates.extend(gap.dates.iter().cloned());
         }
+    }
+    let absent = missing.absent.iter().filter(|s| steps.contains(&s.index));
+    dates.extend(absent.map(|s| s.date.clone()));
+    dates.sort();
+    dates
+}
+
+/// Welford's running moments, merged with Chan et al.'s formula.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Moments {
+    count: u64,
+    nan: u64,
+    mean: f64,
+    m2: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Moments {
+    pub fn add(&mut self, value: f64) {
+        if value.is_nan() {
+            self.nan += 1;
+            return;
+        }
+        self.count += 1;
+        if self.count == 1 {
+            (self.min, self.max) = (value, value);
+        } else {
+            self.min = self.min.min(value);
+            self.max = self.max.max(value);
+        }
+        let delta = value - self.mean;
+        self.mean += delta / self.count as f64;
+        self.m2 += delta * (value - self.mean);
+    }
+
+    pub fn merge(&mut self, other: &Moments) {
+        let nan = self.nan + other.nan;
+        if other.count == 0 {
+            self.nan = nan;
+            return;
+        }
+        if self.count == 0 {
+            *self = *other;
+            self.nan = nan;
+            return;
+        }
+        let (a, b) = (self.count as f64, other.count as f64);
+        let n = a + b;
+        let delta = other.mean - self.mean;
+        self.mean += delta * b / n;
+        self.m2 += other.m2 + delta * delta * a * b / n;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.count += other.count;
+        self.nan = nan;
+    }
+
+    fn some(&self, value: f64) -> Option<f64> {
+        (self.count > 0).then_some(value)
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        self.some(self.mean)
+    }
+
+    /// Population standard deviation.
+    pub fn std(&self) -> Option<f64> {
+        self.some((self.m2 / self.count.max(1) as f64).max(0.0).sqrt())
+    }
+
+    pub fn min(&self) -> Option<f64> {
+        self.some(self.min)
+    }
+
+    pub fn max(&self) -> Option<f64> {
+        self.some(self.max)
+    }
+
+    fn summary(&self) -> Summary {
+        Summary {
+            count: self.count,
+            mean: self.mean(),
+            std: self.std(),
+            min: self.min(),
+            max: self.max(),
+        }
+    }
+}
+
+/// One variable's pass: its chunks column by column (every chunk position but the time axis),
+/// each column's time chunks in order, so a tendency needs only the previous step.
+struct VariablePass {
+    variable: Arc<Variable>,
+    time_axis: Option<usize>,
+    /// Steps along the time axis covered.
+    steps: Range<u64>,
+    /// Steps left out (absent), and stored steps followed by a gap.
+    absent: HashSet<u64>,
+    gap_after: HashSet<u64>,
+    /// Per axis: the channel stride of a stacked axis (0 for the others).
+    channel_strides: Vec<usize>,
+    channels: usize,
+}
+
+impl VariablePass {
+    fn new(
+        layout: &SampleLayout,
+        number: usize,
+        dim: &str,
+        steps: &Range<u64>,
+        missing: Option<&MissingSteps>,
+    ) -> Self {
+        let variable = layout.variables()[number].clone();
+        let time_axis = variable.axis(dim);
+        let mut channel_strides = vec![0; variable.shape().len()];
+        let mut stride = 1;
+        for (axis, name) in variable.dims().iter().enumerate().rev() {
+            if layout.sample_axis(name).is_none() {
+                channel_strides[axis] = stride;
+                stride *= variable.shape()[axis] as usize;
+            }
+        }
+        let (absent, gap_after) = match missing {
+            Some(m) => (
+                m.absent.iter().map(|s| s.index).collect(),
+                m.gaps.iter().map(|g| g.after).collect(),
+            ),
+            None => Default::default(),
+        };
+        let steps = match time_axis {
+            Some(_) => steps.clone(),
+            None => 0..1,
+        };
+        Self {
+            variable,
+            time_axis,
+            steps,
+            absent,
+            gap_after,
+            channel_strides,
+            channels: layout.channel_range(number).len(),
+        }
+    }
+
+    /// The chunks of the pass, in its order: column by column, time chunks in order.
+    fn requests(&self) -> impl Iterator<Item = ChunkRequest> + Send + 'static {
+        let grid = self.variable.chunk_grid_shape().to_vec();
+        let (axis, times) = match self.time_axis {
+            Some(axis) => {
+                let chunk = self.variable.chunk_shape()[axis].max(1);
+                let first = self.steps.start / chunk;
+                let end = (self.steps.end - 1) / chunk + 1;
+                (Some(axis), first..end)
+            }
+            None => (None, 0..1),
+        };
+        let others: Vec<usize> = (0..grid.len()).filter(|&a| Some(a) != axis).collect();
+        let columns: u64 = others.iter().map(|&a| grid[a]).product();
+        let variable = self.variable.clone();
+        (0..columns).flat_map(move |column| {
+            let mut indices = vec![0u64; grid.len()];
+            let mut rest = column;
+            for &a in others.iter().rev() {
+                indices[a] = rest % grid[a];
+                rest /= grid[a];
+            }
+            let variable = variable.clone();
+            times.clone().map(move |time| {
+                let mut indices = indices.clone();
+                if let Some(axis) = axis {
+                    indices[axis] = time;
+                }
+                ChunkRequest::new(variable.clone(), indices)
+            })
+        })
+    }
+
+    /// Per channel of the variable: the values' moments and the tendencies'.
+    async fn run(
+        &self,
+        decoder: Arc<dyn ChunkDecoder>,
+        concurrency: usize,
+    ) -> zarrpipe_codec_gpu::Result<(Vec<Moments>, Vec<Moments>)> {
+        let mut values = vec![Moments::default(); self.channels];
+        let mut tendencies = vec![Moments::default(); self.channels];
+        let mut chunks = Box::pin(
+            stream::iter(self.requests())
+                .fetch(concurrency)
+                .decode(decoder, concurrency),
+        );
+        // The last step of the column so far: its number and values.
+        let mut previous: Option<(Vec<u64>, u64, Vec<f64>)> = None;
+        while let Some(chunk) = chunks.try_next().await? {
+            self.add_chunk(&chunk, &mut values, &mut tendencies, &mut previous)?;
+        }
+        Ok((values, tendencies))
+    }
+
+    fn add_chunk(
+        &self,
+        chunk: &DecodedChunk,
+        values: &mut [Moments],
+        tendencies: &mut [Moments],
+        previous: &mut Option<(Vec<u64>, u64, Vec<f64>)>,
+    ) -> zarrpipe_store::Result<()> {
+        let variable = &self.variable;
+        let (start, shape) = variable.chunk_region(&chunk.request.indices)?;
+        let rank = shape.len();
+        let inside: Vec<u64> = (0..rank)
+            .map(|a| shape[a].min(variable.shape()[a].saturating_sub(start[a])))
+            .collect();
+        let decoded = values_f64(chunk.dtype(), &chunk.bytes);
+        if rank == 0 {
+            decoded.iter().for_each(|&v| values[0].add(v));
+            return Ok(());
+        }
+        // The column: the chunk's position on every axis but time.
+        let column: Vec<u64> = (0..rank)
+            .map(|a| match Some(a) == self.time_axis {
+                true => 0,
+                false => chunk.request.indices[a],
+            })
+            .collect();
+        if previous.as_ref().is_some_and(|(c, _, _)| *c != column) {
+            *previous = None;
+        }
+        // Elements of one step: C order over every axis but time, inside the array.
+        let others: Vec<usize> = (0..rank).filter(|&a| Some(a) != self.time_axis).collect();
+        let per_step: u64 = others.iter().map(|&a| inside[a]).product();
+        let mut offsets = Vec::with_capacity(per_step as usize);
+        let mut channel_of = Vec::with_capacity(per_step as usize);
+        let mut local = vec![0u64; rank];
+        for flat in 0..per_step {
+            let mut rest = flat;
+            for &a in others.iter().rev() {
+                local[a] = rest % inside[a];
+                rest /= inside[a];
+            }
+            let offset = (0..rank).fold(0u64, |o, a| o * shape[a] + local[a]);
+            offsets.push(offset as usize);
+            let channel = (0..rank)
+                .map(|a| (start[a] + local[a]) as usize * self.channel_strides[a])
+                .sum::<usize>();
+            channel_of.push(channel);
+        }
+        let mut partial = vec![Moments::default(); self.channels];
+        let mut partial_tendency = vec![Moments::default(); self.channels];
+        let (time_stride, times) = match self.time_axis {
+            Some(axis) => {
+                let stride: u64 = shape[axis + 1..].iter().product();
+                let first = self.steps.start.max(start[axis]);
+                let end = self.steps.end.min(start[axis] + inside[axis]);
+                (stride as usize, first..end.max(first))
+            }
+            None => (0, 0..1),
+        };
+        let time_start = self.time_axis.map_or(0, |axis| start[axis]);
+        for step in times {
+            if self.absent.contains(&step) {
+                *previous = None;
+                continue;
+            }
+            let base = (step - time_start) as usize * time_stride;
+            let slice: Vec<f64> = offsets.iter().map(|&o| decoded[base + o]).collect();
+            for (value, &channel) in slice.iter().zip(&channel_of) {
+                partial[channel].add(*value);
+            }
+            let follows = previous
+                .as_ref()
+                .is_some_and(|(_, last, _)| *last + 1 == step && !self.gap_after.contains(last));
+            if let (true, Some((_, _, before))) = (follows, previous.as_ref()) {
+                for ((value, old), &channel) in slice.iter().zip(before).zip(&channel_of) {
+                    let difference = value - old;
+                    if !difference.is_nan() {
+                        partial_tendency[channel].add(difference);
+                    }
+                }
+            }
+            if self.time_axis.is_some() {
+                *previous = Some((column.clone(), step, slice));
+            }
+        }
+        for (all, part) in values.iter_mut().zip(&partial) {
+            all.merge(part);
+        }
+        for (all, part) in tendencies.iter_mut().zip(&partial_tendency) {
+            all.merge(part);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Moments;
+
+    #[test]
+    fn merged_moments_equal_one_pass() {
+        let values: Vec<f64> = (0..1000)
+            .map(|i| ((i * 37) % 101) as f64 * 0.5 + 1e6)
+            .collect();
+        let mut whole = Moments::default();
+        values.iter().for_each(|&v| whole.add(v));
+        let mut merged = Moments::default();
+        for part in values.chunks(77) {
+            let mut moments = Moments::default();
+            part.iter().for_each(|&v| moments.add(v));
+            merged.merge(&moments);
+        }
+        let mean = values.iter().sum::<f64>() / 1000.0;
+        let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / 1000.0;
+        for m in [whole, merged] {
+            assert!((m.mean().unwrap() - mean).abs() < 1e-9);
+            assert!((m.std().unwrap() - var.sqrt()).abs() < 1e-9);
+            assert_eq!(m.min(), Some(1e6));
+        }
+        let mut nan = Moments::default();
+        nan.add(f64::NAN);
+        merged.merge(&nan);
+        assert_eq!(merged.nan, 1);
+        assert_eq!(Moments::default().mean(), None);
     }
 }

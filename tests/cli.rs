@@ -77,8 +77,15 @@ fn stats_json_counts_elements_and_nans() {
         "--json",
     ]);
     let json: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
-    assert_eq!(json[0]["count"], array.shape.iter().product::<u64>());
-    assert_eq!(json[0]["nan_count"], array.nan_count);
+    let variable = &json["variables"][0];
+    assert_eq!(variable["count"], array.shape.iter().product::<u64>());
+    assert_eq!(variable["nan_count"], array.nan_count);
+    // Without a time dimension, one channel: the whole array.
+    assert_eq!(
+        json["channels"][0]["count"],
+        variable["count"].as_u64().unwrap() - array.nan_count
+    );
+    assert_eq!(json["computed_over"]["dim"], serde_json::Value::Null);
 }
 
 #[test]

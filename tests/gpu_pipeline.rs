@@ -4,7 +4,8 @@
 //! tensors against the CPU's values rounded by the `half` crate. Dropping the stream
 //! mid-epoch leaves no device memory behind (that test has the device to itself: the others
 //! wait for it); a corrupt chunk fails its batch and no other; with the `candle` feature,
-//! batches become candle tensors without a copy. Built without `cuda`, the suite is one
+//! batches become candle tensors without a copy. Missing time steps (the xarray gap
+//! fixtures), skipped and filled, match too. Built without `cuda`, the suite is one
 //! ignored test; built with it, a missing device fails each test with the reason. On a GPU
 //! host: `cargo test --release --features cuda --test gpu_pipeline`.
 
@@ -58,6 +59,16 @@ fn store(dir: &Path, compression: Compression, shard: Option<u64>) -> String {
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
     path.to_string_lossy().into_owned()
+}
+
+/// A fixture store written by xarray (tests/fixtures/stores), found as tests/common finds it.
+fn fixtures_store(name: &str) -> String {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/stores");
+    let root = match built.exists() {
+        true => built,
+        false => Path::new("tests/fixtures/stores").to_path_buf(),
+    };
+    root.join(name).to_string_lossy().into_owned()
 }
 
 fn patches(url: &str) -> PipelineBuilder {
@@ -237,6 +248,49 @@ mod on_gpu {
                 check_equal(|| patches(&url), |v| v).await;
                 let whole_fields = || Pipeline::builder(&url).forecast(2, [1, 2]).batch_size(2);
                 check_equal(whole_fields, |v| v).await;
+            }
+        });
+    }
+
+    /// The xarray gap stores (tests/missing.rs): samples left out (`skip`, shuffled) and gap
+    /// steps filled with NaN (`fill`, with the NaN mask and a NaN fill), on every combination
+    /// of stages, bit for bit.
+    #[test]
+    fn missing_steps_skip_and_fill_as_on_the_cpu() {
+        use zarrpipe::batcher::Missing;
+        let _gpu = share_gpu();
+        runtime().block_on(async {
+            for store in ["gaps_v2", "gaps_v3"] {
+                let url = fixtures_store(store);
+                eprintln!("{store}, skip");
+                let skip = || {
+                    Pipeline::builder(&url)
+                        .forecast(2, [1])
+                        .shuffle(Shuffle::Full)
+                        .seed(3)
+                        .batch_size(2)
+                };
+                check_equal(skip, |v| v).await;
+                eprintln!("{store}, fill");
+                let fill = || {
+                    Pipeline::builder(&url)
+                        .forecast(2, [1, 2])
+                        .missing(Missing::Fill)
+                        .batch_size(3)
+                        .collate_options(CollateOptions {
+                            nan_mask: true,
+                            ..Default::default()
+                        })
+                };
+                check_equal(fill, |v| v).await;
+                let filled = || {
+                    fill().collate_options(CollateOptions {
+                        nan_mask: true,
+                        nan_fill: Some(0.0),
+                        ..Default::default()
+                    })
+                };
+                check_equal(filled, |v| v).await;
             }
         });
     }

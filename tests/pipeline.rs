@@ -135,9 +135,18 @@ async fn missing_chunk_reads_as_fill_value() {
     let dir = tempfile::tempdir().unwrap();
     let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
     std::fs::remove_file(Path::new(&url).join("t2m/c/1/0/0")).unwrap();
+    // The whole field of step 1 is absent: a missing step, which `skip` (the default) would
+    // leave out and `fill` keeps, read as the fill value.
+    let skipped = Pipeline::builder(url.clone())
+        .variables(["t2m"])
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(skipped.layout().num_samples(), 2);
     let batches = Pipeline::builder(url)
         .variables(["t2m"])
         .batch_size(1)
+        .missing(zarrpipe::batcher::Missing::Fill)
         .build()
         .await
         .unwrap();

@@ -19,8 +19,8 @@ import zarrpipe
 url = sys.argv[1] if len(sys.argv) > 1 else zarrpipe.sample_dataset()
 variables = ["t2m", "u10", "z"]
 stats = zarrpipe.stats(url, variables)
-for entry in stats:
-    print(f"{entry['variable']}: mean {entry['mean']:.3f}, std {entry['std']:.3f}")
+for entry in stats["channels"]:
+    print(f"{entry['channel']}: mean {entry['mean']:.3f}, std {entry['std']:.3f}")
 
 # --- 2. The GPU pipeline ---
 pipe = zarrpipe.Pipeline(url, variables=variables, input_dims={"latitude": 64, "longitude": 64},

@@ -55,40 +55,58 @@ fn info_json(
     serde_json::to_string(&described).map_err(|error| errors::to_py(&error))
 }
 
-/// `zarrpipe stats URL --json`: mean, std, min, max and NaN count per variable, as JSON (what
-/// `normalize=` takes).
+/// `zarrpipe stats URL --json`: per channel, mean, std, min and max of the values and their
+/// tendencies over a range of time steps, and what they cover, as JSON (what `normalize=`
+/// takes).
 #[pyfunction]
-#[pyo3(signature = (url, variables = None, store_options = None))]
+#[pyo3(signature = (url, variables = None, store_options = None, start = None, end = None, dim = None))]
 fn stats_json(
     py: Python<'_>,
     url: String,
     variables: Option<Vec<String>>,
     store_options: Option<Vec<(String, String)>>,
+    start: Option<String>,
+    end: Option<String>,
+    dim: Option<String>,
 ) -> PyResult<String> {
     use std::sync::Arc;
+    use zarrpipe::pipeline::{CoordValue, Selection};
     let options = options::store_options(store_options.unwrap_or_default(), None, None);
-    let all = py.detach(|| {
+    let report = py.detach(|| {
         runtime().block_on(async {
-            let dataset = zarrpipe::store::Dataset::open_with(&url, &options)
-                .await
-                .map_err(zarrpipe::codec::Error::from)?;
-            let names = variables.unwrap_or_else(|| dataset.data_variable_names());
+            let dataset = zarrpipe::store::Dataset::open_with(&url, &options).await?;
+            let dim = dim.unwrap_or_else(|| "time".into());
+            let steps = match (&start, &end) {
+                (None, None) => None,
+                (from, to) => {
+                    // An open end is the coordinate's own first or last value.
+                    let selection = Selection {
+                        dim: dim.clone(),
+                        from: from
+                            .as_deref()
+                            .map_or(CoordValue::Number(f64::MIN), Into::into),
+                        to: to
+                            .as_deref()
+                            .map_or(CoordValue::Number(f64::MAX), Into::into),
+                    };
+                    Some(zarrpipe::pipeline::index_range(&dataset, &selection).await?)
+                }
+            };
+            let options = zarrpipe::stats::StatsOptions {
+                variables: variables.unwrap_or_default(),
+                dim,
+                steps,
+                start,
+                end,
+                concurrency: 2 * rayon_threads(),
+            };
             let decoder = Arc::new(zarrpipe::codec::CpuDecoder::new());
-            let concurrency = 2 * rayon_threads();
-            let mut all = Vec::new();
-            for name in &names {
-                let variable = dataset
-                    .variable(name)
-                    .map_err(zarrpipe::codec::Error::from)?;
-                all.push(
-                    zarrpipe::stats::variable_stats(variable, decoder.clone(), concurrency).await?,
-                );
-            }
-            Ok::<_, zarrpipe::codec::Error>(all)
+            let report = zarrpipe::stats::channel_stats(&dataset, decoder, &options).await?;
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(report)
         })
     });
-    let all = all.map_err(|error| errors::to_py(&error))?;
-    serde_json::to_string(&all).map_err(|error| errors::to_py(&error))
+    let report = report.map_err(|error| errors::to_py(&*error))?;
+    serde_json::to_string(&report).map_err(|error| errors::to_py(&error))
 }
 
 /// Writes zarrpipe's sample dataset (ERA5-like: t2m, u10, z on 13 levels; 128 x 256 points)

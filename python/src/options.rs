@@ -8,7 +8,9 @@ use std::time::Duration;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zarrpipe::batcher::{Edge, EpochOptions, Ranks, SamplerState, Shuffle, Uneven, WindowSpec};
+use zarrpipe::batcher::{
+    Edge, EpochOptions, Missing, Ranks, SamplerState, Shuffle, Uneven, WindowSpec,
+};
 use zarrpipe::collate::{CollateOptions, TensorDType};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{DecodeOn, Pipeline, PipelineBuilder};
@@ -30,6 +32,7 @@ pub(crate) struct Config {
     pub history: Option<u64>,
     pub leads: Vec<u64>,
     pub edge: Edge,
+    pub missing: Missing,
     pub select: Vec<(String, String, String)>,
     pub normalize: Option<String>,
     pub nan_fill: Option<f32>,
@@ -67,6 +70,7 @@ const KEYS: &[&str] = &[
     "history",
     "leads",
     "edge",
+    "missing",
     "select",
     "normalize",
     "nan_fill",
@@ -162,6 +166,17 @@ impl Config {
                 ("shift", Edge::Shift),
             ],
         )?;
+        let missing: String = get(options, "missing")?.unwrap_or_else(|| "skip".into());
+        let missing = choice(
+            "missing",
+            &missing,
+            &[
+                ("skip", Missing::Skip),
+                ("fill", Missing::Fill),
+                ("error", Missing::Error),
+                ("ignore", Missing::Ignore),
+            ],
+        )?;
         let uneven: String = get(options, "uneven")?.unwrap_or_else(|| "pad".into());
         let uneven = choice(
             "uneven",
@@ -233,6 +248,7 @@ impl Config {
             history: get(options, "history")?,
             leads: get(options, "leads")?.unwrap_or_default(),
             edge,
+            missing,
             select: get(options, "select")?.unwrap_or_default(),
             normalize: get(options, "normalize")?,
             nan_fill: get(options, "nan_fill")?,
@@ -292,6 +308,7 @@ impl Config {
             .variables(self.variables.clone())
             .window_spec(self.spec()?)
             .batch_size(self.batch_size)
+            .missing(self.missing)
             .epoch_options(EpochOptions {
                 epoch,
                 seed: self.seed,

@@ -105,13 +105,14 @@ def test_padded_edges_carry_a_mask():
 def test_normalisation_nan_fill_and_masks(xr_store):
     name, path = xr_store
     stats = zarrpipe.stats(path, ["t2m"])
-    assert stats[0]["variable"] == "t2m" and stats[0]["nan_count"] == 3
+    assert stats["variables"][0]["variable"] == "t2m" and stats["variables"][0]["nan_count"] == 3
+    assert stats["channels"][0]["channel"] == "t2m" and stats["channels"][0]["nan_count"] == 3
     pipe = zarrpipe.Pipeline(path, variables=["t2m"], normalize=stats, nan_fill=0.0,
                              nan_mask=True, latitude_weights="latitude", batch_size=6,
                              tensors="raw")
     (batch,) = batches(pipe)
     t2m = expected(name, "t2m")
-    mean, std = np.float32(stats[0]["mean"]), np.float32(stats[0]["std"])
+    mean, std = np.float32(stats["channels"][0]["mean"]), np.float32(stats["channels"][0]["std"])
     want = np.where(np.isnan(t2m), np.float32(0), (t2m - mean) / std).astype(np.float32)
     np.testing.assert_allclose(batch.inputs[:, 0], want, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(batch.nan_mask[:, 0], (~np.isnan(t2m)).astype(np.uint8))

@@ -92,12 +92,23 @@ def stats(
     url: str | os.PathLike[str],
     variables: Sequence[str] | None = None,
     *,
+    start: Any = None,
+    end: Any = None,
+    dim: str = "time",
     store_options: Mapping[str, Any] | None = None,
-) -> list[dict]:
-    """Mean, standard deviation, min, max and NaN count of each variable, over every chunk
-    (what ``zarrpipe stats URL --json`` prints, and what ``Pipeline(normalize=...)`` takes)."""
+) -> dict:
+    """Training statistics, what ``zarrpipe stats URL --json`` prints and what
+    ``Pipeline(normalize=...)`` takes: per channel (``"z[level=3]"``) the count, NaN count, mean,
+    standard deviation, min and max of the values and of their tendencies (differences between
+    consecutive steps), over the steps of ``dim`` from ``start`` to ``end`` (dates or
+    coordinate values, ends included; default: all), in one streaming pass. Missing steps are
+    left out. ``"computed_over"`` records the store, variables, range and time; ``"variables"``
+    pools each variable's channels."""
     names = list(variables) if variables is not None else None
-    return json.loads(_native.stats_json(os.fspath(url), names, _store_pairs(store_options)))
+    return json.loads(_native.stats_json(
+        os.fspath(url), names, _store_pairs(store_options),
+        None if start is None else _coordinate_text(start),
+        None if end is None else _coordinate_text(end), dim))
 
 
 def sample_dataset() -> str:
@@ -179,12 +190,14 @@ def _normalize_json(normalize: Any, url: str, variables: Sequence[str] | None,
     if normalize is True:
         return json.dumps(stats(url, variables, store_options=store_options))
     if isinstance(normalize, os.PathLike) or (
-        isinstance(normalize, str) and not normalize.lstrip().startswith("[")
+        isinstance(normalize, str) and not normalize.lstrip().startswith(("[", "{"))
     ):
         with open(normalize, encoding="utf-8") as file:
             return file.read()
     if isinstance(normalize, str):
         return normalize
+    if isinstance(normalize, Mapping):
+        return json.dumps(dict(normalize))
     return json.dumps(list(normalize))
 
 
@@ -248,9 +261,15 @@ class Pipeline:
     - ``batch_size``, ``drop_last``; ``shuffle`` (False, True or ``"full"``, ``"blocks"``),
       ``seed``, ``epoch`` (or :meth:`set_epoch`); ``rank`` / ``world_size`` (default:
       ``torch.distributed`` when initialised, else ``RANK`` / ``WORLD_SIZE``), ``uneven``.
-    - ``normalize``: per-variable ``mean`` and ``std``: a path to ``zarrpipe stats --json``
-      output, that JSON, the list :func:`stats` returns, or True to compute it now (reads
-      every chunk). Then ``nan_fill``, ``nan_mask``, ``latitude_weights`` (a dim name).
+    - ``missing``: samples whose inputs or targets touch a missing time step (one the time
+      coordinate leaves out of its regular frequency, or one whose whole field is absent):
+      ``"skip"`` (default) leaves them out, ``"fill"`` keeps them (NaN for left-out steps,
+      the fill value for absent data), ``"error"`` raises naming the dates, ``"ignore"`` does
+      not look for them (no coordinate read or store listing when the pipeline is made).
+    - ``normalize``: per-channel ``mean`` and ``std``: a path to ``zarrpipe stats --json``
+      output, that JSON, the dict :func:`stats` returns (or an earlier version's list of
+      per-variable entries), or True to compute it now (reads every chunk). Then
+      ``nan_fill``, ``nan_mask``, ``latitude_weights`` (a dim name).
     - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
       build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
       ``"split"`` (both, by their measured rates) or ``"auto"`` (the GPU only while training
@@ -287,6 +306,7 @@ class Pipeline:
         history: int | None = None,
         leads: Sequence[int] | int | None = None,
         edge: str = "drop",
+        missing: str = "skip",
         select: Mapping[str, tuple[Any, Any]] | None = None,
         normalize: Any = None,
         nan_fill: float | None = None,
@@ -346,6 +366,7 @@ class Pipeline:
             "history": history,
             "leads": list(leads) if leads is not None else None,
             "edge": edge,
+            "missing": missing,
             "select": [
                 (dim, _coordinate_text(start), _coordinate_text(end))
                 for dim, (start, end) in (select or {}).items()

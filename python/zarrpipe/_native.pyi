@@ -24,6 +24,9 @@ def stats_json(
     url: str,
     variables: list[str] | None = None,
     store_options: list[tuple[str, str]] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    dim: str | None = None,
 ) -> str: ...
 
 def sample_dataset() -> str: ...

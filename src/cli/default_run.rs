@@ -148,8 +148,8 @@ pub struct CollateArgs {
     /// Tensor element type on the GPU: f32, bf16 or f16 (the CPU delivers f32).
     #[arg(long, default_value = "f32")]
     dtype: TensorDType,
-    /// Normalise each channel with the mean and std of its variable, from the JSON that
-    /// `zarrpipe stats URL --json` prints.
+    /// Normalise each channel with its mean and std (else its variable's), from the JSON
+    /// that `zarrpipe stats URL --json` prints (inputs and targets alike).
     #[arg(long, value_name = "STATS_JSON")]
     normalize: Option<std::path::PathBuf>,
     /// Replace NaN by this value (after normalising).
@@ -375,6 +375,7 @@ fn pipeline(
         .epoch_options(args.windows.epoch_options()?)
         .window_spec(args.windows.spec()?)
         .batch_size(args.windows.batch_size)
+        .missing(args.windows.missing.into())
         .prefetch(args.prefetch)
         .decode_on(match decode {
             Decode::Cpu => DecodeOn::Cpu,

@@ -56,6 +56,9 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
     for unreadable in &info.unreadable {
         println!("unreadable {}: {}", unreadable.name, unreadable.reason);
     }
+    if let Some(missing) = &info.missing {
+        super::plan::print_missing(missing);
+    }
     Ok(())
 }
 

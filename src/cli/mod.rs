@@ -25,14 +25,18 @@ pub struct Args {
 enum Command {
     /// Stream one epoch of a dataset through the default pipeline (the default command).
     Run(default_run::RunArgs),
-    /// Describe a dataset: variables, dimensions, shapes, dtypes, chunks, codecs, sizes.
+    /// Describe a dataset: variables, dimensions, shapes, dtypes, chunks, codecs, sizes, and
+    /// the missing time steps.
     Info(info::InfoArgs),
     /// Measure the whole pipeline: `run` with one warm-up and 2 timed epochs (best reported),
     /// decoded GB/s and samples/s delivered, and the time each stage took.
     Bench(default_run::RunArgs),
-    /// Element count, NaN count, min, max, mean and std of variables, over whole arrays.
+    /// Training statistics per channel: count, NaN count, mean, std, min and max of the values
+    /// and of their tendencies (differences between consecutive time steps), over a date range,
+    /// missing steps left out; --json writes what --normalize reads.
     Stats(stats::StatsArgs),
-    /// Samples, batches, chunk reads and read amplification of an epoch (no data is read).
+    /// Samples, batches, chunk reads and read amplification of an epoch, and the missing time
+    /// steps with the samples they leave out (only the time coordinate is read).
     Plan(plan::PlanArgs),
     /// Write a W1-shaped synthetic ERA5-like Zarr v3 store for benchmarks and tests.
     Generate(generate::GenerateArgs),

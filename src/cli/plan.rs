@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
-use zarrpipe::batcher::{Batcher, PlanSummary, SampleLayout};
+use zarrpipe::batcher::{Batcher, MissingSteps, PlanSummary, SampleLayout};
+use zarrpipe::pipeline::apply_missing_steps;
 
 use super::store::StoreArgs;
 use super::windows::WindowArgs;
@@ -25,11 +26,13 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     } else {
         args.windows.variables.clone()
     };
-    let layout = Arc::new(SampleLayout::new(
+    let layout = SampleLayout::new(
         &dataset,
         &variables,
         &args.windows.resolved_spec(&dataset).await?,
-    )?);
+    )?;
+    let layout =
+        Arc::new(apply_missing_steps(&dataset, layout, args.windows.missing.into()).await?);
     let batcher = Batcher::with_options(
         layout.clone(),
         args.windows.batch_size,
@@ -43,6 +46,19 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         let mut json = serde_json::to_value(&plan)?;
         json["sample_shape"] = serde_json::json!(layout.sample_shape());
         json["batch_size"] = serde_json::json!(batcher.batch_size());
+        if let Some((steps, policy)) = layout.missing_steps() {
+            json["missing"] = serde_json::json!({
+                "policy": policy.to_string(),
+                "dim": steps.dim,
+                "frequency": steps.frequency_text,
+                "steps": steps.count(),
+                "dates": steps.dates(),
+                "gaps": steps.gaps,
+                "absent": steps.absent,
+                "unchecked": steps.unchecked,
+                "skipped": layout.skipped(),
+            });
+        }
         println!("{json}");
         return Ok(());
     }
@@ -64,6 +80,19 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         plan.bytes_delivered as f64 / 1e6,
         plan.read_amplification
     );
+    if let Some((steps, policy)) = layout.missing_steps() {
+        print_missing(steps);
+        if layout.skipped() > 0 {
+            let what = match layout.batch_groups() {
+                Some(_) => "batches",
+                None => "samples",
+            };
+            println!(
+                "{} {what} left out: they touch a missing step (--missing {policy})",
+                layout.skipped()
+            );
+        }
+    }
     if plan.estimated {
         println!(
             "(reads estimated from the first {} batches, scaled up to the epoch)",
@@ -71,4 +100,34 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The missing steps, one line each (at most 20 dates shown), and what was not checked.
+pub fn print_missing(steps: &MissingSteps) {
+    let frequency = steps
+        .frequency_text
+        .as_deref()
+        .map_or(String::new(), |f| format!(", every {f}"));
+    if steps.is_empty() {
+        println!("missing steps along `{}`{frequency}: none", steps.dim);
+    } else {
+        let dates = steps.dates();
+        let more = match steps.count().saturating_sub(20) {
+            0 => String::new(),
+            more => format!(" and {more} more"),
+        };
+        let shown: Vec<&str> = dates.iter().take(20).map(String::as_str).collect();
+        println!(
+            "missing steps along `{}`{frequency}: {} ({}{more})",
+            steps.dim,
+            steps.count(),
+            shown.join(", ")
+        );
+        for step in &steps.absent {
+            println!("  {} absent: {}", step.date, step.variables.join(", "));
+        }
+    }
+    for why in &steps.unchecked {
+        println!("  not checked: {why}");
+    }
 }

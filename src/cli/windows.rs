@@ -1,7 +1,7 @@
 //! The window options shared by `run` and `plan`, in xbatcher's terms.
 
 use anyhow::bail;
-use zarrpipe::batcher::{Edge, EpochOptions, Ranks, Shuffle, WindowSpec};
+use zarrpipe::batcher::{Edge, EpochOptions, Missing, Ranks, Shuffle, WindowSpec};
 use zarrpipe::pipeline::{resolve_selections, Selection};
 use zarrpipe::store::Dataset;
 
@@ -56,6 +56,33 @@ pub struct WindowArgs {
     /// Epoch number.
     #[arg(long, default_value_t = 0)]
     pub epoch: u64,
+    /// Samples whose inputs or targets touch a missing time step (a step the time coordinate
+    /// leaves out of its regular frequency, or one whose whole field is absent from the
+    /// store): skip leaves them out, fill keeps them (NaN for left-out steps, the fill value
+    /// for absent data), error stops naming the dates; ignore does not look for them (no
+    /// coordinate read or store listing at start; for stores known whole, or too large to
+    /// list).
+    #[arg(long, value_enum, default_value_t = MissingArg::Skip)]
+    pub missing: MissingArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MissingArg {
+    Skip,
+    Fill,
+    Error,
+    Ignore,
+}
+
+impl From<MissingArg> for Missing {
+    fn from(missing: MissingArg) -> Self {
+        match missing {
+            MissingArg::Skip => Missing::Skip,
+            MissingArg::Fill => Missing::Fill,
+            MissingArg::Error => Missing::Error,
+            MissingArg::Ignore => Missing::Ignore,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -11,6 +11,12 @@ pub enum Error {
     #[error("no variables selected")]
     NoVariables,
 
+    #[error("samples touch missing steps along `{dim}`: {dates} (--missing skip leaves such samples out, --missing fill keeps them)")]
+    MissingSteps { dim: String, dates: String },
+
+    #[error("--missing fill with gaps in the `{dim}` coordinate needs `{dim}` iterated (one step per sample, history and leads allowed) and no batch dims: a window or block of steps would span steps the store does not hold (--missing skip leaves such samples out)")]
+    FillNeedsIteratedTime { dim: String },
+
     #[error("variable `{name}` is selected twice (each variable may be given once, e.g. one --var {name})")]
     DuplicateVariable { name: String },
 

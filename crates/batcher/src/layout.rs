@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use zarrpipe_store::{ChunkRequest, Dataset, Variable};
 
+use crate::missing::{check_fill, KeptUnits};
 use crate::sampler::Fnv1a;
-use crate::{Edge, Error, Forecast, Result, Window, WindowSpec};
+use crate::{Edge, Error, Forecast, Missing, MissingSteps, Result, Window, WindowSpec};
 
 /// How samples are cut from a set of variables: the sample dimensions (iterated, then
 /// windowed), the channels, and the shape of one sample, `[channels, window sizes...]`.
@@ -30,8 +31,18 @@ pub struct SampleLayout {
     forecast_axis: Option<usize>,
     /// Whether the layout fixes the batches (xbatcher's `batch_dims` / `concat_input_dims`).
     by_layout: bool,
-    /// Batches along the sample dimensions' blocks, and samples in each.
+    /// Batches along the sample dimensions' blocks, and samples in each (after missing
+    /// steps are left out).
     groups: BatchGroups,
+    /// The missing steps of the time dimension, and what samples touching them become.
+    missing: Option<(Arc<MissingSteps>, Missing)>,
+    /// Under [`Missing::Skip`]: the units (samples, or batches fixed by the layout) kept.
+    kept: Option<KeptUnits>,
+    /// Units left out because they touch a missing step.
+    skipped: u64,
+    /// Under [`Missing::Fill`] with gaps: the time axis laid out on the regular grid, and the
+    /// stored step of each grid step (`None`: a gap's step, NaN in the batches).
+    grid: Option<(usize, Arc<Vec<Option<u64>>>)>,
 }
 
 /// Batches fixed by the layout (xbatcher's `batch_dims` / `concat_input_dims`): `count`
@@ -233,7 +244,143 @@ impl SampleLayout {
             by_layout: spec.batches_by_layout(),
             groups: groups(&sample_dims)?,
             sample_dims,
+            missing: None,
+            kept: None,
+            skipped: 0,
+            grid: None,
         })
+    }
+
+    /// This layout with the missing steps of its time dimension handled by `policy` (see
+    /// [`Missing`]): under [`Missing::Skip`] the samples (or the batches the layout fixes)
+    /// touching a missing step are left out, and sample numbers count the others; under
+    /// [`Missing::Error`] such a sample is an error naming the dates; under [`Missing::Fill`]
+    /// gaps become NaN steps of a regular time axis. Steps along a dimension that is not a
+    /// sample dimension are refused unless filled. When the layout fixes the batches (batch
+    /// dims, `concat_input_dims`), a batch touching a missing step is left out whole.
+    /// [`Missing::Ignore`] leaves the layout as it is.
+    pub fn with_missing_steps(mut self, steps: MissingSteps, policy: Missing) -> Result<Self> {
+        if policy == Missing::Ignore {
+            return Ok(self);
+        }
+        let steps = Arc::new(steps);
+        self.missing = Some((steps.clone(), policy));
+        if steps.is_empty() {
+            return Ok(self);
+        }
+        let Some(axis) = self.sample_axis(&steps.dim) else {
+            return match policy {
+                Missing::Fill => Ok(self),
+                _ => Err(steps.error(steps.dates())),
+            };
+        };
+        if policy == Missing::Fill {
+            return self.fill_gaps(axis, &steps);
+        }
+        let dim = &self.sample_dims[axis];
+        let (along, per_block) = dim.batch_split();
+        let inner = self.sample_dims[axis + 1..]
+            .iter()
+            .map(|dim| dim.batch_split().0)
+            .product::<u64>();
+        let offsets: Vec<i64> = match self.forecast_axis == Some(axis) {
+            true => self
+                .input_offsets
+                .iter()
+                .chain(&self.target_offsets)
+                .copied()
+                .collect(),
+            false => vec![0],
+        };
+        let mut good = Vec::new();
+        let mut touched = Vec::new();
+        for unit in 0..along {
+            let origins: Vec<u64> = match self.by_layout {
+                true => (0..per_block)
+                    .map(|within| dim.block_origin(unit, within))
+                    .collect(),
+                false => vec![dim.origin(unit)],
+            };
+            let used: Vec<(u64, u64)> = origins
+                .iter()
+                .flat_map(|&origin| {
+                    offsets.iter().map(move |&offset| {
+                        let first = origin.saturating_add_signed(offset);
+                        (first, first + dim.size - 1)
+                    })
+                })
+                .collect();
+            if !steps.touches(&used) {
+                good.push(unit);
+            } else if policy == Missing::Error {
+                touched.extend(steps.dates_touched(&used));
+            }
+        }
+        if policy == Missing::Error {
+            return match touched.is_empty() {
+                true => Ok(self),
+                false => Err(steps.error(touched)),
+            };
+        }
+        let kept = KeptUnits { along, inner, good };
+        let count = kept.count(self.groups.count);
+        self.skipped = self.groups.count - count;
+        self.groups.count = count;
+        self.kept = Some(kept);
+        Ok(self)
+    }
+
+    /// [`Missing::Fill`]: lays the time axis out on the coordinate's regular grid, so a gap's
+    /// steps are samples, history and leads of their own (read as NaN).
+    fn fill_gaps(mut self, axis: usize, steps: &MissingSteps) -> Result<Self> {
+        if steps.gaps.is_empty() {
+            return Ok(self);
+        }
+        let dim = &self.sample_dims[axis];
+        check_fill(steps, dim.iterated && !self.by_layout)?;
+        let grid = steps.grid();
+        let position = |stored: u64| {
+            grid.iter()
+                .position(|&step| step == Some(stored))
+                .unwrap_or(0) as u64
+        };
+        // The origins' bounds were set in stored steps: the selection (and the forecast
+        // margins, in steps) are laid out again on the grid.
+        let history = (-self.input_offsets.iter().copied().min().unwrap_or(0)) as u64;
+        let lead = self.target_offsets.iter().copied().max().unwrap_or(0) as u64;
+        let (history, lead) = match self.forecast_axis == Some(axis) {
+            true => (history, lead),
+            false => (0, 0),
+        };
+        let first = dim.start - history;
+        let last = dim.length - 1 - (dim.end_margin - lead);
+        let length = grid.len() as u64;
+        let dim = &mut self.sample_dims[axis];
+        dim.start = position(first) + history;
+        dim.end_margin = length - 1 - position(last) + lead;
+        dim.length = length;
+        self.groups = groups(&self.sample_dims)?;
+        self.grid = Some((axis, Arc::new(grid)));
+        Ok(self)
+    }
+
+    /// The missing steps of the time dimension and their handling, when they were looked for.
+    pub fn missing_steps(&self) -> Option<(&MissingSteps, Missing)> {
+        self.missing
+            .as_ref()
+            .map(|(steps, policy)| (steps.as_ref(), *policy))
+    }
+
+    /// Samples (or batches, when the layout fixes them) left out because they touch a
+    /// missing step.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Whether tensors start out holding the pad value (NaN unless set) before the windows
+    /// are gathered into them: padded windows, and steps filled for gaps.
+    pub fn prefilled(&self) -> bool {
+        self.padded() || self.grid.is_some()
     }
 
     pub fn variables(&self) -> &[Arc<Variable>] {
@@ -323,6 +470,13 @@ impl SampleLayout {
         if self.num_samples() > 0 {
             return None;
         }
+        if let (Some((steps, _)), true) = (&self.missing, self.skipped > 0) {
+            return Some(format!(
+                "every sample touches one of the {} missing steps along `{}` (--missing fill keeps them)",
+                steps.count(),
+                steps.dim
+            ));
+        }
         for dim in &self.sample_dims {
             let usable = dim.usable();
             let narrowed = if usable < dim.length {
@@ -367,7 +521,7 @@ impl SampleLayout {
         let mut origin = vec![0; self.sample_dims.len()];
         if !self.by_layout {
             // The planning hot path: plain C order over the positions.
-            let mut rest = index;
+            let mut rest = self.kept.as_ref().map_or(index, |kept| kept.natural(index));
             for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
                 // An empty epoch has no sample to name: keep origins at the dimension's start.
                 let positions = dim.positions().max(1);
@@ -378,6 +532,9 @@ impl SampleLayout {
         }
         let size = self.groups.size.max(1);
         let (mut block_rest, mut within_rest) = (index / size, index % size);
+        if let Some(kept) = &self.kept {
+            block_rest = kept.natural(block_rest);
+        }
         for (axis, dim) in self.sample_dims.iter().enumerate().rev() {
             let (blocks, per_block) = dim.batch_split();
             let (blocks, per_block) = (blocks.max(1), per_block.max(1));
@@ -395,10 +552,19 @@ impl SampleLayout {
         let variable = &self.variables[variable];
         let dims = variable.dims().iter().zip(variable.shape());
         dims.map(|(name, &length)| match self.sample_axis(name) {
-            Some(axis) => {
-                let start = sample.origin[axis];
-                start..start + self.sample_dims[axis].size
-            }
+            Some(axis) => match &self.grid {
+                // A step of the regular grid: its stored step, or nothing for a gap's.
+                Some((grid_axis, grid)) if *grid_axis == axis => {
+                    match grid.get(sample.origin[axis] as usize).copied().flatten() {
+                        Some(stored) => stored..stored + 1,
+                        None => 0..0,
+                    }
+                }
+                _ => {
+                    let start = sample.origin[axis];
+                    start..start + self.sample_dims[axis].size
+                }
+            },
             None => 0..length,
         })
         .collect()
@@ -435,6 +601,12 @@ impl SampleLayout {
                 hash.u64(tag);
                 hash.u64(block);
             }
+        }
+        // Only layouts with missing steps hash them, so states saved before missing steps
+        // were looked for still resume where none are.
+        if let Some((steps, policy)) = self.missing.as_ref().filter(|(s, _)| !s.is_empty()) {
+            steps.hash_into(&mut hash);
+            hash.u64(*policy as u64);
         }
         hash.finish()
     }

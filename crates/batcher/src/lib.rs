@@ -3,7 +3,9 @@
 //! `time` by default), every other dimension stacked as channels, and for each batch the
 //! deduplicated set of chunks it needs ([`Batcher::read_plans`], the head of a stage chain).
 //! xbatcher's `batch_dims` and `concat_input_dims` let the
-//! layout fix the batches instead of a batch size (blocks of steps or of windows).
+//! layout fix the batches instead of a batch size (blocks of steps or of windows). Missing
+//! time steps ([`MissingSteps`]: gaps in the time coordinate, absent fields) are skipped,
+//! filled or refused by [`SampleLayout::with_missing_steps`] ([`Missing`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -24,6 +26,7 @@
 mod batches;
 mod error;
 mod layout;
+mod missing;
 mod plan;
 mod sampler;
 mod window;
@@ -34,6 +37,7 @@ pub use layout::{
     clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,
     MAX_SAMPLE_VALUES,
 };
+pub use missing::{AbsentStep, Gap, Missing, MissingSteps};
 pub use plan::PlanSummary;
 pub use sampler::{
     EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven, MAX_SHUFFLED_SAMPLES,

@@ -45,11 +45,16 @@ impl PlanSummary {
         if summary.samples == 0 {
             return summary;
         }
+        // Each variable delivers its channels over the sample's windows (whatever the sample:
+        // a step filled for a gap reads nothing but is delivered all the same).
+        let window: u64 = layout.sample_shape()[1..]
+            .iter()
+            .map(|&n| n as u64)
+            .product();
         let per_sample: u64 = (0..layout.variables().len())
             .map(|variable| {
-                let region = layout.region(variable, &layout.sample(0));
-                let elements: u64 = region.iter().map(|range| range.end - range.start).product();
-                elements * layout.variables()[variable].dtype().size() as u64
+                let channels = layout.channel_range(variable).len() as u64;
+                channels * window * layout.variables()[variable].dtype().size() as u64
             })
             .sum::<u64>()
             * (layout.input_offsets().len() + layout.target_offsets().len()) as u64;

@@ -342,3 +342,51 @@ fn bad_batch_dims_are_refused() {
         Error::MissingDimension { .. }
     ));
 }
+
+/// Time 3 with stored step 1 absent: under skip, iterated samples and the windows of each
+/// time position leave step 1 out; batches fixed by the layout go whole; the sampler counts
+/// the rest exactly.
+#[test]
+fn missing_steps_leave_out_samples_and_whole_layout_batches() {
+    use crate::{AbsentStep, Missing, MissingSteps};
+    let dataset = dataset();
+    let steps = MissingSteps {
+        dim: "time".into(),
+        length: 3,
+        absent: vec![AbsentStep {
+            index: 1,
+            date: "step 1".into(),
+            variables: vec!["a".into()],
+        }],
+        ..MissingSteps::default()
+    };
+    let spec = WindowSpec::new().window("lat", 4, 4).window("lon", 4, 4);
+    let layout = SampleLayout::new(&dataset, &["a"], &spec).unwrap();
+    assert_eq!(layout.num_samples(), 3 * 2 * 2);
+    let layout = layout
+        .with_missing_steps(steps.clone(), Missing::Skip)
+        .unwrap();
+    assert_eq!((layout.num_samples(), layout.skipped()), (8, 4));
+    let times: Vec<u64> = (0..8).map(|i| layout.sample(i).origin[0]).collect();
+    assert_eq!(times, [0, 0, 0, 0, 2, 2, 2, 2]);
+    let batcher = Batcher::new(Arc::new(layout), 3, false).unwrap();
+    assert_eq!(batcher.num_batches(), 3);
+    // Batches of two steps: the block holding step 1 goes whole.
+    let blocks = spec.clone().batch_dim("time", 1);
+    let layout = SampleLayout::new(&dataset, &["a"], &blocks).unwrap();
+    let groups = layout.batch_groups().unwrap();
+    let layout = layout
+        .with_missing_steps(steps.clone(), Missing::Skip)
+        .unwrap();
+    assert_eq!(layout.batch_groups().unwrap().count, groups.count - 4);
+    assert!(layout.num_samples() > 0);
+    // Error names the date; ignore changes nothing.
+    let layout = SampleLayout::new(&dataset, &["a"], &spec).unwrap();
+    let error = layout
+        .with_missing_steps(steps.clone(), Missing::Error)
+        .unwrap_err();
+    assert!(error.to_string().contains("step 1"), "{error}");
+    let layout = SampleLayout::new(&dataset, &["a"], &spec).unwrap();
+    let layout = layout.with_missing_steps(steps, Missing::Ignore).unwrap();
+    assert_eq!(layout.num_samples(), 12);
+}

@@ -110,9 +110,10 @@ impl HostCollator {
         let mut shape = vec![samples.len(), self.layout.channels().len() * offsets.len()];
         shape.extend(&self.layout.sample_shape()[1..]);
         let len = samples.len() * offsets.len() * step_len;
-        // Padded elements keep the pad value. Without padding every element is overwritten, so
-        // take zeroed pages from the allocator instead of writing the tensor twice.
-        let mut data = if self.layout.padded() {
+        // Padded elements (and steps filled for gaps) keep the pad value. Otherwise every
+        // element is overwritten, so take zeroed pages from the allocator instead of writing
+        // the tensor twice.
+        let mut data = if self.layout.prefilled() {
             vec![self.layout.pad_value(); len]
         } else {
             vec![0f32; len]

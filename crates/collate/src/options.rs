@@ -52,54 +52,88 @@ pub struct Normalization {
 }
 
 impl Normalization {
-    /// From the JSON that `zarrpipe stats --json` prints (a list of per-variable statistics
-    /// with `variable`, `mean` and `std`): every channel of a variable gets its statistics.
+    /// From the JSON that `zarrpipe stats --json` prints: each channel gets its own entry of
+    /// `channels` (matched by label, `z[level=3]`), else its variable's entry of `variables`
+    /// (pooled over its channels). The list of per-variable entries that earlier versions
+    /// printed is read too. Values are normalised, targets included, with the statistics of
+    /// the values (the `tendency` entries are for scaling a model's residuals: the pipeline
+    /// delivers targets as values, not differences).
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
-        let stats = Self::parse_stats_json(json)?;
+        let (channels, variables) = Self::stats_entries(json)?;
         let mut normalization = Self {
             mean: Vec::new(),
             std: Vec::new(),
         };
-        for (number, variable) in layout.variables().iter().enumerate() {
-            let entry = stats
+        for channel in layout.channels() {
+            let label = channel.label();
+            let entry = channels
                 .iter()
-                .find(|entry| entry["variable"] == variable.name())
+                .find(|entry| entry["channel"] == label.as_str())
+                .or_else(|| {
+                    let variable = channel.variable.as_str();
+                    variables.iter().find(|entry| entry["variable"] == variable)
+                })
                 .ok_or_else(|| Error::BadOptions {
-                    reason: format!("no statistics for variable `{}`", variable.name()),
+                    reason: match channel.index.is_empty() {
+                        true => format!("no statistics for variable `{label}`"),
+                        false => format!(
+                            "no statistics for channel `{label}` nor for variable `{}`",
+                            channel.variable
+                        ),
+                    },
                 })?;
             let field = |name: &str| {
                 entry[name].as_f64().ok_or_else(|| Error::BadOptions {
-                    reason: format!("variable `{}` has no numeric `{name}`", variable.name()),
+                    reason: format!("the statistics of `{label}` have no numeric `{name}`"),
                 })
             };
-            let (mean, std) = (field("mean")? as f32, field("std")? as f32);
-            let channels = layout.channel_range(number).len();
-            normalization
-                .mean
-                .extend(std::iter::repeat_n(mean, channels));
-            normalization.std.extend(std::iter::repeat_n(std, channels));
+            normalization.mean.push(field("mean")? as f32);
+            normalization.std.push(field("std")? as f32);
         }
         Ok(normalization)
     }
 
-    /// The entries of statistics JSON, with an error that says what is wrong with it: cut
-    /// short (a truncated file), not JSON, or JSON of another shape.
+    /// The per-variable entries of statistics JSON (the list earlier versions printed, or
+    /// the report's `variables`), with an error that says what is wrong with it: cut short
+    /// (a truncated file), not JSON, or JSON of another shape.
     pub fn parse_stats_json(json: &str) -> Result<Vec<serde_json::Value>> {
-        serde_json::from_str(json).map_err(|error| {
+        Ok(Self::stats_entries(json)?.1)
+    }
+
+    /// `(channels, variables)` entries of statistics JSON.
+    fn stats_entries(json: &str) -> Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|error| {
             let what = match error.classify() {
                 serde_json::error::Category::Eof => {
                     "the statistics end early (a truncated file? write it again with `zarrpipe stats URL --json > FILE`)"
                 }
-                serde_json::error::Category::Syntax | serde_json::error::Category::Io => {
+                serde_json::error::Category::Syntax
+                | serde_json::error::Category::Io
+                | serde_json::error::Category::Data => {
                     "the statistics are not valid JSON (a truncated or edited file? write it again with `zarrpipe stats URL --json > FILE`)"
-                }
-                serde_json::error::Category::Data => {
-                    "the statistics are not the list of per-variable entries that `zarrpipe stats URL --json` prints"
                 }
             };
             Error::BadOptions {
                 reason: format!("{what}: {error}"),
             }
+        })?;
+        let list = |value: &serde_json::Value| {
+            value
+                .as_array()
+                .filter(|l| l.iter().all(|e| e.is_object()))
+                .cloned()
+        };
+        match &value {
+            serde_json::Value::Array(_) => list(&value).map(|variables| (Vec::new(), variables)),
+            serde_json::Value::Object(report) => {
+                let channels = report.get("channels").map_or(Some(Vec::new()), list);
+                let variables = report.get("variables").map_or(Some(Vec::new()), list);
+                channels.zip(variables)
+            }
+            _ => None,
+        }
+        .ok_or_else(|| Error::BadOptions {
+            reason: "the statistics are not what `zarrpipe stats URL --json` prints (an object with `channels` and `variables`, or a list of per-variable entries)".into(),
         })
     }
 

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use futures::stream;
 use zarrpipe_batcher::{
-    Batcher, EpochOptions, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
+    Batcher, EpochOptions, Missing, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
 use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, SplitPolicy};
 use zarrpipe_collate::{
@@ -13,6 +13,7 @@ use zarrpipe_collate::{
 use zarrpipe_core::{Device, Pace};
 use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
+use crate::missing::apply_missing_steps;
 use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
 use crate::stream::BatchStream;
 use crate::{Error, PipelineExt, Result};
@@ -70,6 +71,7 @@ struct Config {
     decode_on: DecodeOn,
     decoder: Option<Arc<dyn BatchDecoder>>,
     selections: Vec<Selection>,
+    missing: Missing,
     store_options: StoreOptions,
     collate: CollateOptions,
     stats_json: Option<String>,
@@ -113,6 +115,7 @@ impl PipelineBuilder {
             decode_on: DecodeOn::Cpu,
             decoder: None,
             selections: Vec::new(),
+            missing: Missing::Skip,
             store_options: StoreOptions::default(),
             collate: CollateOptions::default(),
             stats_json: None,
@@ -187,6 +190,15 @@ impl<P: CollateOn> PipelineBuilder<P> {
             from: from.into(),
             to: to.into(),
         });
+        self
+    }
+
+    /// What becomes of samples whose inputs or targets touch a missing time step (a step the
+    /// time coordinate leaves out of its regular frequency, or one whose data is absent):
+    /// left out (default), kept with NaN and the fill value, or an error naming the dates.
+    /// See [`Missing`] and [`find_missing_steps`](crate::find_missing_steps).
+    pub fn missing(mut self, missing: Missing) -> Self {
+        self.config.missing = missing;
         self
     }
 
@@ -344,8 +356,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
         &self.config.collate
     }
 
-    /// Normalises each channel with its variable's `mean` and `std` from `zarrpipe stats
-    /// --json` output (resolved against the layout when the pipeline is built).
+    /// Normalises each channel with its own `mean` and `std` (else its variable's) from
+    /// `zarrpipe stats --json` output (resolved against the layout when the pipeline is
+    /// built); inputs and targets alike.
     pub fn normalize_with_stats(mut self, stats_json: impl Into<String>) -> Self {
         self.config.stats_json = Some(stats_json.into());
         self
@@ -557,7 +570,8 @@ impl Config {
             self.variables
         };
         let spec = resolve_selections(&dataset, self.spec, &self.selections).await?;
-        let layout = Arc::new(SampleLayout::new(&dataset, &variables, &spec)?);
+        let layout = SampleLayout::new(&dataset, &variables, &spec)?;
+        let layout = Arc::new(apply_missing_steps(&dataset, layout, self.missing).await?);
         let batcher = match &self.resume {
             Some(state) => Batcher::resume(layout, self.batch_size, &self.epoch, state)?,
             None => Batcher::with_options(layout, self.batch_size, &self.epoch)?,

@@ -59,6 +59,7 @@ mod error;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod metrics;
+mod missing;
 mod prefetch;
 mod select;
 mod stream;
@@ -68,6 +69,7 @@ pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};
 pub use metrics::{Metrics, MetricsSnapshot};
+pub use missing::{apply_missing_steps, find_missing_steps, time_dim, MAX_CHECKED_CHUNKS};
 pub use prefetch::Prefetch;
 pub use select::{index_range, resolve_selections, CoordValue, Selection};
 pub use stream::BatchStream;

@@ -151,7 +151,7 @@ fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Resu
 
 /// A number in CF `units` (`hours since 2000-01-01`) as a date, `2000-01-02T06:00`; `None`
 /// when the units are not CF time.
-fn cf_date(value: f64, units: &str) -> Option<String> {
+pub(crate) fn cf_date(value: f64, units: &str) -> Option<String> {
     let (unit, epoch) = units.split_once(" since ")?;
     let seconds_per_unit = match unit.trim() {
         "seconds" | "second" | "s" => 1.0,

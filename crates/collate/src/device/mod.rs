@@ -186,7 +186,7 @@ impl DeviceCollator {
             _ => Some(self.pool.take(shape, TensorDType::F32, stream)?),
         };
         let values = work.as_ref().unwrap_or(&out).device_ptr();
-        if self.layout().padded() {
+        if self.layout().prefilled() {
             self.launch_fill(values, len, stream)?;
         }
         self.launch_gather(pieces, addresses, values, stream)?;
