@@ -4,7 +4,9 @@
 //! `__dlpack__(stream=S)` makes the consumer's stream `S` (torch passes its current stream)
 //! wait on the batch's `ready` event on the device, so the host never synchronises. The
 //! exported tensor shares the `DeviceTensor`: its buffer goes back to zarrpipe's pool when the
-//! last holder (this object or the consumer's tensor, through the DLPack deleter) lets go.
+//! last holder (this object or the consumer's tensor, through the DLPack deleter) lets go, and
+//! the next batch writes into it only after the kernels the consumer queued on `S` by then
+//! (torch frees a tensor when its last reference goes, not when its kernels have run).
 
 use std::sync::{Arc, Mutex};
 
@@ -143,7 +145,13 @@ impl DlpackExporter for CudaTensor {
         }
         .map_err(cuda_error(
             "making the consumer's stream wait for the batch",
-        ))
+        ))?;
+        // SAFETY: as above, `stream` is the consumer's stream on this device or a default-
+        // stream sentinel; consumers' streams outlive the tensors they read (PyTorch's and
+        // CuPy's streams are pooled, never destroyed while in use). The buffer then returns
+        // to the pool only after the work the consumer queued on `stream` before freeing it.
+        unsafe { self.tensor.read_on(stream) };
+        Ok(())
     }
 
     fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {

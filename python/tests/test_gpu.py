@@ -7,8 +7,8 @@ skips, with the reason, where there is no CUDA build, no torch or no GPU.
 - torch's stream waits for a batch on the device (no host synchronisation), also on a side
   stream;
 - memory: a tensor torch frees goes back to zarrpipe's pool (a pool that holds three batches
-  runs whole epochs), and nothing is left on the device once the pipeline and tensors are
-  gone.
+  runs whole epochs), not to be overwritten before the kernels torch queued on it have run,
+  and nothing is left on the device once the pipeline and tensors are gone.
 """
 
 from __future__ import annotations
@@ -128,6 +128,32 @@ def test_freed_tensors_go_back_to_the_pool(torch):
     for epoch in range(3):
         pipe.set_epoch(epoch)
         assert sum(1 for _ in pipe) == len(pipe)
+
+
+@pytest.mark.parametrize("decode_on", ["gpu", "cpu"])
+def test_a_tensor_torch_frees_is_not_overwritten_while_its_kernels_are_queued(torch, decode_on):
+    """torch frees a tensor when its last reference goes, with kernels that read it still
+    queued: its buffer goes back to zarrpipe's pool, and the next batches must not be written
+    into it before those kernels ran. A pool of three batches reuses every buffer at once; a
+    long sleep kernel queued before each read keeps the reads waiting while later batches
+    are collated."""
+    want = cpu_batches(store("xr_v3"), nan_fill=0.0)
+    first = next(iter(zarrpipe.Pipeline(store("xr_v3"), device="cuda:0", **OPTIONS)))
+    batch_bytes = first.inputs.numel() * 4
+    del first
+    pipe = zarrpipe.Pipeline(store("xr_v3"), device="cuda:0", decode_on=decode_on, prefetch=1,
+                             gpu_tensor_memory=3 * batch_bytes, nan_fill=0.0, **OPTIONS)
+    copies = []
+    for batch in pipe:
+        inputs = batch.inputs  # torch's stream waits for the batch here
+        del batch
+        torch.cuda._sleep(20_000_000)  # tens of ms of GPU time before the read below
+        copies.append(inputs.clone())
+        del inputs  # freed now: back to the pool while the clone is still queued
+    torch.cuda.synchronize()
+    assert len(copies) == len(want)
+    for got, cpu in zip(copies, want):
+        np.testing.assert_array_equal(got.cpu().numpy(), cpu.inputs)
 
 
 def test_no_device_memory_is_left_after_the_pipeline_and_tensors_are_dropped(torch):

@@ -5,7 +5,9 @@
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use ndarray::{ArrayD, IxDyn};
-use zarrpipe_codec_gpu::cudarc::driver::{result, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use zarrpipe_codec_gpu::cudarc::driver::{
+    result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr,
+};
 use zarrpipe_codec_gpu::DeviceMemory;
 
 use zarrpipe_codec_gpu::trim_memory_pool;
@@ -39,8 +41,16 @@ struct PoolInner {
 
 #[derive(Default)]
 struct PoolState {
-    free: Vec<CudaSlice<u8>>,
+    free: Vec<FreeBuffer>,
     outstanding: usize,
+}
+
+/// A buffer back in the pool, and the events its last readers outside the pipeline recorded
+/// on their streams when they let go of it: the next tensor's stream waits for them before
+/// writing into it.
+struct FreeBuffer {
+    buffer: CudaSlice<u8>,
+    read_by: Vec<CudaEvent>,
 }
 
 impl std::fmt::Debug for TensorPool {
@@ -114,10 +124,19 @@ impl TensorPool {
         state.outstanding += len;
         // The smallest free buffer that fits, if not more than twice too large.
         let fitting = (0..state.free.len())
-            .filter(|&i| (len.max(1)..=2 * len.max(1)).contains(&state.free[i].len()))
-            .min_by_key(|&i| state.free[i].len());
+            .filter(|&i| (len.max(1)..=2 * len.max(1)).contains(&state.free[i].buffer.len()))
+            .min_by_key(|&i| state.free[i].buffer.len());
         let buffer = match fitting {
-            Some(index) => Ok(state.free.swap_remove(index)),
+            Some(index) => {
+                let free = state.free.swap_remove(index);
+                drop(state);
+                // The consumer's kernels queued before it let go may still read the buffer.
+                free.read_by
+                    .iter()
+                    .try_for_each(|event| stream.wait(event))
+                    .map(|()| free.buffer)
+                    .map_err(cuda_error("waiting for a tensor's last readers"))
+            }
             None => {
                 drop(state);
                 // SAFETY: every element is written by the collation before it is read.
@@ -133,6 +152,7 @@ impl TensorPool {
             dtype,
             stream: stream.clone(),
             pool: Arc::downgrade(inner),
+            readers: Mutex::new(Vec::new()),
         })
     }
 }
@@ -146,7 +166,7 @@ impl PoolInner {
 
     /// Stops counting `len` handed-out bytes, keeps `buffer` (if any) for reuse, and wakes
     /// the takers waiting for room.
-    fn give_back(&self, len: usize, buffer: Option<CudaSlice<u8>>) {
+    fn give_back(&self, len: usize, buffer: Option<FreeBuffer>) {
         let mut state = self.lock();
         state.outstanding -= len;
         state.free.extend(buffer);
@@ -155,8 +175,10 @@ impl PoolInner {
     }
 }
 
-/// A tensor in device memory, C order. Dropping it returns its memory to the pool at once:
-/// finish reading it (synchronise the stream that reads it) first.
+/// A tensor in device memory, C order. Dropping it returns its memory to the pool for the
+/// next batch, which writes into it only after the work its readers queued on their streams
+/// (those named with [`read_on`](Self::read_on)) before the tensor was dropped; work on other
+/// streams must be finished (synchronised) before the tensor is dropped.
 pub struct DeviceTensor {
     buffer: Option<CudaSlice<u8>>,
     len: usize,
@@ -164,7 +186,16 @@ pub struct DeviceTensor {
     dtype: TensorDType,
     stream: Arc<CudaStream>,
     pool: Weak<PoolInner>,
+    /// Streams outside the pipeline that read the tensor (a DLPack consumer's).
+    readers: Mutex<Vec<ReaderStream>>,
 }
+
+/// A consumer's stream, as the driver names it (or a default-stream sentinel).
+struct ReaderStream(sys::CUstream);
+
+// SAFETY: a CUstream is a handle the driver accepts from any thread; `read_on`'s caller
+// promises it stays valid while the tensor lives.
+unsafe impl Send for ReaderStream {}
 
 impl std::fmt::Debug for DeviceTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -262,6 +293,47 @@ impl DeviceTensor {
 }
 
 impl DeviceTensor {
+    /// Names `stream` as a reader of the tensor: when the tensor is dropped, an event is
+    /// recorded on `stream`, and the buffer is written again only after it. A DLPack
+    /// consumer (PyTorch) frees a tensor when its last reference goes, while its kernels may
+    /// still be queued: without this the next batch could overwrite their input.
+    ///
+    /// # Safety
+    /// `stream` is a stream on the tensor's device (or `CU_STREAM_LEGACY` /
+    /// `CU_STREAM_PER_THREAD`) that stays valid until the tensor is dropped.
+    pub unsafe fn read_on(&self, stream: sys::CUstream) {
+        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if !readers.iter().any(|reader| reader.0 == stream) {
+            readers.push(ReaderStream(stream));
+        }
+    }
+
+    /// Events recorded on the readers' streams now, after the work they queued. Where one
+    /// cannot be recorded, the device is synchronised instead (slow, but nothing races).
+    fn readers_done(&self) -> Vec<CudaEvent> {
+        let readers = std::mem::take(&mut *self.readers.lock().unwrap_or_else(|p| p.into_inner()));
+        if readers.is_empty() {
+            return Vec::new();
+        }
+        let context = self.stream.context();
+        let recorded = context.bind_to_thread().and_then(|()| {
+            readers
+                .iter()
+                .map(|reader| {
+                    let event = context.new_event(None)?;
+                    // SAFETY: `read_on`'s caller promised the stream is valid until now; the
+                    // event is alive and belongs to this context.
+                    unsafe { result::event::record(event.cu_event(), reader.0) }?;
+                    Ok(event)
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        recorded.unwrap_or_else(|_| {
+            let _ = context.synchronize();
+            Vec::new()
+        })
+    }
+
     /// Hands the tensor to a DLPack consumer (PyTorch, JAX, CuPy) without a copy, as either
     /// ABI (`dlpark::legacy::Dlpack` or `dlpark::versioned::Dlpack`). Its memory goes back to
     /// the pool when the consumer calls the deleter (or the handle is dropped). Read it only
@@ -294,9 +366,16 @@ impl Drop for DeviceTensor {
             return;
         };
         match self.pool.upgrade() {
-            Some(pool) => pool.give_back(self.len, Some(buffer)),
+            Some(pool) => {
+                let read_by = self.readers_done();
+                pool.give_back(self.len, Some(FreeBuffer { buffer, read_by }))
+            }
             None => {
-                // The pipeline is gone: give the memory back to the driver, not its pool.
+                // The pipeline is gone: give the memory back to the driver, not its pool,
+                // after its last readers (the free is ordered on the tensor's stream).
+                for event in self.readers_done() {
+                    let _ = self.stream.wait(&event);
+                }
                 drop(buffer);
                 let _ = self.stream.synchronize();
                 trim_memory_pool(self.stream.context());
