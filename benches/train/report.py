@@ -71,7 +71,11 @@ def table(rows: list[dict], setup: str, precision: str) -> tuple[list[str], dict
 
 
 def plot(figures: dict, title: str, path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"matplotlib is not installed: no {path.name}", file=sys.stderr)
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -21,7 +21,8 @@
 #   WHEELS=.whl (a folder of wheels)   SKIP_WHEELS=1 (use what python3 has)
 #   SETUPS="a b"   PRECISIONS="fp32 bf16" (bf16 runs train only; setup B: fp32 only)
 #   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe"
-#   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=1500 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
+#   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
+#   STATS_STEPS=480 (the training split the statistics cover)
 #   BUDGET=seconds for the whole run: what does not fit is reported as not run
 #   KEEP=1 keeps each store after its setup (default: removed, the host's disk is 64 GiB)
 #   APPEND=1 keeps earlier results.jsonl lines (several calls make one report)
@@ -78,10 +79,12 @@ train() {
   local status=$?
   local line
   line=$(grep '^{' "$log" | tail -n 1)
-  if [ "$status" -eq 0 ] && [ -n "$line" ]; then
-    python3 -c "import json,sys; d=json.loads(sys.argv[1]); d.update(setup=sys.argv[2], run=sys.argv[3]); print(json.dumps(d))" \
-      "$line" "$setup" "$label" >> "$work/results.jsonl"
-    grep -v '^{' "$log" | tail -n 1 >&2
+  if [ -n "$line" ]; then
+    # The figures are printed before the exit; a non-zero exit after them (the --tiny loss
+    # check, DataLoader workers torn down at exit) is kept beside them.
+    python3 -c "import json,sys; d=json.loads(sys.argv[1]); d.update(setup=sys.argv[2], run=sys.argv[3]); d.update({'exit_status': int(sys.argv[4])} if sys.argv[4] != '0' else {}); print(json.dumps(d))" \
+      "$line" "$setup" "$label" "$status" >> "$work/results.jsonl"
+    grep -v '^{' "$log" | grep -E 'samples/s' | tail -n 1 >&2
   else
     local why
     why=$(tail -n 3 "$log" | tr '\n"' ' \047' | cut -c1-300)
@@ -93,14 +96,24 @@ train() {
 for setup in ${SETUPS:-a b}; do
   store=$work/setup-$setup.zarr
   case $setup in
-    a) gen=(--variables setup-a --time "${A_TIME:-1500}"); variables=(--variables t2m,V500,U500,T500,Z500,Q500); precisions=${PRECISIONS:-fp32 bf16} ;;
-    b) gen=(--time "${B_TIME:-200}"); variables=(--variables all); precisions=fp32 ;;
+    a) gen=(--variables setup-a --time "${A_TIME:-4800}"); variables=(--variables t2m,V500,U500,T500,Z500,Q500); stats_vars=(--var t2m --var V500 --var U500 --var T500 --var Z500 --var Q500); precisions=${PRECISIONS:-fp32 bf16} ;;
+    b) gen=(--time "${B_TIME:-200}"); variables=(--variables all); stats_vars=(); precisions=fp32 ;;
     *) say "unknown setup $setup (a or b)"; continue ;;
   esac
   if [ ! -e "$store/zarr.json" ]; then
     say "writing $store: zarrpipe generate ${gen[*]} ${GEN_ARGS:-}"
     "$bin" generate "$store" "${gen[@]}" ${GEN_ARGS:-} | tail -n 1 >&2 || { say "generate failed"; continue; }
   fi
+  # Per-channel statistics over the training split (the first STATS_STEPS steps; 6-hourly
+  # steps from 2000-01-01 as `zarrpipe generate` writes them), once for every run.
+  stats=$work/setup-$setup.stats.json
+  if [ ! -s "$stats" ]; then
+    end=$(python3 -c "import datetime as d,sys; print((d.datetime(2000,1,1)+d.timedelta(hours=6*(int(sys.argv[1])-1))).isoformat())" "${STATS_STEPS:-480}")
+    say "statistics of $store up to $end"
+    "$bin" stats "$store" "${stats_vars[@]}" --end "$end" --json > "$stats.tmp" 2>"$work/stats.log" && mv "$stats.tmp" "$stats" \
+      || { say "zarrpipe stats failed: $(tail -n 2 "$work/stats.log")"; continue; }
+  fi
+  variables+=(--stats "$stats")
   # Warm the page cache (every loader then reads from memory, as in the peers' runs).
   cat "$store"/*/c/* "$store"/*/c/*/* "$store"/*/c/*/*/* > /dev/null 2>&1
   for precision in $precisions; do
@@ -124,8 +137,10 @@ done
 # --- 4. the report ---------------------------------------------------------------------------
 host=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 python3 "$here/report.py" "$work/results.jsonl" --out "$work" --host "${host:-no GPU}, $(nproc) CPUs" \
-  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-1500} B_TIME=${B_TIME:-200})" >&2
+  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-4800} B_TIME=${B_TIME:-200})" >&2
 if [ -n "${OUT:-}" ]; then
-  cp "$work/results.jsonl" "$work"/training*.md "$work"/training_*.png "$work"/*.log "$OUT"/ 2>/dev/null
+  # Few files come back from the device machine: the logs travel as one archive.
+  cp "$work/results.jsonl" "$work"/training*.md "$work"/training_*.png "$OUT"/ 2>/dev/null
+  tar -C "$work" -czf "$OUT/train-logs.tar.gz" $(cd "$work" && ls *.log 2>/dev/null)
 fi
 say "done"

@@ -182,12 +182,22 @@ def baseline_batches(args, device) -> Iterator:
     import xarray as xr
     from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-    stats = {entry["variable"]: entry for entry in args.statistics}
+    import zarrpipe
+
+    # Per channel (each level of a level variable its own), as zarrpipe normalises.
+    stats = {}
+    for variable in args.variables:
+        entries = [c for c in args.statistics["channels"] if c["variable"] == variable]
+        stats[variable] = (np.array([c["mean"] for c in entries])[:, None, None],
+                           np.array([c["std"] for c in entries])[:, None, None])
 
     class ERA5Pairs(Dataset):
         def __init__(self):
-            self.ds = None  # opened in each worker (xarray handles are not fork-safe)
-            self.steps = xr.open_zarr(args.store, consolidated=False, chunks=None).sizes["time"]
+            # Opened in each worker, never here: zarr-python's event-loop thread, once started
+            # in this process, does not survive the fork into the DataLoader's workers (they
+            # hang). The length comes from the store's metadata.
+            self.ds = None
+            self.steps = int(zarrpipe.info(args.store)["dims"]["time"])
 
         def __len__(self) -> int:
             return self.steps - 1
@@ -197,8 +207,8 @@ def baseline_batches(args, device) -> Iterator:
                 self.ds = xr.open_zarr(args.store, consolidated=False, chunks=None)[args.variables]
             step = self.ds.isel(time=t).load()
             # A level variable gives a channel per level, as in zarrpipe's stacking.
-            fields = [((step[v].values - stats[v]["mean"]) / stats[v]["std"]).reshape(
-                -1, *step[v].shape[-2:]) for v in args.variables]
+            fields = [(step[v].values.reshape(-1, *step[v].shape[-2:]) - stats[v][0]) / stats[v][1]
+                      for v in args.variables]
             return np.concatenate(fields).astype(np.float32)
 
         def __getitem__(self, t: int):
@@ -373,7 +383,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--gpu-share", type=float, help="zarrpipe auto: the GPU time it may take")
     p.add_argument("--variables", default=",".join(SETUP_A),
                    help="comma-separated, or 'all' (every data variable, levels as channels)")
-    p.add_argument("--stats", help="per-variable mean and std (zarrpipe stats --json); "
+    p.add_argument("--stats", help="per-channel mean and std (zarrpipe stats --json); "
                                    "default: computed (and cached beside the store)")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--batch-size", type=int, default=16)
@@ -453,9 +463,9 @@ def field_shape(args) -> tuple[int, int]:
     return (64, 128) if args.tiny else (640, 1280)
 
 
-def load_statistics(args) -> list[dict]:
-    """Per-variable mean and std: --stats, or computed once with zarrpipe.stats (every chunk
-    read) and kept in a file beside the store."""
+def load_statistics(args) -> dict:
+    """Per-channel mean and std (what `zarrpipe stats --json` writes): --stats, or computed
+    once with zarrpipe.stats (every chunk read) and kept in a file beside the store."""
     if args.stats:
         with open(args.stats) as f:
             return json.load(f)
@@ -465,16 +475,16 @@ def load_statistics(args) -> list[dict]:
                          os.path.basename(os.path.abspath(args.store)) + ".stats.json")
     if os.path.exists(cache):
         with open(cache) as f:
-            entries = json.load(f)
-        if all(any(e["variable"] == v for e in entries) for v in args.variables):
-            return entries
-    entries = zarrpipe.stats(args.store, args.variables)
+            report = json.load(f)
+        if set(args.variables) <= set(report["computed_over"]["variables"]):
+            return report
+    report = zarrpipe.stats(args.store, args.variables)
     try:
         with open(cache, "w") as f:
-            json.dump(entries, f)
+            json.dump(report, f)
     except OSError:
         pass  # a read-only place: computed again next time
-    return entries
+    return report
 
 
 if __name__ == "__main__":
