@@ -22,6 +22,7 @@
 //! Planning runs on the CPU; there is no GPU code here.
 
 mod batches;
+mod derived;
 mod error;
 mod layout;
 mod plan;
@@ -29,6 +30,7 @@ mod sampler;
 mod window;
 
 pub use batches::{Batcher, EpochOptions};
+pub use derived::{Derived, Needs};
 pub use error::{Error, Result};
 pub use layout::{
     clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,

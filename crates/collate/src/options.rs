@@ -3,10 +3,12 @@
 //! The CPU and GPU apply the same float32 operations in the same order, so their tensors are
 //! bit-identical.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 use zarrpipe_batcher::SampleLayout;
 
-use crate::{Error, Result};
+use crate::{DerivedChannels, Error, Result, StaticFields};
 
 /// Element type of a batch tensor. The host collator delivers float32 only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -53,13 +55,28 @@ pub struct Normalization {
 
 impl Normalization {
     /// From the JSON that `zarrpipe stats --json` prints (a list of per-variable statistics
-    /// with `variable`, `mean` and `std`): every channel of a variable gets its statistics.
+    /// with `variable`, `mean` and `std`): every channel of a variable gets its statistics
+    /// (static variables' too). A derived channel gets the entry of its name when there is
+    /// one, else it is left as it is (mean 0, std 1).
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
         let stats = Self::parse_stats_json(json)?;
+        let channels = layout.channels().len();
         let mut normalization = Self {
-            mean: Vec::new(),
-            std: Vec::new(),
+            mean: vec![0.0; channels],
+            std: vec![1.0; channels],
         };
+        for &(channel, kind) in layout.derived_channels() {
+            let Some(entry) = stats.iter().find(|entry| entry["variable"] == kind.name()) else {
+                continue;
+            };
+            let field = |name: &str| {
+                entry[name].as_f64().ok_or_else(|| Error::BadOptions {
+                    reason: format!("derived channel `{}` has no numeric `{name}`", kind.name()),
+                })
+            };
+            normalization.mean[channel] = field("mean")? as f32;
+            normalization.std[channel] = field("std")? as f32;
+        }
         for (number, variable) in layout.variables().iter().enumerate() {
             let entry = stats
                 .iter()
@@ -73,11 +90,9 @@ impl Normalization {
                 })
             };
             let (mean, std) = (field("mean")? as f32, field("std")? as f32);
-            let channels = layout.channel_range(number).len();
-            normalization
-                .mean
-                .extend(std::iter::repeat_n(mean, channels));
-            normalization.std.extend(std::iter::repeat_n(std, channels));
+            let range = layout.channel_range(number);
+            normalization.mean[range.clone()].fill(mean);
+            normalization.std[range].fill(std);
         }
         Ok(normalization)
     }
@@ -142,6 +157,12 @@ pub struct CollateOptions {
     pub nan_mask: bool,
     /// Also deliver latitude weights `[batch, window]`.
     pub latitude_weights: Option<LatitudeWeights>,
+    /// The layout's static variables, read once ([`StaticFields::read`]): needed when it has
+    /// any ([`SampleLayout::is_static`]). The pipeline builder reads them.
+    pub static_fields: Option<Arc<StaticFields>>,
+    /// The coordinates of the layout's derived channels: needed when it has any. The
+    /// pipeline builder reads them.
+    pub derived: Option<Arc<DerivedChannels>>,
 }
 
 impl CollateOptions {
@@ -159,10 +180,37 @@ impl CollateOptions {
         if let Some(weights) = &self.latitude_weights {
             weights.check(layout)?;
         }
+        self.check_channels(layout)?;
         match &self.normalize {
             Some(normalization) => normalization.check(layout.channels().len()),
             None => Ok(()),
         }
+    }
+
+    /// Checks that the static fields and derived channels' coordinates `layout` needs are
+    /// here.
+    pub(crate) fn check_channels(&self, layout: &SampleLayout) -> Result<()> {
+        if let Some(&number) = layout.static_variables().first() {
+            let Some(fields) = &self.static_fields else {
+                return Err(Error::BadOptions {
+                    reason: format!(
+                        "variable `{}` is static (it has none of the iterated dimensions): read the static fields once with `StaticFields::read(&layout, ..)` into `CollateOptions::static_fields` (the pipeline builder does)",
+                        layout.variables()[number].name()
+                    ),
+                });
+            };
+            fields.check(layout)?;
+        }
+        if let Some(&(_, kind)) = layout.derived_channels().first() {
+            let Some(derived) = &self.derived else {
+                return Err(Error::DerivedChannel {
+                    channel: kind.name(),
+                    reason: "give its coordinates in `CollateOptions::derived` (the pipeline builder reads them)".into(),
+                });
+            };
+            derived.check(layout)?;
+        }
+        Ok(())
     }
 }
 
