@@ -303,6 +303,7 @@ impl Config {
                 nan_fill: self.nan_fill,
                 nan_mask: self.nan_mask,
                 latitude_weights: None,
+                ..CollateOptions::default()
             });
         for (dim, from, to) in &self.select {
             builder = builder.select(dim.clone(), from.as_str(), to.as_str());

@@ -13,6 +13,7 @@ use zarrpipe_collate::{
 use zarrpipe_core::{Device, Pace};
 use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
+use crate::channels::read_channel_inputs;
 use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
 use crate::stream::BatchStream;
 use crate::{Error, PipelineExt, Result};
@@ -551,6 +552,13 @@ impl Config {
         if let Some(dim) = &self.latitude_dim {
             let latitudes = coordinate_values(&dataset, dim).await?;
             collate.latitude_weights = Some(LatitudeWeights::from_degrees(dim, &latitudes));
+        }
+        // Static fields and derived channels' coordinates: read once, here, unless given.
+        if collate.static_fields.is_none() || collate.derived.is_none() {
+            let (fields, derived) =
+                read_channel_inputs(&dataset, batcher.layout(), self.fetch_concurrency).await?;
+            collate.static_fields = collate.static_fields.or(fields);
+            collate.derived = collate.derived.or(derived);
         }
         Ok((dataset, batcher, collate))
     }
