@@ -92,17 +92,21 @@ impl Axis {
 }
 
 /// The coordinate of the sample dimension that is `axis` (in degrees, or seconds since
-/// 1970 for time); `None` when no sample dimension is (the collators then say which derived
-/// channel lacks it).
+/// 1970 for time), else of another dimension that is (the collators then say it must be
+/// windowed or iterated); `None` when the dataset has none.
 async fn coordinate(
     dataset: &Dataset,
     layout: &SampleLayout,
     axis: Axis,
 ) -> Result<Option<Coordinate>> {
-    let found = layout.sample_dims().iter().find_map(|dim| {
-        let variable = dataset.variable(&dim.name).ok()?;
-        (variable.dims() == [dim.name.clone()] && axis.is(variable)).then_some(variable)
-    });
+    let is_axis = |variable: &&std::sync::Arc<Variable>| {
+        variable.dims() == [variable.name().to_string()] && axis.is(variable)
+    };
+    let found = layout
+        .sample_dims()
+        .iter()
+        .find_map(|dim| dataset.variable(&dim.name).ok().filter(is_axis))
+        .or_else(|| dataset.coordinates().find(is_axis));
     let Some(variable) = found else {
         return Ok(None);
     };
