@@ -28,6 +28,10 @@
 //! gathers the same windows into device tensors in one kernel launch (float32, bfloat16 or
 //! float16), from the same [`GatherPlan`], from chunks decoded on the GPU or uploaded from the
 //! CPU through reused pinned buffers; [`HostCollator`] takes chunks decoded on either side too.
+//!
+//! Static variables come from [`StaticFields`] read once, derived channels from the
+//! [`DerivedChannels`]' coordinates, both in [`CollateOptions`] (the pipeline builder fills
+//! them): each collator cuts and computes them as the other does, bit for bit.
 
 mod batch;
 mod batch_collator;

@@ -132,6 +132,9 @@ impl PipelineBuilder {
 
 impl<P: CollateOn> PipelineBuilder<P> {
     /// The variables stacked as channels, in this order (default: every data variable).
+    /// Static variables (none of the iterated dimensions) are read once, at `build`; names
+    /// of [`Derived`](zarrpipe_batcher::Derived) channels that are not variables of the
+    /// dataset (`cos_lat`, `cos_zenith`, ...) are computed on each sample's grid and time.
     pub fn variables<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
         self.config.variables = names.into_iter().map(Into::into).collect();
         self
