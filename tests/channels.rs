@@ -97,7 +97,9 @@ async fn static_fields_are_cut_to_each_window() {
                     assert!(same(got(2), want(f32::from(lsm[at]))));
                     // Derived channels keep the pad value past the edge too.
                     match inside {
-                        true => assert!((f64::from(got(3)) - lats[lat].to_radians().cos()).abs() < 1e-6),
+                        true => {
+                            assert!((f64::from(got(3)) - lats[lat].to_radians().cos()).abs() < 1e-6)
+                        }
                         false => assert!(got(3).is_nan()),
                     }
                 }
@@ -194,12 +196,7 @@ async fn derived_channels_follow_each_samples_grid_and_time() {
             .batch_size(3),
     )
     .await;
-    let (lats, lons, times, t2m) = (
-        f64s("latitude"),
-        f32s("longitude"),
-        seconds(),
-        f32s("t2m"),
-    );
+    let (lats, lons, times, t2m) = (f64s("latitude"), f32s("longitude"), seconds(), f32s("t2m"));
     let mut zenith_day_and_night = (false, false);
     for batch in &batches {
         assert_eq!(batch.inputs.shape()[1], names.len());
@@ -291,7 +288,12 @@ async fn derived_channels_are_normalised_only_when_the_statistics_name_them() {
         .build()
         .await
         .unwrap_err();
-    assert!(error.to_string().contains("no statistics for variable `lsm`"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("no statistics for variable `lsm`"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -341,7 +343,9 @@ async fn derived_channels_need_their_dimensions_in_the_samples() {
         .unwrap_err();
     let message = zarrpipe::error_chain(&error);
     assert!(
-        message.contains("cos_latitude") && message.contains("cos_zenith") && message.contains("orography"),
+        message.contains("cos_latitude")
+            && message.contains("cos_zenith")
+            && message.contains("orography"),
         "{message}"
     );
 }
@@ -354,7 +358,8 @@ async fn hand_made_collators_ask_for_the_static_fields() {
     let dataset = zarrpipe::store::Dataset::open(&store_path("xr_static"))
         .await
         .unwrap();
-    let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "lsm"], &WindowSpec::new()).unwrap());
+    let layout =
+        Arc::new(SampleLayout::new(&dataset, &["t2m", "lsm"], &WindowSpec::new()).unwrap());
     let error = HostCollator::with_options(layout.clone(), CollateOptions::default()).unwrap_err();
     assert!(error.to_string().contains("`lsm` is static"), "{error}");
     let (fields, derived) = zarrpipe::pipeline::read_channel_inputs(&dataset, &layout, 4)

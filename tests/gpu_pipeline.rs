@@ -386,12 +386,11 @@ mod on_gpu {
             let gpu = gpu_batches(builder(), DecodeOn::Gpu).await;
             assert_eq!(gpu.len(), cpu.len());
             for (g, c) in gpu.iter().zip(&cpu) {
-                let worst = g
-                    .1
-                    .iter()
-                    .zip(&c.1)
-                    .map(|(g, c)| (g - c).abs())
-                    .fold(0f32, f32::max);
+                let worst =
+                    g.1.iter()
+                        .zip(&c.1)
+                        .map(|(g, c)| (g - c).abs())
+                        .fold(0f32, f32::max);
                 assert!(worst <= 1e-5, "largest difference {worst}");
             }
         });
@@ -470,8 +469,7 @@ mod on_gpu {
             unsafe {
                 let bytes =
                     std::slice::from_raw_parts_mut(host.as_mut_ptr().cast::<u8>(), host.len() * 4);
-                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address)
-                    .unwrap();
+                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address).unwrap();
             }
             assert_eq!(host, expected.iter().copied().collect::<Vec<_>>());
             // The consumer's deleter, once: the buffer goes back to the pool.

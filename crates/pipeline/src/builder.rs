@@ -330,6 +330,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 
     /// Normalisation, NaN handling and (on the GPU) the tensor type; see [`CollateOptions`].
+    /// Static fields and derived channels' coordinates given here (from
+    /// [`read_channel_inputs`](crate::read_channel_inputs), kept across epochs) are not read
+    /// again at `build`.
     pub fn collate_options(mut self, options: CollateOptions) -> Self {
         self.config.collate = options;
         self
@@ -557,9 +560,13 @@ impl Config {
             collate.latitude_weights = Some(LatitudeWeights::from_degrees(dim, &latitudes));
         }
         // Static fields and derived channels' coordinates: read once, here, unless given.
-        if collate.static_fields.is_none() || collate.derived.is_none() {
+        let layout = batcher.layout();
+        let fields_missing =
+            !layout.static_variables().is_empty() && collate.static_fields.is_none();
+        let derived_missing = !layout.derived_channels().is_empty() && collate.derived.is_none();
+        if fields_missing || derived_missing {
             let (fields, derived) =
-                read_channel_inputs(&dataset, batcher.layout(), self.fetch_concurrency).await?;
+                read_channel_inputs(&dataset, layout, self.fetch_concurrency).await?;
             collate.static_fields = collate.static_fields.or(fields);
             collate.derived = collate.derived.or(derived);
         }

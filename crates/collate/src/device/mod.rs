@@ -87,9 +87,10 @@ impl DeviceCollator {
             .map_or(&[][..], |fields| fields.fields())
             .iter()
             .map(|field| {
-                stream
-                    .clone_htod(&field.bytes)
-                    .map_err(cuda_error(format!("uploading static field `{}`", field.variable)))
+                stream.clone_htod(&field.bytes).map_err(cuda_error(format!(
+                    "uploading static field `{}`",
+                    field.variable
+                )))
             })
             .collect::<Result<Vec<_>>>()?;
         let statistics = match &options.normalize {
@@ -275,12 +276,7 @@ impl DeviceCollator {
     }
 
     /// Derived channels from their tables: one upload (axes, jobs, values), one launch.
-    fn launch_derived(
-        &self,
-        plan: &DerivedPlan,
-        out: u64,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
+    fn launch_derived(&self, plan: &DerivedPlan, out: u64, stream: &Arc<CudaStream>) -> Result<()> {
         if plan.jobs.is_empty() {
             return Ok(());
         }
