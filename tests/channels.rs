@@ -375,3 +375,42 @@ async fn hand_made_collators_ask_for_the_static_fields() {
     };
     HostCollator::with_options(layout, options).unwrap();
 }
+
+#[tokio::test]
+async fn a_time_window_gives_each_step_its_own_time() {
+    let url = store_path("xr_static");
+    let batches = epoch(
+        Pipeline::builder(&url)
+            .variables(["t2m", "cos_time_of_day", "sin_local_time"])
+            .window("time", 3, 2)
+            .window("latitude", 7, 7)
+            .window("longitude", 9, 9)
+            .batch_size(4),
+    )
+    .await;
+    let (times, lons, t2m) = (seconds(), f32s("longitude"), f32s("t2m"));
+    let mut samples = 0;
+    for batch in &batches {
+        // [batch, channel, time, latitude, longitude]: derived channels move along the time
+        // window. (A windowed dimension must be in every variable: no static field here.)
+        assert_eq!(batch.inputs.shape()[1..], [3, 3, LAT, LON]);
+        for (b, sample) in batch.samples.iter().enumerate() {
+            for t in 0..3 {
+                let when = Expected::at(times[sample.origin[0] as usize + t]);
+                for j in 0..LON {
+                    let local = (f64::from(lons[j]) / 15.0 + when.hours).rem_euclid(24.0);
+                    let want = [(TAU * when.hours / 24.0).cos(), (TAU * local / 24.0).sin()];
+                    for (c, want) in want.into_iter().enumerate() {
+                        let got = f64::from(batch.inputs[[b, c + 1, t, 5, j]]);
+                        assert!((got - want).abs() <= 1e-5, "{got} for {want}");
+                    }
+                    let step = sample.origin[0] as usize + t;
+                    let stored = t2m[step * LAT * LON + 5 * LON + j];
+                    assert!(same(batch.inputs[[b, 0, t, 5, j]], stored));
+                }
+            }
+            samples += 1;
+        }
+    }
+    assert_eq!(samples, 2);
+}

@@ -339,6 +339,19 @@ mod on_gpu {
                 .forecast(2, [1, 2])
                 .batch_size(2)
         };
+        // A windowed time dimension: derived channels move along it (no static field then:
+        // a windowed dimension must be in every variable).
+        let time_windows = || {
+            let derived = channels
+                .iter()
+                .filter(|name| !matches!(**name, "orography" | "lsm"));
+            Pipeline::builder(&url)
+                .variables(derived.copied())
+                .window("time", 3, 1)
+                .window("latitude", 5, 2)
+                .window("longitude", 9, 9)
+                .batch_size(3)
+        };
         let stats = r#"[{"variable": "t2m", "mean": 280.0, "std": 8.0},
                         {"variable": "orography", "mean": 600.0, "std": 500.0},
                         {"variable": "lsm", "mean": 0.5, "std": 0.5},
@@ -360,6 +373,8 @@ mod on_gpu {
             check_equal(patches, |v| v).await;
             eprintln!("forecasting pairs");
             check_equal(forecast, |v| v).await;
+            eprintln!("time windows");
+            check_equal(time_windows, |v| v).await;
             eprintln!("normalised, float32 and bfloat16");
             check_equal(finished(TensorDType::F32), |v| v).await;
             check_equal(finished(TensorDType::BF16), |v| {
