@@ -118,3 +118,17 @@ def test_unknown_channel_names_list_the_derived_ones():
 def test_derived_channels_need_their_dimension_windowed_or_iterated():
     with pytest.raises(zarrpipe.CollateError, match="derived channel `cos_lat`.*windowed or iterated"):
         zarrpipe.Pipeline(store("xr_static"), variables=["t2m", "cos_lat"], input_dims={"longitude": 9})
+
+
+def test_normalize_true_computes_statistics_of_the_stored_variables_only():
+    path = store("xr_static")
+    names = ["t2m", "orography", "cos_zenith"]
+    plain = np.concatenate([as_numpy(b.inputs) for b in zarrpipe.Pipeline(path, variables=names, batch_size=6)])
+    normalised = zarrpipe.Pipeline(path, variables=names, batch_size=6, normalize=True)
+    values = np.concatenate([as_numpy(b.inputs) for b in normalised])
+    stats = {entry["variable"]: entry for entry in zarrpipe.stats(path, ["t2m", "orography"])}
+    for channel, name in enumerate(names[:2]):
+        mean, std = np.float32(stats[name]["mean"]), np.float32(stats[name]["std"])
+        np.testing.assert_array_equal(values[:, channel], (plain[:, channel] - mean) / std)
+    # No statistics name cos_zenith: it is delivered as computed.
+    np.testing.assert_array_equal(values[:, 2], plain[:, 2])
