@@ -39,10 +39,18 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     if let Some(why) = layout.why_empty() {
         eprintln!("the epoch has no samples: {why}");
     }
+    // Static variables are read once, whole, when a pipeline is built: not in the epoch's
+    // reads above.
+    let statics: Vec<&str> = layout
+        .static_variables()
+        .into_iter()
+        .map(|number| layout.variables()[number].name())
+        .collect();
     if args.json {
         let mut json = serde_json::to_value(&plan)?;
         json["sample_shape"] = serde_json::json!(layout.sample_shape());
         json["batch_size"] = serde_json::json!(batcher.batch_size());
+        json["static_variables"] = serde_json::json!(statics);
         println!("{json}");
         return Ok(());
     }
@@ -64,6 +72,12 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         plan.bytes_delivered as f64 / 1e6,
         plan.read_amplification
     );
+    if !statics.is_empty() {
+        println!(
+            "static fields read once, whole, not per batch: {}",
+            statics.join(", ")
+        );
+    }
     if plan.estimated {
         println!(
             "(reads estimated from the first {} batches, scaled up to the epoch)",
