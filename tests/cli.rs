@@ -536,6 +536,10 @@ fn static_and_derived_channels_from_the_command_line() {
         text.contains("sample shape [3, 4, 5], 3 channels"),
         "{text}"
     );
+    assert!(
+        text.contains("static fields read once, whole, not per batch: lsm"),
+        "{text}"
+    );
     let run = |extra: &[&str]| {
         let output = zarrpipe(
             &[
