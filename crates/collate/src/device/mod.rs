@@ -93,6 +93,12 @@ impl DeviceCollator {
                 )))
             })
             .collect::<Result<Vec<_>>>()?;
+        if !statics.is_empty() {
+            // Batches read them from other streams.
+            stream
+                .synchronize()
+                .map_err(cuda_error("uploading static fields"))?;
+        }
         let statistics = match &options.normalize {
             Some(n) => {
                 let values: Vec<f32> = n.mean.iter().chain(&n.std).copied().collect();
