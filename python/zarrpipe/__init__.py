@@ -188,6 +188,12 @@ def _normalize_json(normalize: Any, url: str, variables: Sequence[str] | None,
     if normalize is None or normalize is False:
         return None
     if normalize is True:
+        if variables is not None:
+            # Statistics of the stored variables: derived channels are computed, not stored
+            # (and, without an entry of their own, delivered as computed).
+            described = info(url, store_options=store_options)["variables"]
+            stored = {variable["name"] for variable in described}
+            variables = [name for name in variables if name in stored]
         return json.dumps(stats(url, variables, store_options=store_options))
     if isinstance(normalize, os.PathLike) or (
         isinstance(normalize, str) and not normalize.lstrip().startswith(("[", "{"))
@@ -250,7 +256,9 @@ class Pipeline:
 
     - ``variables``: stacked as channels in this order (default: every data variable). Every
       dimension that is neither iterated nor windowed is stacked too (``z`` with 13 levels
-      gives 13 channels).
+      gives 13 channels). A variable without time (``lsm``) is a static field, read once; a
+      name that is no variable but a derived channel (``cos_lat``, ``cos_zenith``, ...; see
+      the README) is computed on each sample's grid and time.
     - ``input_dims`` / ``input_overlap``: ``{dim: size}`` / ``{dim: overlap}``; stride = size -
       overlap. ``time`` is iterated (one sample per step) unless windowed. ``batch_dims`` and
       ``concat_input_dims`` as xbatcher's. ``edge``: ``"drop"`` windows that would cross the
