@@ -32,6 +32,7 @@ pub use zarrpipe_store as store;
 
 pub mod generate;
 pub mod info;
+pub mod rechunk;
 pub mod sample;
 pub mod stats;
 

@@ -4,6 +4,7 @@ mod default_run;
 mod generate;
 mod info;
 mod plan;
+mod rechunk;
 mod stats;
 mod store;
 mod windows;
@@ -36,6 +37,8 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Write a W1-shaped synthetic ERA5-like Zarr v3 store for benchmarks and tests.
     Generate(generate::GenerateArgs),
+    /// Rewrite a store as Zarr v3 with new chunks, shards and codec (resumable).
+    Rechunk(rechunk::RechunkArgs),
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -54,6 +57,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Stats(args)) => stats::run(args).await,
         Some(Command::Plan(args)) => plan::run(args).await,
         Some(Command::Generate(args)) => generate::run(args),
+        Some(Command::Rechunk(args)) => rechunk::run(args).await,
     }
 }
 
