@@ -12,6 +12,9 @@ pub struct RechunkArgs {
     source: String,
     /// The destination directory: absent, empty, or an interrupted rechunk's (it resumes).
     destination: PathBuf,
+    /// A data variable to rewrite (repeatable), with every coordinate; default: every array.
+    #[arg(long = "var", value_name = "NAME")]
+    variables: Vec<String>,
     /// Chunk sizes, DIM=N,... (the inner chunks when sharded). Other dimensions keep the
     /// source's chunk size; 1-D coordinates are written as one chunk.
     #[arg(long, value_name = "DIM=N,...", value_parser = |text: &str| parse_dim_sizes("--chunks", text))]
@@ -38,6 +41,7 @@ pub struct RechunkArgs {
 pub async fn run(args: RechunkArgs) -> anyhow::Result<()> {
     let source = args.store.open(&args.source).await?;
     let mut options = RechunkOptions {
+        variables: args.variables,
         chunks: args.chunks.unwrap_or_default(),
         shards: args.shard.unwrap_or_default(),
         codec: args.codec,

@@ -35,9 +35,11 @@ pub enum RechunkError {
     DestinationNotEmpty { path: PathBuf },
     #[error("{} was started by a rechunk with other arguments or from another source ({what} differs); rerun with the same ones, or choose a new directory", path.display())]
     JournalMismatch { path: PathBuf, what: String },
-    #[error("array {variable} cannot be read, so it cannot be rechunked")]
+    #[error("array {variable} cannot be read, so it cannot be rechunked{hint}")]
     Unreadable {
         variable: String,
+        /// How to leave it out, when it was not asked for by name.
+        hint: String,
         #[source]
         source: std::sync::Arc<zarrpipe_store::Error>,
     },

@@ -77,10 +77,8 @@ pub async fn rechunk(
     options: &RechunkOptions,
     progress: impl Fn(u64, u64) + Send + Sync,
 ) -> anyhow::Result<RechunkReport> {
-    if let Some((variable, source)) = source.unreadable().into_iter().next() {
-        return Err(RechunkError::Unreadable { variable, source }.into());
-    }
-    let variables: Vec<&Variable> = source.variables().iter().map(AsRef::as_ref).collect();
+    let selected = select(source, &options.variables)?;
+    let variables: Vec<&Variable> = selected.iter().map(AsRef::as_ref).collect();
     check_options(options, &variables, source.url())?;
 
     let store = Arc::new(FilesystemStore::new(destination).with_context(|| {
@@ -118,7 +116,7 @@ pub async fn rechunk(
 
     let mut tasks = Vec::new();
     let mut total = 0u64;
-    for (variable, array) in source.variables().iter().zip(&arrays) {
+    for (variable, array) in selected.iter().zip(&arrays) {
         let grid = ArraySubset::new_with_shape(array.chunk_grid_shape().to_vec());
         for indices in &grid.indices() {
             total += 1;
@@ -160,6 +158,50 @@ pub async fn rechunk(
         written: written.into_inner(),
         decoded_bytes: decoded_bytes.into_inner(),
     })
+}
+
+/// The arrays to rewrite: every one, or the named data variables and every coordinate. An
+/// array zarrpipe cannot read is an error when it would be rewritten.
+fn select(source: &Dataset, names: &[String]) -> anyhow::Result<Vec<Arc<Variable>>> {
+    if names.is_empty() {
+        if let Some((variable, error)) = source.unreadable().into_iter().next() {
+            let readable: Vec<String> = source
+                .data_variables()
+                .map(|v| format!("--var {}", v.name()))
+                .collect();
+            return Err(RechunkError::Unreadable {
+                variable,
+                hint: format!("; to leave it out, name the others: {}", readable.join(" ")),
+                source: error,
+            }
+            .into());
+        }
+        return Ok(source.variables().to_vec());
+    }
+    let mut selected = Vec::new();
+    for name in names {
+        let variable = source.variable(name).map_err(|error| {
+            match source
+                .unreadable()
+                .into_iter()
+                .find(|(unreadable, _)| unreadable == name)
+            {
+                Some((variable, source)) => anyhow::Error::new(RechunkError::Unreadable {
+                    variable,
+                    hint: String::new(),
+                    source,
+                }),
+                None => anyhow::Error::new(error),
+            }
+        })?;
+        selected.push(variable.clone());
+    }
+    for coordinate in source.coordinates() {
+        if !selected.iter().any(|v| v.name() == coordinate.name()) {
+            selected.push(coordinate.clone());
+        }
+    }
+    Ok(selected)
 }
 
 /// Reads one destination chunk's region from the source and writes it; returns its decoded

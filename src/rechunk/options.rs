@@ -150,6 +150,8 @@ pub fn parse_dim_sizes(flag: &str, text: &str) -> Result<DimSizes, RechunkError>
 /// Options of [`rechunk`](super::rechunk).
 #[derive(Clone, Debug)]
 pub struct RechunkOptions {
+    /// The data variables to rewrite (with every coordinate); empty: every array.
+    pub variables: Vec<String>,
     /// Chunk size per dimension (the inner chunk when sharded). A dimension not named keeps
     /// the source's chunk size along it (the inner chunk's for sharded sources).
     pub chunks: DimSizes,
@@ -168,6 +170,7 @@ pub struct RechunkOptions {
 impl Default for RechunkOptions {
     fn default() -> Self {
         Self {
+            variables: Vec::new(),
             chunks: DimSizes::new(),
             shards: DimSizes::new(),
             codec: Codec::default(),
