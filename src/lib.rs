@@ -30,6 +30,7 @@ pub use zarrpipe_core as core;
 pub use zarrpipe_pipeline as pipeline;
 pub use zarrpipe_store as store;
 
+pub mod advise;
 pub mod generate;
 pub mod info;
 pub mod rechunk;

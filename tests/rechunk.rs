@@ -269,3 +269,52 @@ fn bad_options_say_what_and_where() {
         "{error}"
     );
 }
+
+#[test]
+fn advise_measures_the_store_and_every_candidate_layout() {
+    let output = zarrpipe(&["advise", &store_path("xr_v3"), "--json"]);
+    let advice: serde_json::Value = serde_json::from_str(&succeed(output)).unwrap();
+    // The largest variable, z (time, level, latitude, longitude), 4 steps of whole fields.
+    assert_eq!(advice["variable"], "z");
+    assert_eq!(
+        advice["sample"],
+        serde_json::json!([[0, 4], [0, 3], [0, 11], [0, 15]])
+    );
+    assert_eq!(advice["sample_bytes"], 4 * 3 * 11 * 15 * 4);
+    // The store's chunks (1, 2, 6, 8) overlapping the sample: 4 x 2 x 2 x 2.
+    assert_eq!(advice["source"]["objects"], 32);
+    let candidates = advice["candidates"].as_array().unwrap();
+    let objects: Vec<u64> = candidates
+        .iter()
+        .map(|c| c["objects"].as_u64().unwrap())
+        .collect();
+    // Whole fields (3 codecs): one object per field; quarter tiles: 4; sharded: one per field.
+    assert_eq!(objects, vec![12, 12, 12, 48, 12]);
+    let feeds: Vec<f64> = candidates
+        .iter()
+        .map(|c| c["feed_bytes_per_s"].as_f64().unwrap())
+        .collect();
+    assert!(feeds.iter().all(|&f| f > 0.0 && f.is_finite()), "{feeds:?}");
+    let best = advice["best"].as_u64().unwrap() as usize;
+    assert!(feeds.iter().all(|&f| f <= feeds[best]), "{feeds:?}");
+    // The uncompressed candidate stores every byte of its fields.
+    assert_eq!(candidates[2]["stored_bytes"], 4 * 3 * 11 * 15 * 4);
+    for candidate in candidates {
+        let limited = candidate["limited_by"].as_str().unwrap();
+        assert!(limited == "reads" || limited == "decoding", "{limited}");
+    }
+    if cfg!(not(feature = "cuda")) {
+        let why = advice["gpu_not_measured"].as_str().unwrap();
+        assert!(why.contains("`cuda` feature"), "{why}");
+    }
+
+    let text = succeed(zarrpipe(&["advise", &store_path("xr_v2"), "--var", "t2m"]));
+    assert!(text.contains("sampled t2m[0:4, 0:11, 0:15]"), "{text}");
+    assert!(
+        text.contains("quarter tiles in field shards, zstd"),
+        "{text}"
+    );
+    assert!(text.contains("fastest: "), "{text}");
+    let error = fail(zarrpipe(&["advise", &store_path("xr_v2"), "--var", "nope"]));
+    assert!(error.contains("nope"), "{error}");
+}

@@ -1,5 +1,6 @@
 //! Command-line interface: argument parsing and one module per command.
 
+mod advise;
 mod default_run;
 mod generate;
 mod info;
@@ -39,6 +40,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Rewrite a store as Zarr v3 with new chunks, shards and codec (resumable).
     Rechunk(rechunk::RechunkArgs),
+    /// Measure this machine's read and decode rates on a sample of the store and of candidate
+    /// layouts, and say which layout feeds it fastest and why.
+    Advise(advise::AdviseArgs),
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -58,6 +62,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Plan(args)) => plan::run(args).await,
         Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Rechunk(args)) => rechunk::run(args).await,
+        Some(Command::Advise(args)) => advise::run(args).await,
     }
 }
 
