@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import expected, store
+from conftest import as_numpy, expected, store
 
 REQUIRED = "ZARRPIPE_BIN" in os.environ
 BINARY = Path(os.environ.get("ZARRPIPE_BIN", Path(__file__).resolve().parents[2] / "target" / "debug" / "zarrpipe"))
@@ -48,7 +48,7 @@ def same_attrs(a: dict, b: dict) -> bool:
         return False
     for key in a:
         x, y = a[key], b[key]
-        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        if isinstance(x, (float, np.floating)) and isinstance(y, (float, np.floating)) and math.isnan(x) and math.isnan(y):
             continue
         if np.any(x != y):
             return False
@@ -114,10 +114,30 @@ def test_zarr_python_reads_big_endian_v2_and_nested_v3_back_equal(binary, tmp_pa
         assert fill_a == fill_b or (np.isnan(fill_a) and np.isnan(fill_b)), name
 
 
-def test_zarrpipe_streams_the_rechunked_store(binary, tmp_path):
-    zarrpipe = pytest.importorskip("zarrpipe")
+def test_zarrpipe_streams_the_rechunked_store_as_the_source(binary, tmp_path):
+    zarrpipe = need("zarrpipe")
     out = tmp_path / "out"
     rechunk(binary, store("xr_v3"), out, "--chunks", "time=1,latitude=6,longitude=8", "--codec", "blosc-zstd")
-    batches = [zarrpipe.Pipeline(path, variables=["t2m"], batch_size=6) for path in (store("xr_v3"), str(out))]
-    for a, b in zip(*batches):
-        np.testing.assert_array_equal(np.asarray(a.inputs), np.asarray(b.inputs))
+    pipes = [zarrpipe.Pipeline(path, variables=["t2m", "z", "tp"], batch_size=4) for path in (store("xr_v3"), str(out))]
+    got = [np.concatenate([as_numpy(b.inputs) for b in pipe]) for pipe in pipes]
+    assert got[0].shape == (6, 5, 11, 15)
+    # Bit for bit, NaNs included.
+    np.testing.assert_array_equal(got[1].view(np.uint32), got[0].view(np.uint32))
+
+
+def test_rechunk_and_advise_from_python(tmp_path):
+    zarrpipe = need("zarrpipe")
+    zarr = need("zarr")
+    out = tmp_path / "out"
+    report = zarrpipe.rechunk(store("xr_v2"), out, {"time": 2, "latitude": 4}, shards={"latitude": 8}, codec="gzip:1")
+    assert report["arrays"] == 9 and report["written"] == report["chunks"]
+    t2m = zarr.open_array(out, path="t2m", mode="r")
+    assert t2m.chunks == (2, 4, 8) and t2m.shards == (2, 8, 8)
+    np.testing.assert_array_equal(t2m[...], expected("xr_v2", "t2m"))
+    with pytest.raises(zarrpipe.ZarrpipeError, match="not empty"):
+        zarrpipe.rechunk(store("xr_v2"), out, {"time": 1})
+    with pytest.raises(zarrpipe.ZarrpipeError, match="dimension \"lat\""):
+        zarrpipe.rechunk(store("xr_v2"), tmp_path / "other", {"lat": 1})
+    advice = zarrpipe.advise(store("xr_v2"), "t2m")
+    assert advice["variable"] == "t2m" and len(advice["candidates"]) == 5
+    assert advice["candidates"][advice["best"]]["feed_bytes_per_s"] > 0
