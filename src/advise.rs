@@ -249,8 +249,9 @@ fn sample_region(variable: &Variable, bytes: u64) -> Vec<[u64; 2]> {
     let field: u64 = shape[shape.len() - 2..].iter().product::<u64>() * size;
     let mut step: u64 = shape[1..].iter().product::<u64>() * size;
     if step > bytes && shape.len() > 2 {
-        for axis in 1..shape.len() - 2 {
-            region[axis] = [0, 1];
+        let middle = shape.len() - 2;
+        for range in &mut region[1..middle] {
+            *range = [0, 1];
         }
         step = field;
     }
