@@ -180,8 +180,17 @@ async fn an_interrupted_rechunk_resumes_where_it_stopped() {
 
     let error = fail(run(args(&["--stop-after", "7", "--concurrency", "2"])));
     assert!(error.contains("stopped after 7"), "{error}");
-    let log = std::fs::read_to_string(out.join(zarrpipe::rechunk::journal::LOG_FILE)).unwrap();
+    let log_path = out.join(zarrpipe::rechunk::journal::LOG_FILE);
+    let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(log.lines().count(), 7, "{log}");
+    // As if the process died after writing these chunks and before logging them, mid-write:
+    // their files are garbage (edge chunks among them, which zarrs updates by reading them).
+    for line in log.lines() {
+        let (array, indices) = line.split_once('\t').unwrap();
+        let key = out.join(array).join("c").join(indices.replace(',', "/"));
+        std::fs::write(&key, b"half a chunk").unwrap();
+    }
+    std::fs::write(&log_path, "").unwrap();
     // A rechunk with other options is refused on the interrupted destination.
     let error = fail(zarrpipe(&[
         "rechunk",
@@ -197,7 +206,7 @@ async fn an_interrupted_rechunk_resumes_where_it_stopped() {
     // Stopped a second time, then finished: chunks are written once each.
     fail(run(args(&["--stop-after", "5"])));
     let text = succeed(run(args(&[])));
-    assert!(text.contains("12 by an earlier run"), "{text}");
+    assert!(text.contains("5 by an earlier run"), "{text}");
     let total: u64 = text
         .split(" chunks")
         .next()
@@ -208,7 +217,7 @@ async fn an_interrupted_rechunk_resumes_where_it_stopped() {
         .parse()
         .unwrap();
     assert!(
-        text.contains(&format!("{} written now", total - 12)),
+        text.contains(&format!("{} written now", total - 5)),
         "{text}"
     );
     assert!(!out.join(zarrpipe::rechunk::journal::LOG_FILE).exists());

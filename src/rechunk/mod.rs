@@ -228,6 +228,11 @@ async fn copy_chunk(
         })?;
     let size = bytes.size() as u64;
     tokio::task::spawn_blocking(move || {
+        // An edge chunk is written by reading, updating and writing it: a file left half
+        // written by an interrupted run must not be read back.
+        array
+            .erase_chunk(&indices)
+            .with_context(|| format!("cannot remove chunk {indices:?} of {}", variable.name()))?;
         array.store_array_subset(&region, bytes).with_context(|| {
             format!(
                 "cannot write chunk {indices:?} of {} ({:?})",
