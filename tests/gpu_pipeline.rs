@@ -372,8 +372,7 @@ mod on_gpu {
             unsafe {
                 let bytes =
                     std::slice::from_raw_parts_mut(host.as_mut_ptr().cast::<u8>(), host.len() * 4);
-                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address)
-                    .unwrap();
+                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address).unwrap();
             }
             assert_eq!(host, expected.iter().copied().collect::<Vec<_>>());
             // The consumer's deleter, once: the buffer goes back to the pool.
