@@ -53,6 +53,7 @@ fn store(dir: &Path, compression: Compression, shard: Option<u64>) -> String {
         shard,
         seed: 11,
         chunks: None,
+        variables: Default::default(),
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
@@ -468,6 +469,7 @@ mod on_gpu {
             shard: None,
             seed: 2,
             chunks: None,
+            variables: Default::default(),
         };
         let path = dir.path().join("big.zarr");
         generate(&path, &options, |_, _| {}).unwrap();
