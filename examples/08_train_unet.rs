@@ -76,31 +76,33 @@ pub struct Args {
     /// with --tiny: t2m,u10,v10,msl].
     #[arg(long, value_delimiter = ',')]
     pub vars: Option<Vec<String>>,
-    /// Where the batches come from.
-    #[arg(long, value_enum, default_value = "gpu")]
-    pub loader: Loader,
+    /// Where the batches come from [default: gpu; with --tiny: host].
+    #[arg(long, value_enum)]
+    pub loader: Option<Loader>,
     /// Time the loader alone: batches are delivered to the device and dropped.
     #[arg(long)]
     pub no_training: bool,
-    /// `cpu` or `cuda:N` [default: cuda:0 with the `candle` feature, else cpu].
+    /// `cpu` or `cuda:N` [default: cuda:0 with the `candle` feature, else cpu; with --tiny: cpu].
     #[arg(long)]
     pub device: Option<String>,
-    #[arg(long, default_value_t = 16)]
-    pub batch_size: usize,
-    /// Steps before the clock starts.
-    #[arg(long, default_value_t = 5)]
-    pub warmup: usize,
-    /// Timed steps (the same for every loader).
-    #[arg(long, default_value_t = 50)]
-    pub steps: usize,
-    /// Print the loss every this many steps.
-    #[arg(long, default_value_t = 10)]
-    pub log_every: usize,
+    /// Samples per step [default: 16; with --tiny: 4].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Steps before the clock starts [default: 5; with --tiny: 2].
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Timed steps, the same for every loader [default: 50; with --tiny: 6].
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Print the loss every this many steps [default: 10; with --tiny: 1].
+    #[arg(long)]
+    pub log_every: Option<usize>,
     /// Per-variable mean and std, as `zarrpipe stats URL --json` prints them (default: computed
     /// here, over every chunk of each variable).
     #[arg(long)]
     pub normalize: Option<PathBuf>,
-    /// Square crops of this many points (latitude and longitude) instead of whole fields.
+    /// Square crops of this many points (latitude and longitude) instead of whole fields
+    /// [default: whole fields; with --tiny: 32].
     #[arg(long)]
     pub patch: Option<u64>,
     /// Batches loaded ahead of training.
@@ -544,55 +546,75 @@ async fn statistics(
     Ok(serde_json::to_string(&stats)?)
 }
 
-/// Applies `--tiny`'s settings where the flags left the defaults.
-fn apply_tiny(args: &mut Args) -> anyhow::Result<()> {
-    if args.url.is_none() {
-        args.url = Some(zarrpipe::sample::ensure_sample(|_, _| {})?);
+/// The flags with their defaults filled in (`--tiny` has its own).
+struct Settings {
+    url: String,
+    variables: Vec<String>,
+    loader: Loader,
+    batch_size: usize,
+    warmup: usize,
+    steps: usize,
+    log_every: usize,
+    patch: Option<u64>,
+}
+
+impl Settings {
+    fn new(args: &Args) -> anyhow::Result<Self> {
+        let tiny = args.tiny;
+        let url = match (&args.url, tiny) {
+            (Some(url), _) => url.clone(),
+            (None, true) => zarrpipe::sample::ensure_sample(|_, _| {})?,
+            (None, false) => bail!("--url is needed (or --tiny, which uses the embedded sample)"),
+        };
+        let names = if tiny {
+            TINY_VARIABLES
+        } else {
+            SETUP_A_VARIABLES
+        };
+        let variables = match &args.vars {
+            Some(variables) => variables.clone(),
+            None => names.split(',').map(String::from).collect(),
+        };
+        let pick = |value: Option<usize>, default: usize, tiny_default: usize| {
+            value.unwrap_or(if tiny { tiny_default } else { default })
+        };
+        let settings = Self {
+            url,
+            variables,
+            loader: args
+                .loader
+                .unwrap_or(if tiny { Loader::Host } else { Loader::Gpu }),
+            batch_size: pick(args.batch_size, 16, 4),
+            warmup: pick(args.warmup, 5, 2),
+            steps: pick(args.steps, 50, 6),
+            log_every: pick(args.log_every, 10, 1),
+            patch: args.patch.or(tiny.then_some(32)),
+        };
+        ensure!(settings.steps > 0, "--steps must be at least 1");
+        ensure!(settings.batch_size > 0, "--batch-size must be at least 1");
+        ensure!(settings.log_every > 0, "--log-every must be at least 1");
+        if args.no_training && settings.loader == Loader::Synthetic {
+            bail!("--no-training times a loader, and `synthetic` has none");
+        }
+        Ok(settings)
     }
-    if args.vars.is_none() {
-        args.vars = Some(TINY_VARIABLES.split(',').map(String::from).collect());
-    }
-    let defaults = Args::parse_from(["08_train_unet"]);
-    if args.loader == defaults.loader {
-        args.loader = Loader::Host;
-    }
-    if args.batch_size == defaults.batch_size {
-        args.batch_size = 4;
-    }
-    if args.warmup == defaults.warmup {
-        args.warmup = 2;
-    }
-    if args.steps == defaults.steps {
-        args.steps = 6;
-    }
-    if args.log_every == defaults.log_every {
-        args.log_every = 1;
-    }
-    args.patch = args.patch.or(Some(32));
-    Ok(())
 }
 
 // --- 3. The run: build, warm up, time the steps ---
 
 /// Trains (or, with `--no-training`, loads) for `warmup + steps` steps and reports.
-pub async fn run(mut args: Args) -> anyhow::Result<Report> {
-    if args.tiny {
-        apply_tiny(&mut args)?;
-    }
-    ensure!(args.steps > 0, "--steps must be at least 1");
-    ensure!(args.batch_size > 0, "--batch-size must be at least 1");
-    ensure!(args.log_every > 0, "--log-every must be at least 1");
-    if args.no_training && args.loader == Loader::Synthetic {
-        bail!("--no-training times a loader, and `synthetic` has none");
-    }
-    let url = args
-        .url
-        .clone()
-        .context("--url is needed (or --tiny, which uses the embedded sample)")?;
-    let variables = args
-        .vars
-        .clone()
-        .unwrap_or_else(|| SETUP_A_VARIABLES.split(',').map(String::from).collect());
+pub async fn run(args: Args) -> anyhow::Result<Report> {
+    let settings = Settings::new(&args)?;
+    let Settings {
+        url,
+        variables,
+        loader,
+        batch_size,
+        warmup,
+        steps,
+        log_every,
+        patch,
+    } = settings;
     let device = training_device(args.device.as_deref(), args.tiny)?;
     let device_name = match device.location() {
         candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
@@ -606,7 +628,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             .with_context(|| format!("cannot open {url}"))?,
     );
     let mut spec = WindowSpec::new().forecast(1, [1]);
-    if let Some(patch) = args.patch {
+    if let Some(patch) = patch {
         spec = spec
             .window("latitude", patch, patch)
             .window("longitude", patch, patch);
@@ -632,7 +654,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     println!(
         "{url}: {} samples of {input_shape:?} -> {target_shape:?}, batch {}, on {device_name}",
         layout.num_samples(),
-        args.batch_size
+        batch_size
     );
 
     // The model and the optimiser.
@@ -657,10 +679,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     )?;
 
     // The loader.
-    let mut batches = match args.loader {
+    let mut batches = match loader {
         Loader::Synthetic => {
             let batch = |shape: &[usize]| {
-                let dims: Vec<usize> = std::iter::once(args.batch_size)
+                let dims: Vec<usize> = std::iter::once(batch_size)
                     .chain(shape.iter().copied())
                     .collect();
                 Tensor::randn(0f32, 1f32, dims, &device)
@@ -675,8 +697,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
             let config = DataConfig {
                 dataset: dataset.clone(),
                 variables: variables.clone(),
-                patch: args.patch,
-                batch_size: args.batch_size,
+                patch: patch,
+                batch_size: batch_size,
                 prefetch: args.prefetch,
                 seed: args.seed,
                 stats_json,
@@ -690,8 +712,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     let mut waited = Duration::ZERO;
     let mut started = Instant::now();
     let mut gpu_at_start = Duration::ZERO;
-    for step in 0..args.warmup + args.steps {
-        if step == args.warmup {
+    for step in 0..warmup + steps {
+        if step == warmup {
             device.synchronize()?;
             started = Instant::now();
             waited = Duration::ZERO;
@@ -710,8 +732,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
         optimizer.backward_step(&loss)?;
         let loss = loss.to_scalar::<f32>()?; // synchronises the device
         losses.push(loss);
-        if (step + 1) % args.log_every == 0 || step + 1 == args.warmup + args.steps {
-            let phase = if step < args.warmup { " (warm-up)" } else { "" };
+        if (step + 1) % log_every == 0 || step + 1 == warmup + steps {
+            let phase = if step < warmup { " (warm-up)" } else { "" };
             println!("step {:>4}{phase}: loss {loss:.4}", step + 1);
         }
     }
@@ -721,16 +743,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<Report> {
     // --- 4. The figures ---
     let loader_gpu = (batches.gpu_busy() - gpu_at_start).as_secs_f64();
     let report = Report {
-        loader: format!("{:?}", args.loader).to_lowercase(),
+        loader: format!("{:?}", loader).to_lowercase(),
         training: !args.no_training,
         device: device_name,
-        batch_size: args.batch_size,
+        batch_size: batch_size,
         input_shape,
-        warmup_steps: args.warmup,
-        timed_steps: args.steps,
+        warmup_steps: warmup,
+        timed_steps: steps,
         seconds,
-        samples_per_second: (args.steps * args.batch_size) as f64 / seconds,
-        step_ms: 1e3 * seconds / args.steps as f64,
+        samples_per_second: (steps * batch_size) as f64 / seconds,
+        step_ms: 1e3 * seconds / steps as f64,
         data_wait_fraction: (waited.as_secs_f64() / seconds).min(1.0),
         loader_gpu_seconds: loader_gpu,
         loader_gpu_fraction: loader_gpu / seconds,
