@@ -380,6 +380,8 @@ impl DataConfig {
 
 /// One loader's stream of `(inputs, targets)` candle tensors on the training device, epoch
 /// after epoch (each epoch's pipeline is built when the last one ends).
+// One value per run: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Batches {
     Synthetic {
         inputs: Tensor,
