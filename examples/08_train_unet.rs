@@ -22,6 +22,12 @@
 //! time the device had nothing to do) and before each clock is read, and every loader runs
 //! the same number of steps. The last line printed is a JSON object with the figures.
 //!
+//! Memory: candle 0.11 (without cuDNN) convolves through im2col and keeps every intermediate
+//! of its batch norm for the backward pass. One training step at batch 1 on whole 640 x 1280
+//! fields of six variables peaked at 5.0 GB resident on the CPU (`--device cpu --loader
+//! synthetic`); memory grows with the batch, so batch 16 needs roughly sixteen times that: a
+//! 141 GB H200 holds it, an 80 GB H100 may not (`--batch-size 8` there, and say so).
+//!
 //! ```sh
 //! # CPU, in CI: 32 x 32 crops of the embedded sample, a few steps; fails unless the loss falls
 //! cargo run --example 08_train_unet -- --tiny

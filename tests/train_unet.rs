@@ -57,6 +57,35 @@ async fn an_unknown_variable_is_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_without_a_variable_are_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    std::fs::write(
+        &stats,
+        r#"[{"variable": "t2m", "mean": 280.0, "std": 20.0}]"#,
+    )
+    .unwrap();
+    let flags = [
+        "--tiny",
+        "--vars",
+        "t2m,u10",
+        "--normalize",
+        stats.to_str().unwrap(),
+    ];
+    let error = run(args(&flags)).await.unwrap_err();
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("no statistics for variable `u10`"),
+        "{message}"
+    );
+
+    let missing = dir.path().join("absent.json");
+    let flags = ["--tiny", "--normalize", missing.to_str().unwrap()];
+    let message = format!("{:#}", run(args(&flags)).await.unwrap_err());
+    assert!(message.contains("cannot read --normalize"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_loaders_without_a_gpu_say_what_is_needed() {
     let error = run(args(&["--tiny", "--loader", "gpu"])).await.unwrap_err();
     let message = format!("{error:#}");
