@@ -53,7 +53,6 @@ fn store(dir: &Path, compression: Compression, shard: Option<u64>) -> String {
         shard,
         seed: 11,
         chunks: None,
-        variables: Default::default(),
     };
     let path = dir.join("w1.zarr");
     generate(&path, &options, |_, _| {}).expect("generate");
@@ -373,7 +372,8 @@ mod on_gpu {
             unsafe {
                 let bytes =
                     std::slice::from_raw_parts_mut(host.as_mut_ptr().cast::<u8>(), host.len() * 4);
-                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address).unwrap();
+                zarrpipe::codec::cudarc::driver::result::memcpy_dtoh_sync(bytes, address)
+                    .unwrap();
             }
             assert_eq!(host, expected.iter().copied().collect::<Vec<_>>());
             // The consumer's deleter, once: the buffer goes back to the pool.
@@ -469,7 +469,6 @@ mod on_gpu {
             shard: None,
             seed: 2,
             chunks: None,
-            variables: Default::default(),
         };
         let path = dir.path().join("big.zarr");
         generate(&path, &options, |_, _| {}).unwrap();
