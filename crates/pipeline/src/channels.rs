@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use zarrpipe_batcher::{Needs, SampleLayout};
+use zarrpipe_batcher::{Missing, MissingSteps, Needs, SampleLayout};
 use zarrpipe_collate::{Coordinate, DerivedChannels, StaticFields};
 use zarrpipe_store::{Dataset, Variable};
 
@@ -130,5 +130,55 @@ async fn coordinate(
             })?
         }
     };
+    let values = match axis {
+        Axis::Time => on_fill_grid(layout, &dim, values),
+        Axis::Latitude | Axis::Longitude => values,
+    };
     Ok(Some(Coordinate { dim, values }))
+}
+
+/// The times of `dim`'s stored steps laid out as the samples see them: under
+/// [`Missing::Fill`] with gaps, time is laid out on its regular grid, and a gap's steps get
+/// the times between their stored neighbours (evenly spaced), so derived channels are
+/// computed at a gap's own time. Otherwise the stored times as they are.
+fn on_fill_grid(layout: &SampleLayout, dim: &str, values: Vec<f64>) -> Vec<f64> {
+    let Some((steps, Missing::Fill)) = layout.missing_steps() else {
+        return values;
+    };
+    let on_grid = layout
+        .sample_axis(dim)
+        .is_some_and(|axis| layout.sample_dims()[axis].length != steps.length);
+    if steps.dim != dim || steps.gaps.is_empty() || !on_grid {
+        return values;
+    }
+    grid_times(steps, &values)
+}
+
+/// `values` (one per stored step) on `steps`' regular grid, gap steps interpolated.
+fn grid_times(steps: &MissingSteps, values: &[f64]) -> Vec<f64> {
+    let grid = steps.grid();
+    let mut times = Vec::with_capacity(grid.len());
+    // (grid position, value) of the last stored step before.
+    let mut before: Option<(usize, f64)> = None;
+    for (position, step) in grid.iter().enumerate() {
+        match step.and_then(|stored| values.get(stored as usize)) {
+            Some(&value) => {
+                times.push(value);
+                before = Some((position, value));
+            }
+            None => {
+                let after = grid[position..].iter().enumerate().find_map(|(k, step)| {
+                    let value = values.get((*step)? as usize)?;
+                    Some((position + k, *value))
+                });
+                times.push(match (before, after) {
+                    (Some((p, a)), Some((q, b))) => {
+                        a + (b - a) * (position - p) as f64 / (q - p) as f64
+                    }
+                    _ => f64::NAN,
+                });
+            }
+        }
+    }
+    times
 }
