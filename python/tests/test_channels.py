@@ -140,7 +140,9 @@ def test_normalize_true_computes_statistics_of_the_stored_variables_only():
     plain = np.concatenate([as_numpy(b.inputs) for b in zarrpipe.Pipeline(path, variables=names, batch_size=6)])
     normalised = zarrpipe.Pipeline(path, variables=names, batch_size=6, normalize=True)
     values = np.concatenate([as_numpy(b.inputs) for b in normalised])
-    stats = {entry["variable"]: entry for entry in zarrpipe.stats(path, ["t2m", "orography"])}
+    # Per channel (each of these variables is one channel), as normalize reads them.
+    report = zarrpipe.stats(path, ["t2m", "orography"])
+    stats = {entry["channel"]: entry for entry in report["channels"]}
     for channel, name in enumerate(names[:2]):
         mean, std = np.float32(stats[name]["mean"]), np.float32(stats[name]["std"])
         np.testing.assert_array_equal(values[:, channel], (plain[:, channel] - mean) / std)
