@@ -30,8 +30,10 @@ pub use zarrpipe_core as core;
 pub use zarrpipe_pipeline as pipeline;
 pub use zarrpipe_store as store;
 
+pub mod advise;
 pub mod generate;
 pub mod info;
+pub mod rechunk;
 pub mod sample;
 pub mod stats;
 

@@ -4,9 +4,12 @@
 //! It is written atomically: to a temporary directory beside it, marked complete, then
 //! renamed into place. A run interrupted while writing leaves only the temporary directory,
 //! which the next run removes before writing the sample again; a store at the sample's path
-//! without the mark (left by an older zarrpipe) is written again too.
+//! without the mark (left by an older zarrpipe) is written again too. The temporary directory
+//! is named by the process, so threads of one process (tests running at once) write one at a
+//! time, and a thread that finds the sample written meanwhile uses it.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use anyhow::Context;
 
@@ -33,7 +36,16 @@ pub fn sample_is_complete(path: &Path) -> bool {
 /// Writes the sample dataset at `path` unless a complete one is there, atomically (see the
 /// module's documentation).
 pub fn ensure_sample_at(path: &Path, progress: impl Fn(u64, u64) + Sync) -> anyhow::Result<()> {
+    /// Held while this process writes a sample: its threads share one temporary directory.
+    static WRITING: Mutex<()> = Mutex::new(());
     if sample_is_complete(path) {
+        return Ok(());
+    }
+    // A writer interrupted by a panic left nothing to protect: its partial directory is
+    // removed below.
+    let _writing = WRITING.lock().unwrap_or_else(PoisonError::into_inner);
+    if sample_is_complete(path) {
+        // Another thread wrote it while this one waited.
         return Ok(());
     }
     let parent = match path.parent() {
@@ -47,6 +59,11 @@ pub fn ensure_sample_at(path: &Path, progress: impl Fn(u64, u64) + Sync) -> anyh
     generate(&partial, &GenerateOptions::sample(), progress)?;
     std::fs::write(partial.join(COMPLETE_MARK), b"")
         .with_context(|| format!("cannot mark {} complete", partial.display()))?;
+    if sample_is_complete(path) {
+        // Another process wrote it meanwhile: use that one.
+        let _ = std::fs::remove_dir_all(&partial);
+        return Ok(());
+    }
     if path.exists() {
         // Incomplete (no mark): an older zarrpipe's interrupted run.
         std::fs::remove_dir_all(path)
@@ -151,6 +168,29 @@ mod tests {
             .modified()
             .unwrap();
         assert_eq!(marked, still);
+    }
+
+    #[test]
+    fn threads_asking_at_once_share_one_whole_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data/sample.zarr");
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| ensure_sample_at(&path, |_, _| {})))
+                .collect();
+            for writer in writers {
+                writer.join().unwrap().unwrap();
+            }
+        });
+        assert!(sample_is_complete(&path));
+        let fresh = dir.path().join("fresh.zarr");
+        crate::generate::generate(&fresh, &GenerateOptions::sample(), |_, _| {}).unwrap();
+        assert_eq!(count_files(&path), count_files(&fresh) + 1);
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(leftovers, ["sample.zarr"]);
     }
 
     fn count_files(dir: &Path) -> usize {

@@ -522,3 +522,52 @@ fn s3_without_credentials_names_the_endpoint() {
     let unique: std::collections::HashSet<&&str> = parts.iter().collect();
     assert_eq!(parts.len(), unique.len(), "{stderr}");
 }
+
+#[test]
+fn static_and_derived_channels_from_the_command_line() {
+    let url = store_path("xr_static");
+    let args = [
+        "--var",
+        "t2m",
+        "--var",
+        "lsm",
+        "--var",
+        "cos_zenith",
+        "--input-dims",
+        "latitude=4,longitude=5",
+        "--batch-size",
+        "3",
+    ];
+    let text = stdout(&zarrpipe(&[&["plan", &url], &args[..]].concat()));
+    assert!(
+        text.contains("sample shape [3, 4, 5], 3 channels"),
+        "{text}"
+    );
+    assert!(
+        text.contains("static fields read once, whole, not per batch: lsm"),
+        "{text}"
+    );
+    let run = |extra: &[&str]| {
+        let output = zarrpipe(
+            &[
+                &["run", &url, "--json", "--device", "cpu"],
+                &args[..],
+                extra,
+            ]
+            .concat(),
+        );
+        serde_json::from_str::<serde_json::Value>(&stdout(&output)).unwrap()
+    };
+    let json = run(&[]);
+    // One window of each dimension (strides of the window sizes) at each of 6 times.
+    assert_eq!(json["samples"], 6);
+    let text = stdout(&zarrpipe(
+        &[&["run", &url, "--device", "cpu"], &args[..]].concat(),
+    ));
+    assert!(text.contains("3 channels (t2m, lsm, cos_zenith)"), "{text}");
+    let error = fails(&["run", &url, "--var", "t2m", "--var", "cos_latitude"]);
+    assert!(
+        error.contains("`cos_latitude` is neither a variable") && error.contains("sin_local_time"),
+        "{error}"
+    );
+}

@@ -7,9 +7,13 @@
 //! batches become candle tensors without a copy. Missing time steps (the xarray gap
 //! fixtures), skipped and filled, match too. Built without `cuda`, the suite is one
 //! ignored test; built with it, a missing device fails each test with the reason. On a GPU
-//! host: `cargo test --release --features cuda --test gpu_pipeline`.
+//! host: `cargo test --release --features cuda --test gpu_pipeline`. Static fields and
+//! derived channels (the xarray fixture `xr_static`) match the CPU bit for bit too: the GPU
+//! computes derived channels from the host's tables with the same float32 operations.
 
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
+
+mod common;
 
 use std::path::Path;
 
@@ -351,6 +355,114 @@ mod on_gpu {
             })
             .await;
             check_equal(with(TensorDType::F16), |v| half::f16::from_f32(v).to_f32()).await;
+        });
+    }
+
+    /// Static fields and derived channels, in padded shuffled patches and in forecasting
+    /// pairs, normalised (derived channels named in the statistics or not) and cast.
+    #[test]
+    fn static_and_derived_channels_match_the_cpu() {
+        let _gpu = share_gpu();
+        let url = common::store_path("xr_static");
+        let channels = [
+            "t2m",
+            "orography",
+            "cos_lat",
+            "sin_lon",
+            "lsm",
+            "sin_time_of_day",
+            "cos_day_of_year",
+            "sin_local_time",
+            "cos_zenith",
+        ];
+        let patches = || {
+            Pipeline::builder(&url)
+                .variables(channels)
+                .window_spec(
+                    WindowSpec::new()
+                        .window("latitude", 3, 2)
+                        .window("longitude", 4, 3)
+                        .edge(Edge::Pad),
+                )
+                .shuffle(Shuffle::Full)
+                .seed(3)
+                .batch_size(7)
+        };
+        let forecast = || {
+            Pipeline::builder(&url)
+                .variables(channels)
+                .forecast(2, [1, 2])
+                .batch_size(2)
+        };
+        // A windowed time dimension: derived channels move along it (no static field then:
+        // a windowed dimension must be in every variable).
+        let time_windows = || {
+            let derived = channels
+                .iter()
+                .filter(|name| !matches!(**name, "orography" | "lsm"));
+            Pipeline::builder(&url)
+                .variables(derived.copied())
+                .window("time", 3, 1)
+                .window("latitude", 5, 2)
+                .window("longitude", 9, 9)
+                .batch_size(3)
+        };
+        let stats = r#"[{"variable": "t2m", "mean": 280.0, "std": 8.0},
+                        {"variable": "orography", "mean": 600.0, "std": 500.0},
+                        {"variable": "lsm", "mean": 0.5, "std": 0.5},
+                        {"variable": "cos_zenith", "mean": 0.3, "std": 0.4}]"#;
+        let finished = |dtype| {
+            move || {
+                patches()
+                    .normalize_with_stats(stats)
+                    .collate_options(CollateOptions {
+                        dtype,
+                        nan_fill: Some(0.0),
+                        nan_mask: true,
+                        ..Default::default()
+                    })
+            }
+        };
+        runtime().block_on(async {
+            eprintln!("patches");
+            check_equal(patches, |v| v).await;
+            eprintln!("forecasting pairs");
+            check_equal(forecast, |v| v).await;
+            eprintln!("time windows");
+            check_equal(time_windows, |v| v).await;
+            eprintln!("normalised, float32 and bfloat16");
+            check_equal(finished(TensorDType::F32), |v| v).await;
+            check_equal(finished(TensorDType::BF16), |v| {
+                half::bf16::from_f32(v).to_f32()
+            })
+            .await;
+        });
+    }
+
+    /// Derived channels within 1e-5 of the CPU's values, and the CPU's within 1e-5 of the
+    /// formulas (tests/channels.rs): checked apart from the bit-for-bit comparison so that a
+    /// failure says how far off the device is.
+    #[test]
+    fn derived_channels_are_within_tolerance_of_the_cpu() {
+        let _gpu = share_gpu();
+        let url = common::store_path("xr_static");
+        let builder = || {
+            Pipeline::builder(&url)
+                .variables(["cos_zenith", "t2m", "cos_local_time", "sin_day_of_year"])
+                .batch_size(6)
+        };
+        runtime().block_on(async {
+            let cpu = cpu_batches(builder(), |v| v).await;
+            let gpu = gpu_batches(builder(), DecodeOn::Gpu).await;
+            assert_eq!(gpu.len(), cpu.len());
+            for (g, c) in gpu.iter().zip(&cpu) {
+                let worst =
+                    g.1.iter()
+                        .zip(&c.1)
+                        .map(|(g, c)| (g - c).abs())
+                        .fold(0f32, f32::max);
+                assert!(worst <= 1e-5, "largest difference {worst}");
+            }
         });
     }
 

@@ -243,6 +243,43 @@ async fn fill_keeps_samples_with_nan_at_missing_steps() {
     }
 }
 
+/// Under `fill`, derived channels are computed at each grid step's own time, a gap's steps
+/// included (the stored time coordinate has no value there: its steps are evenly spaced
+/// between their stored neighbours).
+#[tokio::test]
+async fn fill_computes_derived_channels_at_the_gaps_own_times() {
+    for store in ["gaps_v2", "gaps_v3"] {
+        let batches = Pipeline::builder(store_path(store).as_str())
+            .variables(["t2m", "cos_time_of_day", "sin_time_of_day"])
+            .batch_size(4)
+            .missing(Missing::Fill)
+            .build()
+            .await
+            .unwrap();
+        let layout = batches.layout().clone();
+        let grid = layout.missing_steps().unwrap().0.grid();
+        assert_eq!(layout.num_samples(), 16, "{store}");
+        let mut gap_steps_seen = 0;
+        for batch in drain(batches).await {
+            for (n, sample) in batch.samples.iter().enumerate() {
+                let step = sample.origin[0];
+                gap_steps_seen += grid[step as usize].is_none() as usize;
+                // The grid runs 6-hourly from 2020-01-01T00:00.
+                let hours = (step * 6 % 24) as f64;
+                let angle = std::f64::consts::TAU * hours / 24.0;
+                for (channel, want) in [(1, angle.cos()), (2, angle.sin())] {
+                    let field = batch.inputs.slice(ndarray::s![n, channel, .., ..]);
+                    assert!(
+                        field.iter().all(|&v| (v as f64 - want).abs() < 1e-5),
+                        "{store} grid step {step} channel {channel}: {field:?}, want {want}"
+                    );
+                }
+            }
+        }
+        assert_eq!(gap_steps_seen, 3, "{store}");
+    }
+}
+
 #[tokio::test]
 async fn error_names_the_missing_dates() {
     let url = store_path("gaps_v3");

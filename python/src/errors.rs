@@ -139,7 +139,7 @@ fn of_batcher(error: &batcher::Error, context: &mut Context) {
     use batcher::Error as E;
     context.kind = Kind::Layout;
     match error {
-        E::Store(error) => of_store(error, context),
+        E::Store(error) | E::UnknownChannel { source: error, .. } => of_store(error, context),
         E::MissingDimension { variable, .. } => set(&mut context.variable, variable),
         _ => {}
     }

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 mod errors;
 #[cfg(feature = "cuda")]
 mod gpu;
+mod layout;
 mod options;
 mod pipeline;
 
@@ -132,6 +133,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info_json, m)?)?;
     m.add_function(wrap_pyfunction!(stats_json, m)?)?;
     m.add_function(wrap_pyfunction!(sample_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(layout::rechunk, m)?)?;
+    m.add_function(wrap_pyfunction!(layout::advise_json, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

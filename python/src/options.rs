@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use zarrpipe::batcher::{
     Edge, EpochOptions, Missing, Ranks, SamplerState, Shuffle, Uneven, WindowSpec,
 };
-use zarrpipe::collate::{CollateOptions, TensorDType};
+use zarrpipe::collate::{CollateOptions, DerivedChannels, StaticFields, TensorDType};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{DecodeOn, Pipeline, PipelineBuilder};
 use zarrpipe::store::{Dataset, StoreOptions};
@@ -56,6 +56,9 @@ pub(crate) struct Config {
     /// both by their rates, or `auto` with an optional `gpu_share`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub decode_on: DecodeOn,
+    /// Static fields and derived channels' coordinates, read once when the `Pipeline` is made
+    /// and given to every epoch's builder.
+    pub channel_inputs: (Option<Arc<StaticFields>>, Option<Arc<DerivedChannels>>),
 }
 
 const KEYS: &[&str] = &[
@@ -266,6 +269,7 @@ impl Config {
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
             decode_on,
+            channel_inputs: (None, None),
         };
         if config.history.is_some() && config.leads.is_empty() {
             return Err(PyValueError::new_err(
@@ -324,6 +328,8 @@ impl Config {
                 nan_fill: self.nan_fill,
                 nan_mask: self.nan_mask,
                 latitude_weights: None,
+                static_fields: self.channel_inputs.0.clone(),
+                derived: self.channel_inputs.1.clone(),
             });
         for (dim, from, to) in &self.select {
             builder = builder.select(dim.clone(), from.as_str(), to.as_str());

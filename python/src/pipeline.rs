@@ -90,7 +90,7 @@ fn block_on<T: Send>(py: Python<'_>, future: impl std::future::Future<Output = T
 impl NativePipeline {
     #[new]
     fn new(py: Python<'_>, url: String, options: &Bound<'_, PyDict>) -> PyResult<Self> {
-        let config = Config::from_dict(options)?;
+        let mut config = Config::from_dict(options)?;
         let dataset = block_on(py, Dataset::open_with(&url, &config.store))
             .map_err(|error| errors::to_py(&error))?;
         let dataset = Arc::new(dataset);
@@ -101,6 +101,10 @@ impl NativePipeline {
         let probe = probe_config.builder(&dataset, 0, None)?;
         let probe = block_on(py, async move { probe.build().await })
             .map_err(|error| errors::to_py_with_url(&error, Some(&url)))?;
+        // Static fields and derived channels' coordinates, once for every epoch.
+        let read = zarrpipe::pipeline::read_channel_inputs(&dataset, probe.layout(), 64);
+        config.channel_inputs =
+            block_on(py, read).map_err(|error| errors::to_py_with_url(&error, Some(&url)))?;
         Ok(Self {
             layout: probe.layout().clone(),
             num_batches: probe.num_batches(),

@@ -43,8 +43,10 @@ __all__ = [
     "Pipeline",
     "StoreError",
     "ZarrpipeError",
+    "advise",
     "cuda_available",
     "info",
+    "rechunk",
     "sample_dataset",
     "stats",
 ]
@@ -109,6 +111,40 @@ def stats(
         os.fspath(url), names, _store_pairs(store_options),
         None if start is None else _coordinate_text(start),
         None if end is None else _coordinate_text(end), dim))
+
+
+def rechunk(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    chunks: Mapping[str, int],
+    *,
+    shards: Mapping[str, int] | None = None,
+    codec: str = "zstd:3",
+    variables: Sequence[str] | None = None,
+    store_options: Mapping[str, Any] | None = None,
+) -> dict:
+    """Rewrites ``source`` as a Zarr v3 store at ``destination`` with new chunks, shards and
+    codec, as ``zarrpipe rechunk`` does (resumable: call again after an interruption).
+    ``chunks={"time": 1, "latitude": 320, "longitude": 640}``, ``shards={"latitude": 640}``,
+    codec ``zstd[:LEVEL]``, ``blosc-lz4[:CLEVEL]``, ``blosc-zstd[:CLEVEL]``, ``gzip[:LEVEL]`` or
+    ``none``. Returns the counts of arrays, chunks, and chunks written by this call."""
+    arrays, total, written = _native.rechunk(
+        os.fspath(source), os.fspath(destination), dict(chunks), dict(shards or {}), codec,
+        list(variables or []), _store_pairs(store_options),
+    )
+    return {"arrays": arrays, "chunks": total, "written": written}
+
+
+def advise(
+    url: str | os.PathLike[str],
+    variable: str | None = None,
+    *,
+    sample_bytes: int = 64 << 20,
+    store_options: Mapping[str, Any] | None = None,
+) -> dict:
+    """Which layout feeds this machine fastest: ``zarrpipe advise URL --json`` (the store's and
+    each candidate layout's read and decode figures, ``best`` and ``reason``)."""
+    return json.loads(_native.advise_json(os.fspath(url), variable, sample_bytes, _store_pairs(store_options)))
 
 
 def sample_dataset() -> str:
@@ -188,6 +224,12 @@ def _normalize_json(normalize: Any, url: str, variables: Sequence[str] | None,
     if normalize is None or normalize is False:
         return None
     if normalize is True:
+        if variables is not None:
+            # Statistics of the stored variables: derived channels are computed, not stored
+            # (and, without an entry of their own, delivered as computed).
+            described = info(url, store_options=store_options)["variables"]
+            stored = {variable["name"] for variable in described}
+            variables = [name for name in variables if name in stored]
         return json.dumps(stats(url, variables, store_options=store_options))
     if isinstance(normalize, os.PathLike) or (
         isinstance(normalize, str) and not normalize.lstrip().startswith(("[", "{"))
@@ -250,7 +292,9 @@ class Pipeline:
 
     - ``variables``: stacked as channels in this order (default: every data variable). Every
       dimension that is neither iterated nor windowed is stacked too (``z`` with 13 levels
-      gives 13 channels).
+      gives 13 channels). A variable without time (``lsm``) is a static field, read once; a
+      name that is no variable but a derived channel (``cos_lat``, ``cos_zenith``, ...; see
+      the README) is computed on each sample's grid and time.
     - ``input_dims`` / ``input_overlap``: ``{dim: size}`` / ``{dim: overlap}``; stride = size -
       overlap. ``time`` is iterated (one sample per step) unless windowed. ``batch_dims`` and
       ``concat_input_dims`` as xbatcher's. ``edge``: ``"drop"`` windows that would cross the

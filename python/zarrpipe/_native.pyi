@@ -30,6 +30,21 @@ def stats_json(
 ) -> str: ...
 
 def sample_dataset() -> str: ...
+def rechunk(
+    source: str,
+    destination: str,
+    chunks: dict[str, int],
+    shards: dict[str, int],
+    codec: str,
+    variables: list[str],
+    store_options: list[tuple[str, str]] | None = None,
+) -> tuple[int, int, int]: ...
+def advise_json(
+    url: str,
+    variable: str | None = None,
+    sample_bytes: int = ...,
+    store_options: list[tuple[str, str]] | None = None,
+) -> str: ...
 
 class NativePipeline:
     def __init__(self, url: str, options: dict[str, Any]) -> None: ...

@@ -171,6 +171,7 @@ impl CollateArgs {
             nan_fill: self.nan_fill,
             nan_mask: self.nan_mask,
             latitude_weights: None,
+            ..CollateOptions::default()
         });
         let builder = match &self.lat_weights {
             Some(dim) => builder.latitude_weights(dim.clone()),

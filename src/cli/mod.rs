@@ -1,9 +1,11 @@
 //! Command-line interface: argument parsing and one module per command.
 
+mod advise;
 mod default_run;
 mod generate;
 mod info;
 mod plan;
+mod rechunk;
 mod stats;
 mod store;
 mod windows;
@@ -40,6 +42,11 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Write a W1-shaped synthetic ERA5-like Zarr v3 store for benchmarks and tests.
     Generate(generate::GenerateArgs),
+    /// Rewrite a store as Zarr v3 with new chunks, shards and codec (resumable).
+    Rechunk(rechunk::RechunkArgs),
+    /// Measure this machine's read and decode rates on a sample of the store and of candidate
+    /// layouts, and say which layout feeds it fastest and why.
+    Advise(advise::AdviseArgs),
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -58,6 +65,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Stats(args)) => stats::run(args).await,
         Some(Command::Plan(args)) => plan::run(args).await,
         Some(Command::Generate(args)) => generate::run(args),
+        Some(Command::Rechunk(args)) => rechunk::run(args).await,
+        Some(Command::Advise(args)) => advise::run(args).await,
     }
 }
 

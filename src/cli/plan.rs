@@ -42,10 +42,18 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     if let Some(why) = layout.why_empty() {
         eprintln!("the epoch has no samples: {why}");
     }
+    // Static variables are read once, whole, when a pipeline is built: not in the epoch's
+    // reads above.
+    let statics: Vec<&str> = layout
+        .static_variables()
+        .into_iter()
+        .map(|number| layout.variables()[number].name())
+        .collect();
     if args.json {
         let mut json = serde_json::to_value(&plan)?;
         json["sample_shape"] = serde_json::json!(layout.sample_shape());
         json["batch_size"] = serde_json::json!(batcher.batch_size());
+        json["static_variables"] = serde_json::json!(statics);
         if let Some((steps, policy)) = layout.missing_steps() {
             json["missing"] = serde_json::json!({
                 "policy": policy.to_string(),
@@ -80,6 +88,12 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         plan.bytes_delivered as f64 / 1e6,
         plan.read_amplification
     );
+    if !statics.is_empty() {
+        println!(
+            "static fields read once, whole, not per batch: {}",
+            statics.join(", ")
+        );
+    }
     if let Some((steps, policy)) = layout.missing_steps() {
         print_missing(steps);
         if layout.skipped() > 0 {

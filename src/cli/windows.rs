@@ -11,7 +11,11 @@ pub struct DimSizes(Vec<(String, u64)>);
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct WindowArgs {
-    /// Variables stacked as channels (repeatable; default: every data variable, by name).
+    /// Variables stacked as channels (repeatable; default: every data variable, by name). A
+    /// variable without time is a static field, read once; a name that is not a variable but
+    /// one of sin_lat, cos_lat, sin_lon, cos_lon, sin_time_of_day, cos_time_of_day,
+    /// sin_local_time, cos_local_time, sin_day_of_year, cos_day_of_year, cos_zenith is a
+    /// derived channel, computed on each sample's grid and time.
     #[arg(long = "var", value_name = "NAME")]
     pub variables: Vec<String>,
     /// Window size per dimension, xbatcher's `input_dims` (default: whole latitude/longitude).

@@ -17,6 +17,19 @@ pub enum Error {
     #[error("--missing fill with gaps in the `{dim}` coordinate needs `{dim}` iterated (one step per sample, history and leads allowed) and no batch dims: a window or block of steps would span steps the store does not hold (--missing skip leaves such samples out)")]
     FillNeedsIteratedTime { dim: String },
 
+    #[error(
+        "`{name}` is neither a variable of the dataset nor a derived channel ({derived}): {source}"
+    )]
+    UnknownChannel {
+        name: String,
+        #[source]
+        source: zarrpipe_store::Error,
+        derived: String,
+    },
+
+    #[error("derived channels ({names}) need at least one stored variable beside them: their grid and times are those of the variables")]
+    OnlyDerivedChannels { names: String },
+
     #[error("variable `{name}` is selected twice (each variable may be given once, e.g. one --var {name})")]
     DuplicateVariable { name: String },
 

@@ -6,21 +6,31 @@ use zarrpipe_store::{ChunkRequest, Dataset, Variable};
 
 use crate::missing::{check_fill, KeptUnits};
 use crate::sampler::Fnv1a;
-use crate::{Edge, Error, Forecast, Missing, MissingSteps, Result, Window, WindowSpec};
+use crate::{Derived, Edge, Error, Forecast, Missing, MissingSteps, Result, Window, WindowSpec};
 
 /// How samples are cut from a set of variables: the sample dimensions (iterated, then
 /// windowed), the channels, and the shape of one sample, `[channels, window sizes...]`.
 ///
 /// Channel order: variables in the order given; within a variable, its non-sample dimensions
 /// (such as `level`) in C order. So `t2m, z(level=13)` gives `t2m, z[level=0], ..., z[level=12]`.
+///
+/// Two kinds of channels are not read batch by batch. *Static* variables, those without any
+/// of the iterated dimensions (a land-sea mask `lsm(latitude, longitude)` when time is
+/// iterated), give every sample the same field cut to its window: they are left out of the
+/// read plans and read once, whole ([`is_static`](Self::is_static)). *Derived* channels are
+/// names that are not variables of the dataset but [`Derived`] names (`cos_lat`,
+/// `cos_zenith`, ...): computed on each sample's own grid and time, in the order given among
+/// the variables' channels.
 #[derive(Debug)]
 pub struct SampleLayout {
     variables: Vec<Arc<Variable>>,
     /// Iterated dimensions first (window size 1, squeezed), then the windows in spec order.
     sample_dims: Vec<SampleDim>,
     channels: Vec<Channel>,
-    /// First channel of each variable.
-    channel_base: Vec<usize>,
+    /// The channels of each variable.
+    channel_ranges: Vec<Range<usize>>,
+    /// The derived channels: their position among the channels, and what they are.
+    derived: Vec<(usize, Derived)>,
     /// The value of padded elements.
     pad_value: f32,
     /// Steps along the forecast dimension whose windows make the input (oldest first)...
@@ -181,8 +191,9 @@ pub struct Sample {
 }
 
 impl SampleLayout {
-    /// Lays out samples of `variables` (names in `dataset`) cut by `spec`. With no windows,
-    /// the last two non-iterated dimensions of the first variable are taken whole.
+    /// Lays out samples of `variables` (names in `dataset`, or [`Derived`] channel names that
+    /// are not variables of it) cut by `spec`. With no windows, the last two non-iterated
+    /// dimensions of the first variable are taken whole.
     pub fn new(
         dataset: &Dataset,
         variables: &[impl AsRef<str>],
@@ -199,10 +210,20 @@ impl SampleLayout {
                 });
             }
         }
-        let variables: Vec<Arc<Variable>> = variables
+        let sources = channel_sources(dataset, variables)?;
+        let variables: Vec<Arc<Variable>> = sources
             .iter()
-            .map(|name| dataset.variable(name.as_ref()).cloned())
-            .collect::<std::result::Result<_, _>>()?;
+            .filter_map(|source| match source {
+                Source::Variable(variable) => Some(variable.clone()),
+                Source::Derived(_) => None,
+            })
+            .collect();
+        if variables.is_empty() {
+            let names: Vec<&str> = derived_names(&sources);
+            return Err(Error::OnlyDerivedChannels {
+                names: names.join(", "),
+            });
+        }
         let mut iterate = match &spec.iterate {
             Some(dims) => dims.clone(),
             // Iterate time by default, unless the windows take it (as xbatcher's input_dims do).
@@ -226,8 +247,9 @@ impl SampleLayout {
         };
         let mut sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
         apply_ranges(&spec.ranges, &mut sample_dims)?;
-        check_sample_size(&variables, &sample_dims, spec)?;
-        let (channels, channel_base) = channels(&variables, &sample_dims);
+        let derived_count = sources.len() - variables.len();
+        check_sample_size(&variables, derived_count, &sample_dims, spec)?;
+        let (channels, channel_ranges, derived) = channels(&sources, &sample_dims);
         let (input_offsets, target_offsets, forecast_axis) = match &spec.forecast {
             None => (vec![0], Vec::new(), None),
             Some(forecast) => forecast_offsets(forecast, &mut sample_dims)?,
@@ -236,7 +258,8 @@ impl SampleLayout {
         Ok(Self {
             variables,
             channels,
-            channel_base,
+            channel_ranges,
+            derived,
             pad_value: spec.pad_value.unwrap_or(f32::NAN),
             input_offsets,
             target_offsets,
@@ -397,12 +420,32 @@ impl SampleLayout {
 
     /// The channels of variable number `variable`.
     pub fn channel_range(&self, variable: usize) -> Range<usize> {
-        let end = self
-            .channel_base
-            .get(variable + 1)
-            .copied()
-            .unwrap_or(self.channels.len());
-        self.channel_base[variable]..end
+        self.channel_ranges[variable].clone()
+    }
+
+    /// The derived channels: each one's position among the channels, and what it is.
+    pub fn derived_channels(&self) -> &[(usize, Derived)] {
+        &self.derived
+    }
+
+    /// Whether variable number `variable` is static: it has none of the iterated dimensions,
+    /// so every sample holds the same field (cut to its window). Static variables are left
+    /// out of [`read_plan`](Self::read_plan): collators read them once, whole.
+    pub fn is_static(&self, variable: usize) -> bool {
+        let variable = &self.variables[variable];
+        let mut iterated = self
+            .sample_dims
+            .iter()
+            .filter(|dim| dim.iterated)
+            .peekable();
+        iterated.peek().is_some() && iterated.all(|dim| variable.axis(&dim.name).is_none())
+    }
+
+    /// The numbers of the static variables ([`is_static`](Self::is_static)), in order.
+    pub fn static_variables(&self) -> Vec<usize> {
+        (0..self.variables.len())
+            .filter(|&number| self.is_static(number))
+            .collect()
     }
 
     /// The value of elements of padded windows past the end of the data.
@@ -579,6 +622,12 @@ impl SampleLayout {
             hash.bytes(variable.name().as_bytes());
             hash.u64(0xff);
         }
+        // Derived channels change no sample, but a saved state resumes the same channels;
+        // layouts without them hash as before.
+        for (_, kind) in &self.derived {
+            hash.bytes(kind.name().as_bytes());
+            hash.u64(0xfe);
+        }
         for dim in &self.sample_dims {
             hash.bytes(dim.name.as_bytes());
             for value in [
@@ -616,7 +665,10 @@ impl SampleLayout {
     /// samples sharing chunks are delivered together. When the layout fixes the batches, one id
     /// per batch (that of its first sample), since batches are what the sampler orders then.
     pub fn block_ids(&self) -> Vec<u64> {
-        let first = &self.variables[0];
+        // The first variable read batch by batch (a static one has no chunks along time).
+        let first = (0..self.variables.len())
+            .find(|&number| !self.is_static(number))
+            .map_or(&self.variables[0], |number| &self.variables[number]);
         let chunk_shape = first.chunk_shape();
         // Per sample dimension: the chunk extent along it (1 where the variable lacks it).
         let extents: Vec<(u64, u64)> = self
@@ -653,7 +705,8 @@ impl SampleLayout {
     }
 
     /// The chunks `samples` need, each once (overlapping windows share chunks), grouped by
-    /// variable and in C order within a variable.
+    /// variable and in C order within a variable. Static variables are not in it: they are
+    /// read once ([`is_static`](Self::is_static)).
     ///
     /// For sharded arrays read by inner chunk, each shard's request names the inner chunks
     /// the samples need, so only their byte ranges are read.
@@ -664,9 +717,12 @@ impl SampleLayout {
         let shifted = samples
             .iter()
             .flat_map(|sample| offsets.clone().map(|&o| self.shifted(sample, o)));
+        let per_batch: Vec<usize> = (0..self.variables.len())
+            .filter(|&number| !self.is_static(number))
+            .collect();
         for sample in shifted {
             let sample = &sample;
-            for variable in 0..self.variables.len() {
+            for &variable in &per_batch {
                 let region = clip(
                     &self.region(variable, sample),
                     self.variables[variable].shape(),
@@ -765,18 +821,21 @@ fn check_sample_chunks(
 /// variable's stacked dims) times history and lead steps times the window sizes.
 fn check_sample_size(
     variables: &[Arc<Variable>],
+    derived: usize,
     sample_dims: &[SampleDim],
     spec: &WindowSpec,
 ) -> Result<()> {
-    let channels = variables.iter().try_fold(0u64, |total, variable| {
-        let stacked = variable
-            .dims()
-            .iter()
-            .zip(variable.shape())
-            .filter(|(name, _)| !sample_dims.iter().any(|dim| &dim.name == *name))
-            .try_fold(1u64, |count, (_, &length)| count.checked_mul(length))?;
-        total.checked_add(stacked)
-    });
+    let channels = variables
+        .iter()
+        .try_fold(derived as u64, |total, variable| {
+            let stacked = variable
+                .dims()
+                .iter()
+                .zip(variable.shape())
+                .filter(|(name, _)| !sample_dims.iter().any(|dim| &dim.name == *name))
+                .try_fold(1u64, |count, (_, &length)| count.checked_mul(length))?;
+            total.checked_add(stacked)
+        });
     let steps = match &spec.forecast {
         Some(forecast) => forecast.history.checked_add(forecast.leads.len() as u64),
         None => Some(1),
@@ -1026,11 +1085,66 @@ fn common_length(variables: &[Arc<Variable>], dim: &str, required: bool) -> Resu
         })
 }
 
-fn channels(variables: &[Arc<Variable>], sample_dims: &[SampleDim]) -> (Vec<Channel>, Vec<usize>) {
+/// Where a named channel comes from.
+enum Source {
+    Variable(Arc<Variable>),
+    Derived(Derived),
+}
+
+/// Each name as a variable of `dataset` or, when it has none of that name, a derived channel.
+fn channel_sources(dataset: &Dataset, names: &[impl AsRef<str>]) -> Result<Vec<Source>> {
+    names
+        .iter()
+        .map(|name| match dataset.variable(name.as_ref()) {
+            Ok(variable) => Ok(Source::Variable(variable.clone())),
+            Err(error) => match (&error, Derived::from_name(name.as_ref())) {
+                (zarrpipe_store::Error::MissingVariable { .. }, Some(kind)) => {
+                    Ok(Source::Derived(kind))
+                }
+                (zarrpipe_store::Error::MissingVariable { .. }, None) => {
+                    Err(Error::UnknownChannel {
+                        name: name.as_ref().to_string(),
+                        source: error,
+                        derived: Derived::names(),
+                    })
+                }
+                _ => Err(error.into()),
+            },
+        })
+        .collect()
+}
+
+/// The names of the derived channels among `sources`.
+fn derived_names(sources: &[Source]) -> Vec<&'static str> {
+    sources
+        .iter()
+        .filter_map(|source| match source {
+            Source::Derived(kind) => Some(kind.name()),
+            Source::Variable(_) => None,
+        })
+        .collect()
+}
+
+/// The channels in order, each variable's range of them, and the derived ones' positions.
+type Channels = (Vec<Channel>, Vec<Range<usize>>, Vec<(usize, Derived)>);
+
+fn channels(sources: &[Source], sample_dims: &[SampleDim]) -> Channels {
     let mut channels = Vec::new();
-    let mut channel_base = Vec::with_capacity(variables.len());
-    for variable in variables {
-        channel_base.push(channels.len());
+    let mut ranges = Vec::new();
+    let mut derived = Vec::new();
+    for source in sources {
+        let variable = match source {
+            Source::Derived(kind) => {
+                derived.push((channels.len(), *kind));
+                channels.push(Channel {
+                    variable: kind.name().to_string(),
+                    index: Vec::new(),
+                });
+                continue;
+            }
+            Source::Variable(variable) => variable,
+        };
+        let first = channels.len();
         let stacked: Vec<(&String, u64)> = variable
             .dims()
             .iter()
@@ -1051,6 +1165,7 @@ fn channels(variables: &[Arc<Variable>], sample_dims: &[SampleDim]) -> (Vec<Chan
                 index,
             });
         }
+        ranges.push(first..channels.len());
     }
-    (channels, channel_base)
+    (channels, ranges, derived)
 }

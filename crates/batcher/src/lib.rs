@@ -24,6 +24,7 @@
 //! Planning runs on the CPU; there is no GPU code here.
 
 mod batches;
+mod derived;
 mod error;
 mod layout;
 mod missing;
@@ -32,6 +33,7 @@ mod sampler;
 mod window;
 
 pub use batches::{Batcher, EpochOptions};
+pub use derived::{Derived, Needs};
 pub use error::{Error, Result};
 pub use layout::{
     clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,

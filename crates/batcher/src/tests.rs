@@ -43,6 +43,7 @@ fn dataset() -> Dataset {
             "short/zarr.json",
             array(&["time", "lat", "lon"], &[3, 9, 8], &[1, 4, 4]),
         ),
+        ("lsm/zarr.json", array(&["lat", "lon"], &[10, 8], &[4, 4])),
     ];
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -70,6 +71,73 @@ fn samples_move_by_stride_in_c_order() {
     let origins: Vec<Vec<u64>> = (0..4).map(|i| layout.sample(i).origin).collect();
     assert_eq!(origins, [[0, 0, 0], [0, 3, 0], [0, 6, 0], [1, 0, 0]]);
     assert_eq!(layout.sample_shape(), [1, 4, 8]);
+}
+
+#[test]
+fn static_variables_are_not_in_read_plans() {
+    let spec = WindowSpec::new().window("lat", 4, 4).window("lon", 4, 4);
+    let layout = SampleLayout::new(&dataset(), &["a", "lsm"], &spec).unwrap();
+    assert!(!layout.is_static(0));
+    assert!(layout.is_static(1));
+    assert_eq!(layout.static_variables(), [1]);
+    // Every sample holds the field: time is iterated over `a` alone.
+    assert_eq!(layout.num_samples(), 3 * 2 * 2);
+    assert_eq!(layout.sample_shape(), [2, 4, 4]);
+    let batcher = Batcher::new(Arc::new(layout), 4, false).unwrap();
+    let plan = batcher.layout().read_plan(&batcher.batch(0));
+    assert!(!plan.is_empty());
+    assert!(plan.iter().all(|request| request.variable.name() == "a"));
+    // Without an iterated dimension nothing is static: lsm is read like any variable.
+    let alone = SampleLayout::new(&dataset(), &["lsm"], &spec).unwrap();
+    assert!(!alone.is_static(0));
+}
+
+#[test]
+fn derived_channels_sit_where_they_are_named() {
+    let layout = SampleLayout::new(
+        &dataset(),
+        &["cos_lat", "b", "cos_zenith", "a"],
+        &WindowSpec::new(),
+    )
+    .unwrap();
+    let labels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
+    assert_eq!(
+        labels,
+        ["cos_lat", "b[level=0]", "b[level=1]", "cos_zenith", "a"]
+    );
+    assert_eq!(layout.channel_range(0), 1..3);
+    assert_eq!(layout.channel_range(1), 4..5);
+    assert_eq!(
+        layout.derived_channels(),
+        [(0, crate::Derived::CosLat), (3, crate::Derived::CosZenith)]
+    );
+    assert_eq!(layout.sample_shape(), [5, 10, 8]);
+    // Derived channels change the layout's hash (a saved state resumes the same channels).
+    let plain = SampleLayout::new(&dataset(), &["b", "a"], &WindowSpec::new()).unwrap();
+    assert_ne!(plain.layout_hash(), layout.layout_hash());
+}
+
+#[test]
+fn unknown_and_lonely_channel_names_are_refused() {
+    let error = SampleLayout::new(&dataset(), &["a", "cos_latitude"], &WindowSpec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("`cos_latitude` is neither a variable"),
+        "{error}"
+    );
+    assert!(error.contains("no variable `cos_latitude`"), "{error}");
+    assert!(error.contains("cos_zenith"), "{error}");
+    let error = SampleLayout::new(&dataset(), &["cos_lat", "sin_lat"], &WindowSpec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("need at least one stored variable"),
+        "{error}"
+    );
+    let error = SampleLayout::new(&dataset(), &["a", "cos_lat", "cos_lat"], &WindowSpec::new())
+        .unwrap_err();
+    assert!(matches!(error, Error::DuplicateVariable { .. }), "{error}");
 }
 
 #[test]
@@ -148,7 +216,7 @@ fn bad_specifications_are_refused() {
     ));
     assert!(matches!(
         refuse(&["nope"], WindowSpec::new()),
-        Error::Store(_)
+        Error::UnknownChannel { .. }
     ));
     assert!(matches!(
         SampleLayout::new(&dataset, &[] as &[&str], &WindowSpec::new()),

@@ -35,6 +35,12 @@ pub enum Error {
     #[error("collate options: {reason}")]
     BadOptions { reason: String },
 
+    #[error("derived channel `{channel}`: {reason}")]
+    DerivedChannel {
+        channel: &'static str,
+        reason: String,
+    },
+
     #[error("the host collator delivers float32 tensors, not {0:?}: collate on the GPU for that")]
     HostTensorType(crate::TensorDType),
 

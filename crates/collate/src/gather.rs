@@ -2,6 +2,9 @@
 //! chunks to copy into the batch tensor, as flat element offsets and strides. The GPU
 //! collator launches one kernel over these pieces; [`GatherPlan::run_on_host`] runs them on
 //! the CPU, so the plan is tested against [`HostCollator`](crate::HostCollator) without a GPU.
+//! A static variable's window is one box of its whole array
+//! ([`StaticFields`](crate::StaticFields)), which counts as a chunk after the batch's chunks.
+//! Derived channels are not gathered ([`DerivedPlan`](crate::DerivedPlan)).
 
 use std::collections::HashMap;
 
@@ -50,13 +53,16 @@ pub struct GatherPlan {
 
 impl GatherPlan {
     /// Plans the gather of `samples` from the chunks `chunks` (any order; each piece names
-    /// its chunk's position there).
+    /// its chunk's position there). Pieces of static variables name position
+    /// `chunks.len() + k` for the `k`-th static variable
+    /// ([`SampleLayout::static_variables`]): their whole arrays follow the chunks.
     pub fn new(
         layout: &SampleLayout,
         samples: &[Sample],
         chunks: &[&ChunkRequest],
     ) -> Result<Self> {
         let index = chunk_index(layout, chunks)?;
+        let index = (index, chunks.len());
         let (inputs, input_shape) = plan_steps(layout, samples, layout.input_offsets(), &index)?;
         let targets = match layout.target_offsets() {
             [] => None,
@@ -135,7 +141,7 @@ fn plan_steps(
     layout: &SampleLayout,
     samples: &[Sample],
     offsets: &[i64],
-    index: &ChunkIndex<'_>,
+    index: &(ChunkIndex<'_>, usize),
 ) -> Result<(Vec<Piece>, Vec<usize>)> {
     let plane: usize = layout.sample_shape()[1..].iter().product();
     let step_len = layout.channels().len() * plane;
@@ -172,15 +178,32 @@ fn plan_window(
     number: usize,
     base: u64,
     dst_strides: &[usize],
-    chunks: &ChunkIndex<'_>,
+    (chunks, count): &(ChunkIndex<'_>, usize),
     pieces: &mut Vec<Piece>,
 ) -> Result<()> {
     let variable = &layout.variables()[number];
     let region = layout.region(number, sample);
-    for chunk in window_boxes(layout, number, &region)? {
-        let &(position, _) = chunks
-            .get(&(number, chunk.indices.as_slice()))
-            .ok_or_else(|| missing_chunk(sample, variable, &chunk.indices))?;
+    let static_position = layout
+        .static_variables()
+        .iter()
+        .position(|&kept| kept == number)
+        .map(|k| count + k);
+    let boxes = match static_position {
+        Some(position) => static_box(variable, &region)
+            .map(|whole| (position, whole))
+            .into_iter()
+            .collect(),
+        None => window_boxes(layout, number, &region)?
+            .into_iter()
+            .map(|chunk| {
+                let &(position, _) = chunks
+                    .get(&(number, chunk.indices.as_slice()))
+                    .ok_or_else(|| missing_chunk(sample, variable, &chunk.indices))?;
+                Ok((position, chunk))
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    for (position, chunk) in boxes {
         let src_strides = chunk.strides();
         let rank = region.len();
         let src_start = (0..rank)
@@ -212,6 +235,28 @@ fn plan_window(
         });
     }
     Ok(())
+}
+
+/// A static variable's whole array as one box, and the part of it inside `region` (`None`
+/// when a padded window lies wholly outside it).
+pub(crate) fn static_box(
+    variable: &Variable,
+    region: &[std::ops::Range<u64>],
+) -> Option<WindowBox> {
+    let shape = variable.shape().to_vec();
+    let lo: Vec<u64> = region.iter().map(|range| range.start).collect();
+    let hi: Vec<u64> = region
+        .iter()
+        .zip(&shape)
+        .map(|(range, &length)| range.end.min(length))
+        .collect();
+    (0..shape.len()).all(|a| lo[a] < hi[a]).then(|| WindowBox {
+        indices: vec![0; shape.len()],
+        start: vec![0; shape.len()],
+        shape,
+        lo,
+        hi,
+    })
 }
 
 /// A chunk that a window touches, and the part of it inside the window (array coordinates,

@@ -6,14 +6,18 @@ use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
 use zarrpipe_codec_gpu::DecodedChunk;
-use zarrpipe_core::convert_to_f32;
+use zarrpipe_core::{convert_to_f32, DType};
 
-use crate::gather::{destination_strides, missing_chunk, variable_number, window_boxes, WindowBox};
+use crate::gather::{
+    destination_strides, missing_chunk, static_box, variable_number, window_boxes, WindowBox,
+};
 use crate::options::{finish_on_host, CollateOptions, TensorDType};
 use crate::{Batch, DecodedBatch, Error, Result};
 
 /// Gathers the windows of a batch from decoded chunks into one contiguous float32 tensor on
-/// the CPU, samples in parallel.
+/// the CPU, samples in parallel; static variables' windows come from their fields read once,
+/// derived channels are computed ([`CollateOptions::static_fields`],
+/// [`CollateOptions::derived`]).
 #[derive(Clone, Debug)]
 pub struct HostCollator {
     layout: Arc<SampleLayout>,
@@ -48,7 +52,9 @@ impl HostCollator {
     }
 
     /// Builds the `[batch, channel, window...]` input tensor of `batch`, and with forecasting
-    /// the target tensor. Chunks decoded on the GPU are copied to the host first.
+    /// the target tensor. Chunks decoded on the GPU are copied to the host first. A layout
+    /// with static variables or derived channels needs a collator made
+    /// [`with_options`](Self::with_options) that hold them.
     pub fn collate(&self, batch: DecodedBatch) -> Result<Batch> {
         let DecodedBatch {
             index: batch_index,
@@ -58,6 +64,7 @@ impl HostCollator {
         } = batch;
         let chunks = payload.into_host()?;
         let index = self.index_chunks(&chunks)?;
+        self.options.check_channels(&self.layout)?;
         let mut tensor = self.gather_steps(&samples, self.layout.input_offsets(), &index)?;
         let mut targets = match self.layout.target_offsets() {
             [] => None,
@@ -123,18 +130,27 @@ impl HostCollator {
         let steps = samples
             .iter()
             .flat_map(|sample| offsets.iter().map(|&o| self.layout.shifted(sample, o)));
+        // Each variable's channels, in channel order (derived channels lie between them).
+        let mut variables: Vec<usize> = (0..self.layout.variables().len()).collect();
+        variables.sort_by_key(|&variable| self.layout.channel_range(variable).start);
         for (slab, step) in data.chunks_mut(step_len.max(1)).zip(steps) {
-            let mut rest = slab;
-            for variable in 0..self.layout.variables().len() {
-                let channels = self.layout.channel_range(variable).len();
-                let (channels_of_variable, tail) = rest.split_at_mut(channels * plane);
+            let (mut rest, mut at) = (slab, 0);
+            for &variable in &variables {
+                let range = self.layout.channel_range(variable);
+                let (_, tail) = rest.split_at_mut((range.start - at) * plane);
+                let (channels_of_variable, tail) = tail.split_at_mut(range.len() * plane);
                 pieces.push((step.clone(), variable, channels_of_variable));
-                rest = tail;
+                (rest, at) = (tail, range.end);
             }
         }
         pieces
             .into_par_iter()
             .try_for_each(|(step, variable, out)| self.gather(&step, variable, index, out))?;
+        if let Some(derived) = &self.options.derived {
+            derived
+                .plan(&self.layout, samples, offsets)
+                .run_on_host(&mut data);
+        }
         Ok(ArrayD::from_shape_vec(IxDyn(&shape), data).expect("shape matches length"))
     }
 
@@ -179,6 +195,22 @@ impl HostCollator {
         let variable = &self.layout.variables()[number];
         let region = self.layout.region(number, sample);
         let strides = destination_strides(&self.layout, number);
+        if self.layout.is_static(number) {
+            let fields = self.options.static_fields.as_ref();
+            let field = fields
+                .and_then(|fields| Some(&fields.fields()[fields.field_of(&self.layout, number)?]))
+                .ok_or_else(|| Error::BadOptions {
+                    reason: format!("no static field for variable `{}`", variable.name()),
+                })?;
+            if let Some(whole) = static_box(variable, &region) {
+                let copy = BoxCopy {
+                    region: &region,
+                    chunk: &whole,
+                };
+                copy.run(field.dtype, &field.bytes, &strides, out);
+            }
+            return Ok(());
+        }
         for window_box in window_boxes(&self.layout, number, &region)? {
             let chunk = chunks
                 .get(&(number, window_box.indices.as_slice()))
@@ -187,7 +219,7 @@ impl HostCollator {
                 region: &region,
                 chunk: &window_box,
             };
-            copy.run(chunk, &strides, out);
+            copy.run(chunk.dtype(), &chunk.bytes, &strides, out);
         }
         Ok(())
     }
@@ -205,15 +237,15 @@ struct BoxCopy<'a> {
 }
 
 impl BoxCopy<'_> {
-    fn run(&self, chunk: &DecodedChunk, dst_strides: &[usize], out: &mut [f32]) {
+    /// From the decoded bytes `bytes` of the box's chunk, elements of `dtype`.
+    fn run(&self, dtype: DType, bytes: &[u8], dst_strides: &[usize], out: &mut [f32]) {
         let rank = self.region.len();
         if rank == 0 {
-            convert_to_f32(chunk.dtype(), &chunk.bytes, out, 1);
+            convert_to_f32(dtype, bytes, out, 1);
             return;
         }
         let (lo, hi) = (&self.chunk.lo, &self.chunk.hi);
         let src_strides: Vec<usize> = self.chunk.strides().iter().map(|&s| s as usize).collect();
-        let dtype = chunk.dtype();
         let size = dtype.size();
         let last = rank - 1;
         let run_len = (hi[last] - lo[last]) as usize;
@@ -225,8 +257,8 @@ impl BoxCopy<'_> {
             let dst: usize = (0..rank)
                 .map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a])
                 .sum();
-            let bytes = &chunk.bytes[src * size..(src + run_len) * size];
-            convert_to_f32(dtype, bytes, &mut out[dst..], dst_strides[last].max(1));
+            let run = &bytes[src * size..(src + run_len) * size];
+            convert_to_f32(dtype, run, &mut out[dst..], dst_strides[last].max(1));
             // Advance the odometer over every axis but the last.
             let mut axis = last;
             loop {

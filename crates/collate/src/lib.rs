@@ -28,11 +28,16 @@
 //! gathers the same windows into device tensors in one kernel launch (float32, bfloat16 or
 //! float16), from the same [`GatherPlan`], from chunks decoded on the GPU or uploaded from the
 //! CPU through reused pinned buffers; [`HostCollator`] takes chunks decoded on either side too.
+//!
+//! Static variables come from [`StaticFields`] read once, derived channels from the
+//! [`DerivedChannels`]' coordinates, both in [`CollateOptions`] (the pipeline builder fills
+//! them): each collator cuts and computes them as the other does, bit for bit.
 
 mod batch;
 mod batch_collator;
 mod collate;
 mod collate_batches;
+mod derived;
 #[cfg(feature = "cuda")]
 mod device;
 pub mod dlpack;
@@ -40,6 +45,7 @@ mod error;
 mod gather;
 mod host;
 mod options;
+mod static_fields;
 
 use std::sync::Arc;
 
@@ -51,6 +57,7 @@ pub use batch_collator::BatchCollator;
 pub use candle_core;
 pub use collate::collate_on_rayon;
 pub use collate_batches::CollateBatches;
+pub use derived::{Coordinate, DerivedChannels, DerivedJob, DerivedPlan};
 #[cfg(feature = "candle")]
 pub use device::Candle;
 #[cfg(feature = "cuda")]
@@ -59,6 +66,7 @@ pub use error::{Error, Result};
 pub use gather::{GatherPlan, Piece, MAX_AXES};
 pub use host::HostCollator;
 pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType};
+pub use static_fields::{StaticField, StaticFields};
 
 /// The collate stage at batch level, for a stream of decoded batches
 /// ([`DecodeBatchesExt::decode_batches`](zarrpipe_codec_gpu::DecodeBatchesExt::decode_batches)).

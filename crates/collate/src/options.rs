@@ -3,10 +3,12 @@
 //! The CPU and GPU apply the same float32 operations in the same order, so their tensors are
 //! bit-identical.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 use zarrpipe_batcher::SampleLayout;
 
-use crate::{Error, Result};
+use crate::{DerivedChannels, Error, Result, StaticFields};
 
 /// Element type of a batch tensor. The host collator delivers float32 only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -55,16 +57,20 @@ impl Normalization {
     /// From the JSON that `zarrpipe stats --json` prints: each channel gets its own entry of
     /// `channels` (matched by label, `z[level=3]`), else its variable's entry of `variables`
     /// (pooled over its channels). The list of per-variable entries that earlier versions
-    /// printed is read too. Values are normalised, targets included, with the statistics of
-    /// the values (the `tendency` entries are for scaling a model's residuals: the pipeline
-    /// delivers targets as values, not differences).
+    /// printed is read too. Static variables' channels get their statistics like any
+    /// variable's. A derived channel gets the entry of its name when there is one, else it is
+    /// left as it is (mean 0, std 1). Values are normalised, targets included, with the
+    /// statistics of the values (the `tendency` entries are for scaling a model's residuals:
+    /// the pipeline delivers targets as values, not differences).
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
         let (channels, variables) = Self::stats_entries(json)?;
+        let count = layout.channels().len();
         let mut normalization = Self {
-            mean: Vec::new(),
-            std: Vec::new(),
+            mean: vec![0.0; count],
+            std: vec![1.0; count],
         };
-        for channel in layout.channels() {
+        let derived = layout.derived_channels();
+        for (number, channel) in layout.channels().iter().enumerate() {
             let label = channel.label();
             let entry = channels
                 .iter()
@@ -72,23 +78,33 @@ impl Normalization {
                 .or_else(|| {
                     let variable = channel.variable.as_str();
                     variables.iter().find(|entry| entry["variable"] == variable)
-                })
-                .ok_or_else(|| Error::BadOptions {
-                    reason: match channel.index.is_empty() {
-                        true => format!("no statistics for variable `{label}`"),
-                        false => format!(
-                            "no statistics for channel `{label}` nor for variable `{}`",
-                            channel.variable
-                        ),
-                    },
-                })?;
+                });
+            let is_derived = derived.iter().any(|&(position, _)| position == number);
+            let entry = match entry {
+                Some(entry) => entry,
+                None if is_derived => continue,
+                None => {
+                    return Err(Error::BadOptions {
+                        reason: match channel.index.is_empty() {
+                            true => format!("no statistics for variable `{label}`"),
+                            false => format!(
+                                "no statistics for channel `{label}` nor for variable `{}`",
+                                channel.variable
+                            ),
+                        },
+                    })
+                }
+            };
             let field = |name: &str| {
                 entry[name].as_f64().ok_or_else(|| Error::BadOptions {
-                    reason: format!("the statistics of `{label}` have no numeric `{name}`"),
+                    reason: match is_derived {
+                        true => format!("derived channel `{label}` has no numeric `{name}`"),
+                        false => format!("the statistics of `{label}` have no numeric `{name}`"),
+                    },
                 })
             };
-            normalization.mean.push(field("mean")? as f32);
-            normalization.std.push(field("std")? as f32);
+            normalization.mean[number] = field("mean")? as f32;
+            normalization.std[number] = field("std")? as f32;
         }
         Ok(normalization)
     }
@@ -176,6 +192,12 @@ pub struct CollateOptions {
     pub nan_mask: bool,
     /// Also deliver latitude weights `[batch, window]`.
     pub latitude_weights: Option<LatitudeWeights>,
+    /// The layout's static variables, read once ([`StaticFields::read`]): needed when it has
+    /// any ([`SampleLayout::is_static`]). The pipeline builder reads them.
+    pub static_fields: Option<Arc<StaticFields>>,
+    /// The coordinates of the layout's derived channels: needed when it has any. The
+    /// pipeline builder reads them.
+    pub derived: Option<Arc<DerivedChannels>>,
 }
 
 impl CollateOptions {
@@ -193,10 +215,37 @@ impl CollateOptions {
         if let Some(weights) = &self.latitude_weights {
             weights.check(layout)?;
         }
+        self.check_channels(layout)?;
         match &self.normalize {
             Some(normalization) => normalization.check(layout.channels().len()),
             None => Ok(()),
         }
+    }
+
+    /// Checks that the static fields and derived channels' coordinates `layout` needs are
+    /// here.
+    pub(crate) fn check_channels(&self, layout: &SampleLayout) -> Result<()> {
+        if let Some(&number) = layout.static_variables().first() {
+            let Some(fields) = &self.static_fields else {
+                return Err(Error::BadOptions {
+                    reason: format!(
+                        "variable `{}` is static (it has none of the iterated dimensions): read the static fields once with `StaticFields::read(&layout, ..)` into `CollateOptions::static_fields` (the pipeline builder does)",
+                        layout.variables()[number].name()
+                    ),
+                });
+            };
+            fields.check(layout)?;
+        }
+        if let Some(&(_, kind)) = layout.derived_channels().first() {
+            let Some(derived) = &self.derived else {
+                return Err(Error::DerivedChannel {
+                    channel: kind.name(),
+                    reason: "give its coordinates in `CollateOptions::derived` (the pipeline builder reads them)".into(),
+                });
+            };
+            derived.check(layout)?;
+        }
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ use zarrpipe_collate::{
 use zarrpipe_core::{Device, Pace};
 use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
+use crate::channels::read_channel_inputs;
 use crate::missing::apply_missing_steps;
 use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
 use crate::stream::BatchStream;
@@ -135,6 +136,9 @@ impl PipelineBuilder {
 
 impl<P: CollateOn> PipelineBuilder<P> {
     /// The variables stacked as channels, in this order (default: every data variable).
+    /// Static variables (none of the iterated dimensions) are read once, at `build`; names
+    /// of [`Derived`](zarrpipe_batcher::Derived) channels that are not variables of the
+    /// dataset (`cos_lat`, `cos_zenith`, ...) are computed on each sample's grid and time.
     pub fn variables<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Self {
         self.config.variables = names.into_iter().map(Into::into).collect();
         self
@@ -339,6 +343,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 
     /// Normalisation, NaN handling and (on the GPU) the tensor type; see [`CollateOptions`].
+    /// Static fields and derived channels' coordinates given here (from
+    /// [`read_channel_inputs`](crate::read_channel_inputs), kept across epochs) are not read
+    /// again at `build`.
     pub fn collate_options(mut self, options: CollateOptions) -> Self {
         self.config.collate = options;
         self
@@ -583,6 +590,17 @@ impl Config {
         if let Some(dim) = &self.latitude_dim {
             let latitudes = coordinate_values(&dataset, dim).await?;
             collate.latitude_weights = Some(LatitudeWeights::from_degrees(dim, &latitudes));
+        }
+        // Static fields and derived channels' coordinates: read once, here, unless given.
+        let layout = batcher.layout();
+        let fields_missing =
+            !layout.static_variables().is_empty() && collate.static_fields.is_none();
+        let derived_missing = !layout.derived_channels().is_empty() && collate.derived.is_none();
+        if fields_missing || derived_missing {
+            let (fields, derived) =
+                read_channel_inputs(&dataset, layout, self.fetch_concurrency).await?;
+            collate.static_fields = collate.static_fields.or(fields);
+            collate.derived = collate.derived.or(derived);
         }
         Ok((dataset, batcher, collate))
     }

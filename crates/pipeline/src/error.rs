@@ -27,6 +27,9 @@ pub enum Error {
     #[error("cannot select on `{dim}`: {reason}")]
     Select { dim: String, reason: String },
 
+    #[error("derived channels need dates from the time coordinate `{dim}`: {reason}")]
+    TimeCoordinate { dim: String, reason: String },
+
     #[error("a pipeline must be built inside a Tokio runtime (it runs its stages as Tokio tasks)")]
     NoRuntime,
 

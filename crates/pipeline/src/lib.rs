@@ -55,6 +55,7 @@
 //! ```
 
 mod builder;
+mod channels;
 mod error;
 #[cfg(feature = "cuda")]
 mod gpu;
@@ -65,6 +66,7 @@ mod select;
 mod stream;
 
 pub use builder::{default_cpu_decode_threads, CollateOn, DecodeOn, Pipeline, PipelineBuilder};
+pub use channels::read_channel_inputs;
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};

@@ -139,27 +139,46 @@ fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Resu
     let (unit, epoch) = units.split_once(" since ").ok_or_else(|| {
         format!("a date was given, but the units `{units}` are not `<unit> since <date>`")
     })?;
-    let seconds_per_unit = match unit.trim() {
+    let seconds_per_unit = unit_seconds(unit)
+        .ok_or_else(|| format!("time unit `{}` is not supported", unit.trim()))?;
+    Ok((seconds(date)? - seconds(epoch.trim())?) / seconds_per_unit)
+}
+
+/// Seconds in a CF time unit (`hours`), as xarray reads them.
+fn unit_seconds(unit: &str) -> Option<f64> {
+    Some(match unit.trim() {
+        "nanoseconds" | "nanosecond" | "ns" => 1e-9,
+        "microseconds" | "microsecond" | "us" => 1e-6,
+        "milliseconds" | "millisecond" | "ms" => 1e-3,
         "seconds" | "second" | "s" => 1.0,
         "minutes" | "minute" | "min" => 60.0,
         "hours" | "hour" | "h" => 3600.0,
         "days" | "day" | "d" => 86400.0,
-        other => return Err(format!("time unit `{other}` is not supported")),
-    };
-    Ok((seconds(date)? - seconds(epoch.trim())?) / seconds_per_unit)
+        _ => return None,
+    })
+}
+
+/// Values of a CF time coordinate (`units` `hours since 2020-01-01`, Gregorian `calendar`)
+/// as seconds since 1970-01-01 00:00 UTC.
+pub(crate) fn cf_seconds_since_1970(
+    values: &[f64],
+    units: &str,
+    calendar: Option<&str>,
+) -> std::result::Result<Vec<f64>, String> {
+    let epoch = cf_time("1970-01-01", units, calendar)?;
+    let (unit, _) = units.split_once(" since ").unwrap_or_default();
+    let seconds_per_unit = unit_seconds(unit).unwrap_or(1.0);
+    Ok(values
+        .iter()
+        .map(|value| (value - epoch) * seconds_per_unit)
+        .collect())
 }
 
 /// A number in CF `units` (`hours since 2000-01-01`) as a date, `2000-01-02T06:00`; `None`
 /// when the units are not CF time.
 pub(crate) fn cf_date(value: f64, units: &str) -> Option<String> {
     let (unit, epoch) = units.split_once(" since ")?;
-    let seconds_per_unit = match unit.trim() {
-        "seconds" | "second" | "s" => 1.0,
-        "minutes" | "minute" | "min" => 60.0,
-        "hours" | "hour" | "h" => 3600.0,
-        "days" | "day" | "d" => 86400.0,
-        _ => return None,
-    };
+    let seconds_per_unit = unit_seconds(unit)?;
     let total = seconds(epoch.trim()).ok()? + value * seconds_per_unit;
     if !total.is_finite() || total.abs() > 1e15 {
         return None;
@@ -261,6 +280,15 @@ mod tests {
                 .contains("noleap")
         );
         assert!(cf_time("2000-13-02", "hours since 2000-01-01", None).is_err());
+        assert_eq!(
+            cf_seconds_since_1970(&[0.0, 1.5], "hours since 1970-01-02 00:00:00", None),
+            Ok(vec![86_400.0, 86_400.0 + 5400.0])
+        );
+        assert_eq!(
+            cf_seconds_since_1970(&[2e9], "nanoseconds since 1970-01-01", Some("standard")),
+            Ok(vec![2.0])
+        );
+        assert!(cf_seconds_since_1970(&[0.0], "K", None).is_err());
         assert!(cf_time("2000-01-02", "K", None).is_err());
     }
 

@@ -2,8 +2,9 @@
 // (a box of one decoded chunk) into the float32 tensor in one launch: blockIdx.y walks the
 // pieces, blockIdx.x and threadIdx.x the elements of one, consecutive threads on consecutive
 // elements of the innermost axis. `finish` normalises, replaces NaN, writes the mask and
-// casts, element by element. Both compute exactly what the host collator computes, in float32
-// with IEEE rounding, so the tensors are bit-identical. Every piece was checked on the CPU:
+// casts, element by element; `derived` computes derived channels from their host-made tables.
+// All compute exactly what the host collator computes, in float32 with IEEE rounding, so the
+// tensors are bit-identical. Every piece was checked on the CPU:
 // its boxes lie inside the chunk and the tensor.
 
 typedef unsigned long long u64;
@@ -139,5 +140,54 @@ extern "C" __global__ void finish(const float* values, u64 len, void* out, u32 o
 extern "C" __global__ void fill_f32(float* out, u64 len, float value) {
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (u64)gridDim.x * blockDim.x) {
     out[i] = value;
+  }
+}
+
+#define NO_AXIS 0xffffffffu
+
+// One derived channel of one sample step (`DerivedJob` in derived.rs): its plane of the
+// tensor, where its tables start in `values`, whether it is clipped at 0, and per plane axis
+// the elements inside the data (the others keep the pad value).
+struct DerivedJob {
+  u64 plane;
+  u64 ab;
+  u64 c;
+  u64 clip;
+  u64 valid[MAX_AXES];
+};
+
+// Derived channels from their tables: value = a[t, lat] + b[t, lat] * c[t, lon], multiplied
+// then added in float32 with IEEE rounding (never fused), as the host computes it.
+// blockIdx.y walks the jobs, blockIdx.x and threadIdx.x the elements of a plane.
+extern "C" __global__ void derived(const u64* axes, const DerivedJob* jobs, u64 count,
+                                   const float* values, float* out, u64 plane_len, u32 rank,
+                                   u32 t_axis, u32 lat_axis, u32 lon_axis) {
+  u64 t_size = t_axis == NO_AXIS ? 1 : axes[t_axis];
+  u64 lat_size = lat_axis == NO_AXIS ? 1 : axes[lat_axis];
+  u64 lon_size = lon_axis == NO_AXIS ? 1 : axes[lon_axis];
+  for (u64 j = blockIdx.y; j < count; j += gridDim.y) {
+    const DerivedJob& job = jobs[j];
+    for (u64 e = (u64)blockIdx.x * blockDim.x + threadIdx.x; e < plane_len;
+         e += (u64)gridDim.x * blockDim.x) {
+      u64 coords[MAX_AXES];
+      u64 rest = e;
+      bool inside = true;
+      for (int axis = (int)rank - 1; axis >= 0; --axis) {
+        coords[axis] = rest % axes[axis];
+        rest /= axes[axis];
+        inside = inside && coords[axis] < job.valid[axis];
+      }
+      if (!inside) continue;
+      u64 t = t_axis == NO_AXIS ? 0 : coords[t_axis];
+      u64 i = lat_axis == NO_AXIS ? 0 : coords[lat_axis];
+      u64 k = lon_axis == NO_AXIS ? 0 : coords[lon_axis];
+      u64 row = t * lat_size + i;
+      float a = values[job.ab + row];
+      float b = values[job.ab + t_size * lat_size + row];
+      float c = values[job.c + t * lon_size + k];
+      float v = __fadd_rn(a, __fmul_rn(b, c));
+      if (job.clip && v < 0.0f) v = 0.0f;
+      out[job.plane * plane_len + e] = v;
+    }
   }
 }

@@ -1,7 +1,8 @@
 //! Collation on the GPU: the [`GatherPlan`] of a batch becomes one `gather` launch from the
-//! decoded chunks into a float32 tensor, then one `finish` launch when values are normalised,
-//! NaN-filled, masked or cast. Tensors come from a [`TensorPool`] and go back to it when
-//! dropped.
+//! decoded chunks (and the static fields, uploaded once per collator) into a float32 tensor,
+//! then one `derived` launch for derived channels, from the tables of their [`DerivedPlan`],
+//! then one `finish` launch when values are normalised, NaN-filled, masked or cast. Tensors
+//! come from a [`TensorPool`] and go back to it when dropped.
 
 #[cfg(feature = "candle")]
 mod candle;
@@ -28,7 +29,7 @@ use staging::Staging;
 
 use crate::gather::{GatherPlan, Piece, MAX_AXES};
 use crate::options::TensorDType;
-use crate::{CollateOptions, Error, HostCollator, Result};
+use crate::{CollateOptions, DerivedPlan, Error, HostCollator, Result};
 
 const SOURCE: &str = include_str!("collate.cu");
 
@@ -52,8 +53,11 @@ pub struct DeviceCollator {
     gather: CudaFunction,
     finish: CudaFunction,
     fill: CudaFunction,
+    derived: CudaFunction,
     /// Per-channel means then standard deviations, when normalising.
     statistics: Option<CudaSlice<f32>>,
+    /// The static fields, uploaded once, in the layout's order of static variables.
+    statics: Vec<CudaSlice<u8>>,
     pool: TensorPool,
     /// Uploads of chunks decoded on the CPU, and their gathers.
     stream: Arc<CudaStream>,
@@ -78,6 +82,23 @@ impl DeviceCollator {
     ) -> Result<Self> {
         options.check(&layout)?;
         let module = load_module(stream.context(), "zarrpipe_collate.cu", SOURCE)?;
+        let fields = options.static_fields.as_ref();
+        let statics = fields
+            .map_or(&[][..], |fields| fields.fields())
+            .iter()
+            .map(|field| {
+                stream.clone_htod(&field.bytes).map_err(cuda_error(format!(
+                    "uploading static field `{}`",
+                    field.variable
+                )))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !statics.is_empty() {
+            // Batches read them from other streams.
+            stream
+                .synchronize()
+                .map_err(cuda_error("uploading static fields"))?;
+        }
         let statistics = match &options.normalize {
             Some(n) => {
                 let values: Vec<f32> = n.mean.iter().chain(&n.std).copied().collect();
@@ -98,7 +119,9 @@ impl DeviceCollator {
             gather: kernel(&module, "gather")?,
             finish: kernel(&module, "finish")?,
             fill: kernel(&module, "fill_f32")?,
+            derived: kernel(&module, "derived")?,
             statistics,
+            statics,
             pool,
             stream,
         })
@@ -127,22 +150,38 @@ impl DeviceCollator {
         stream: &Arc<CudaStream>,
     ) -> Result<Tensors> {
         let requests: Vec<&ChunkRequest> = chunks.iter().map(|&(request, _)| request).collect();
-        let addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
+        let mut addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
+        // Static fields count as chunks after the batch's (see `GatherPlan::new`).
+        addresses.extend(self.statics.iter().map(|field| field.device_ptr(stream).0));
         let plan = GatherPlan::new(self.layout(), samples, &requests)?;
+        let derived = |offsets: &[i64]| {
+            let derived = self.options.derived.as_ref();
+            derived.map(|derived| derived.plan(self.layout(), samples, offsets))
+        };
         let mut scratch = Vec::new();
         let (inputs, nan_mask) = self.tensor(
             &plan.inputs,
             &plan.input_shape,
             &addresses,
+            derived(self.layout().input_offsets()).as_ref(),
             true,
             stream,
             &mut scratch,
         )?;
         let targets = match &plan.targets {
-            Some((pieces, shape)) => Some(
-                self.tensor(pieces, shape, &addresses, false, stream, &mut scratch)?
-                    .0,
-            ),
+            Some((pieces, shape)) => {
+                let tables = derived(self.layout().target_offsets());
+                let (targets, _) = self.tensor(
+                    pieces,
+                    shape,
+                    &addresses,
+                    tables.as_ref(),
+                    false,
+                    stream,
+                    &mut scratch,
+                )?;
+                Some(targets)
+            }
             None => None,
         };
         let mask = match self.layout().padded() {
@@ -167,12 +206,15 @@ impl DeviceCollator {
         })
     }
 
-    /// One tensor: gathered as float32, then finished into its type.
+    /// One tensor: gathered as float32, derived channels computed, then finished into its
+    /// type.
+    #[allow(clippy::too_many_arguments)]
     fn tensor(
         &self,
         pieces: &[Piece],
         shape: &[usize],
         addresses: &[u64],
+        derived: Option<&DerivedPlan>,
         with_nan_mask: bool,
         stream: &Arc<CudaStream>,
         scratch: &mut Vec<DeviceTensor>,
@@ -190,6 +232,9 @@ impl DeviceCollator {
             self.launch_fill(values, len, stream)?;
         }
         self.launch_gather(pieces, addresses, values, stream)?;
+        if let Some(derived) = derived {
+            self.launch_derived(derived, values, stream)?;
+        }
         let nan_mask = match with_nan_mask && options.nan_mask {
             true => Some(self.pool.take(shape, TensorDType::U8, stream)?),
             false => None,
@@ -233,6 +278,51 @@ impl DeviceCollator {
         // SAFETY: every piece's box lies inside its decoded chunk (the plan clips it to the
         // chunk's shape) and inside the tensor of `out`, which holds the plan's shape.
         unsafe { launch.launch(config) }.map_err(cuda_error("launching gather"))?;
+        Ok(())
+    }
+
+    /// Derived channels from their tables: one upload (axes, jobs, values), one launch.
+    fn launch_derived(&self, plan: &DerivedPlan, out: u64, stream: &Arc<CudaStream>) -> Result<()> {
+        if plan.jobs.is_empty() {
+            return Ok(());
+        }
+        let (bytes, jobs_at, values_at) = derived_tables(plan);
+        let table = self.staging().upload(&bytes, stream)?;
+        let base = table.device_ptr(stream).0;
+        let (axes, jobs, values) = (base, base + jobs_at as u64, base + values_at as u64);
+        let count = plan.jobs.len() as u64;
+        let axis = |axis: Option<usize>| axis.map_or(u32::MAX, |axis| axis as u32);
+        let (rank, t_axis, lat_axis, lon_axis) = (
+            plan.axes.len() as u32,
+            axis(plan.time_axis),
+            axis(plan.latitude_axis),
+            axis(plan.longitude_axis),
+        );
+        let config = LaunchConfig {
+            grid_dim: (
+                plan.plane_len.div_ceil(256 * 4).clamp(1, 1024) as u32,
+                plan.jobs.len().min(65535) as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.derived);
+        launch
+            .arg(&axes)
+            .arg(&jobs)
+            .arg(&count)
+            .arg(&values)
+            .arg(&out)
+            .arg(&plan.plane_len)
+            .arg(&rank)
+            .arg(&t_axis)
+            .arg(&lat_axis)
+            .arg(&lon_axis);
+        // SAFETY: the table holds `MAX_AXES` axis sizes, `count` jobs and the values they
+        // index (the plan made them together); every job's plane lies inside the tensor of
+        // `out`, which holds the plan's samples, steps and channels.
+        unsafe { launch.launch(config) }.map_err(cuda_error("launching derived"))?;
         Ok(())
     }
 
@@ -335,6 +425,24 @@ fn elementwise(len: u64) -> LaunchConfig {
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// A derived plan as the `derived` kernel reads it (see `collate.cu`): `MAX_AXES` axis sizes
+/// (1 past the rank), the `DerivedJob` structs, then the float32 values; with the byte
+/// offsets of the jobs and the values.
+fn derived_tables(plan: &DerivedPlan) -> (Vec<u8>, usize, usize) {
+    let mut words: Vec<u64> = plan.axes.clone();
+    words.resize(MAX_AXES, 1);
+    let jobs_at = words.len() * 8;
+    for job in &plan.jobs {
+        words.extend([job.plane, job.ab, job.c, job.clip as u64]);
+        words.extend(job.valid.iter().copied());
+        words.extend(std::iter::repeat_n(0, MAX_AXES - job.valid.len()));
+    }
+    let values_at = words.len() * 8;
+    let mut bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
+    bytes.extend(plan.values.iter().flat_map(|value| value.to_ne_bytes()));
+    (bytes, jobs_at, values_at)
 }
 
 /// The pieces as the kernel's `Piece` structs (see `collate.cu`), 8-byte words.
