@@ -46,8 +46,8 @@ struct PoolState {
 }
 
 /// A buffer back in the pool, and the events its last readers outside the pipeline recorded
-/// on their streams when they let go of it: the next tensor's stream waits for them before
-/// writing into it.
+/// on their streams when they let go of it: the buffer is handed out again once they have
+/// completed.
 struct FreeBuffer {
     buffer: CudaSlice<u8>,
     read_by: Vec<CudaEvent>,
@@ -131,9 +131,12 @@ impl TensorPool {
                 let free = state.free.swap_remove(index);
                 drop(state);
                 // The consumer's kernels queued before it let go may still read the buffer.
+                // Waited for here, on the host (collation waits for its batch on the host
+                // anyway): a wait on `stream` would count the consumer's work as the batch's
+                // GPU time.
                 free.read_by
                     .iter()
-                    .try_for_each(|event| stream.wait(event))
+                    .try_for_each(CudaEvent::synchronize)
                     .map(|()| free.buffer)
                     .map_err(cuda_error("waiting for a tensor's last readers"))
             }
