@@ -482,7 +482,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
         }
         #[cfg(not(feature = "cuda"))]
         {
-            let _ = (gpu, policy);
+            let _ = (gpu, policy, threads);
             unreachable!("refused when the GPU was opened")
         }
     }
