@@ -23,6 +23,7 @@
 #   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe"
 #   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
 #   STATS_STEPS=480 (the training split the statistics cover)
+#   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32)
 #   BUDGET=seconds for the whole run: what does not fit is reported as not run
 #   KEEP=1 keeps each store after its setup (default: removed, the host's disk is 64 GiB)
 #   APPEND=1 keeps earlier results.jsonl lines (several calls make one report)
@@ -93,6 +94,9 @@ train() {
   fi
 }
 
+# Whether a loader is also timed alone (--no-training).
+alone() { [[ " ${ALONE:-baseline zarrpipe} " == *" $1 "* ]]; }
+
 for setup in ${SETUPS:-a b}; do
   store=$work/setup-$setup.zarr
   case $setup in
@@ -122,11 +126,11 @@ for setup in ${SETUPS:-a b}; do
         synthetic) train "$setup" "synthetic $precision" --loader synthetic --precision "$precision" "${variables[@]}" "$store" ;;
         baseline)
           train "$setup" "baseline $precision" --loader baseline --precision "$precision" "${variables[@]}" "$store"
-          [ "$precision" = fp32 ] && train "$setup" "baseline alone" --loader baseline --no-training "${variables[@]}" "$store" ;;
+          [ "$precision" = fp32 ] && alone baseline && train "$setup" "baseline alone" --loader baseline --no-training "${variables[@]}" "$store" ;;
         zarrpipe)
           for mode in $modes; do
             train "$setup" "zarrpipe-$mode $precision" --loader zarrpipe --mode "$mode" --precision "$precision" "${variables[@]}" "$store"
-            [ "$precision" = fp32 ] && train "$setup" "zarrpipe-$mode alone" --loader zarrpipe --mode "$mode" --no-training "${variables[@]}" "$store"
+            [ "$precision" = fp32 ] && alone zarrpipe && train "$setup" "zarrpipe-$mode alone" --loader zarrpipe --mode "$mode" --no-training "${variables[@]}" "$store"
           done ;;
       esac
     done

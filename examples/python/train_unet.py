@@ -14,6 +14,8 @@ training on real data, the loader alone (`--no-training`), training on synthetic
     ... --no-training                 # the loader alone
     ... --precision bf16              # bf16 autocast, channels-last
     torchrun --nproc-per-node 2 examples/python/train_unet.py --distributed ...
+    torchrun --nproc-per-node 2 examples/python/train_unet.py --distributed \
+        --device cuda:0 --dist-backend gloo ...   # two ranks sharing one GPU
 
 STORE is written by `zarrpipe generate --variables setup-a` (setup A: t2m and five 500 hPa
 fields) or `zarrpipe generate` (setup B: W1's 43 fields, `--variables all`). `--tiny` runs a
@@ -396,6 +398,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--shape", help="synthetic: LAT,LON (default 640,1280 or the store's)")
     p.add_argument("--device", help="cuda:N or cpu (default: cuda:LOCAL_RANK when there is a GPU)")
     p.add_argument("--distributed", action="store_true", help="under torchrun: DDP, a pipeline per rank")
+    p.add_argument("--dist-backend", choices=["nccl", "gloo"],
+                   help="default: nccl on GPUs, gloo on the CPU (gloo lets ranks share one GPU)")
     p.add_argument("--tiny", action="store_true",
                    help="a few steps on a small grid; the loss must fall (a smoke test)")
     args = p.parse_args()
@@ -446,7 +450,9 @@ def setup_device(args):
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
     if args.distributed:
-        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # NCCL refuses two ranks on one GPU: gloo for that test (--dist-backend gloo).
+        backend = args.dist_backend or ("nccl" if device.type == "cuda" else "gloo")
+        torch.distributed.init_process_group(backend)
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     return device, rank, world
 

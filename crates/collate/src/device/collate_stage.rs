@@ -8,13 +8,12 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_codec_gpu::cudarc::driver::sys::CUevent_flags;
-use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use zarrpipe_codec_gpu::cudarc::driver::{CudaSlice, DevicePtr};
 use zarrpipe_codec_gpu::{DecodedChunk, DecodedChunks, DeviceBatch};
 use zarrpipe_core::Staged;
 use zarrpipe_store::ChunkRequest;
 
-use super::{cuda_error, DeviceCollator, Gpu};
+use super::{cuda_error, timed_event, DeviceCollator, Gpu};
 use crate::{Batch, BatchCollator, DecodedBatch, Error, Result};
 
 /// The device memory a batch's chunks are in, kept until its kernels have read them.
@@ -88,8 +87,8 @@ impl DeviceCollator {
             memory.push(ChunkMemory::Uploaded(buffer));
         }
         let chunks: Vec<(&ChunkRequest, u64)> = requests.iter().zip(addresses).collect();
-        // From here the GPU works for this batch: the upload above is the copy engine's.
-        let begun = timed_event(&stream)?;
+        // The GPU's work for this batch runs from `tensors.begun` (the upload above is the
+        // copy engine's) to `ready`.
         let tensors = self.enqueue(&samples, &chunks, &stream)?;
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
@@ -97,7 +96,8 @@ impl DeviceCollator {
         ready
             .synchronize()
             .map_err(cuda_error("collating a batch"))?;
-        let device_ms = begun
+        let device_ms = tensors
+            .begun
             .elapsed_ms(&ready)
             .map_err(cuda_error("timing a batch"))?;
         drop(memory);
@@ -133,11 +133,4 @@ fn sort_parts(
             }
         }
     }
-}
-
-/// An event that can be timed against another.
-fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
-    stream
-        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda_error("recording an event"))
 }

@@ -14,8 +14,9 @@ mod staging;
 use std::sync::Arc;
 
 use zarrpipe_batcher::{Sample, SampleLayout};
+use zarrpipe_codec_gpu::cudarc::driver::sys::CUevent_flags;
 use zarrpipe_codec_gpu::cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use zarrpipe_codec_gpu::{kernel, load_module};
 use zarrpipe_core::DType;
@@ -158,75 +159,121 @@ impl DeviceCollator {
             let derived = self.options.derived.as_ref();
             derived.map(|derived| derived.plan(self.layout(), samples, offsets))
         };
+        let mask = match self.layout().padded() {
+            true => Some(self.host.mask(samples)),
+            false => None,
+        };
+        let weights = match &self.options.latitude_weights {
+            Some(weights) => Some(weights.batch(self.layout(), samples)?),
+            None => None,
+        };
+        // Every tensor is taken before the first kernel is queued: a take can wait, on the
+        // host, for a consumer still reading an older tensor, and that wait is not this
+        // batch's GPU time (`begun` marks where it starts).
+        let input_buffers = self.take_buffers(&plan.input_shape, true, stream)?;
+        let target_buffers = match &plan.targets {
+            Some((_, shape)) => Some(self.take_buffers(shape, false, stream)?),
+            None => None,
+        };
+        let take = |shape: &[usize], dtype| self.pool.take(shape, dtype, stream);
+        let mask_tensor = mask
+            .as_ref()
+            .map(|m| take(m.shape(), TensorDType::U8))
+            .transpose()?;
+        let weights_tensor = weights
+            .as_ref()
+            .map(|w| take(w.shape(), TensorDType::F32))
+            .transpose()?;
+        let begun = timed_event(stream)?;
+
         let mut scratch = Vec::new();
         let (inputs, nan_mask) = self.tensor(
+            input_buffers,
             &plan.inputs,
             &plan.input_shape,
             &addresses,
             derived(self.layout().input_offsets()).as_ref(),
-            true,
             stream,
             &mut scratch,
         )?;
-        let targets = match &plan.targets {
-            Some((pieces, shape)) => {
+        let targets = match (&plan.targets, target_buffers) {
+            (Some((pieces, shape)), Some(buffers)) => {
                 let tables = derived(self.layout().target_offsets());
                 let (targets, _) = self.tensor(
+                    buffers,
                     pieces,
                     shape,
                     &addresses,
                     tables.as_ref(),
-                    false,
                     stream,
                     &mut scratch,
                 )?;
                 Some(targets)
             }
-            None => None,
+            _ => None,
         };
-        let mask = match self.layout().padded() {
-            true => Some(self.upload_mask(samples, stream)?),
-            false => None,
-        };
-        let latitude_weights = match &self.options.latitude_weights {
-            Some(weights) => {
-                let weights = weights.batch(self.layout(), samples)?;
-                let bytes: Vec<u8> = weights.iter().flat_map(|w| w.to_ne_bytes()).collect();
-                Some(self.upload(weights.shape(), TensorDType::F32, &bytes, stream)?)
-            }
-            None => None,
-        };
+        if let (Some(mask), Some(tensor)) = (&mask, &mask_tensor) {
+            let bytes = mask.as_slice().expect("a new mask is contiguous");
+            self.staging()
+                .upload_to(tensor.device_ptr(), bytes, stream)?;
+        }
+        if let (Some(weights), Some(tensor)) = (&weights, &weights_tensor) {
+            let bytes: Vec<u8> = weights.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            self.staging()
+                .upload_to(tensor.device_ptr(), &bytes, stream)?;
+        }
         Ok(Tensors {
             inputs,
             targets,
-            mask,
+            mask: mask_tensor,
             nan_mask,
-            latitude_weights,
+            latitude_weights: weights_tensor,
             scratch,
+            begun,
         })
     }
 
-    /// One tensor: gathered as float32, derived channels computed, then finished into its
-    /// type.
+    /// The pool's tensors one collated tensor needs: its own, a float32 work tensor when it
+    /// is cast, a NaN mask when asked for.
+    fn take_buffers(
+        &self,
+        shape: &[usize],
+        with_nan_mask: bool,
+        stream: &Arc<CudaStream>,
+    ) -> Result<TensorBuffers> {
+        let options = self.options();
+        Ok(TensorBuffers {
+            out: self.pool.take(shape, options.dtype, stream)?,
+            work: match options.dtype {
+                TensorDType::F32 => None,
+                _ => Some(self.pool.take(shape, TensorDType::F32, stream)?),
+            },
+            nan_mask: match with_nan_mask && options.nan_mask {
+                true => Some(self.pool.take(shape, TensorDType::U8, stream)?),
+                false => None,
+            },
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn tensor(
         &self,
+        buffers: TensorBuffers,
         pieces: &[Piece],
         shape: &[usize],
         addresses: &[u64],
         derived: Option<&DerivedPlan>,
-        with_nan_mask: bool,
         stream: &Arc<CudaStream>,
         scratch: &mut Vec<DeviceTensor>,
     ) -> Result<(DeviceTensor, Option<DeviceTensor>)> {
         let options = self.options();
         let len: usize = shape.iter().product();
-        let out = self.pool.take(shape, options.dtype, stream)?;
+        let TensorBuffers {
+            out,
+            work,
+            nan_mask,
+        } = buffers;
         let needs_finish = options.transforms_values() || options.dtype != TensorDType::F32;
-        let work = match options.dtype {
-            TensorDType::F32 => None,
-            _ => Some(self.pool.take(shape, TensorDType::F32, stream)?),
-        };
         let values = work.as_ref().unwrap_or(&out).device_ptr();
         if self.layout().prefilled() {
             self.launch_fill(values, len, stream)?;
@@ -235,10 +282,6 @@ impl DeviceCollator {
         if let Some(derived) = derived {
             self.launch_derived(derived, values, stream)?;
         }
-        let nan_mask = match with_nan_mask && options.nan_mask {
-            true => Some(self.pool.take(shape, TensorDType::U8, stream)?),
-            false => None,
-        };
         if needs_finish {
             self.launch_finish(values, len, &out, nan_mask.as_ref(), stream)?;
         }
@@ -386,26 +429,6 @@ impl DeviceCollator {
         unsafe { launch.launch(elementwise(len)) }.map_err(cuda_error("launching finish"))?;
         Ok(())
     }
-
-    fn upload_mask(&self, samples: &[Sample], stream: &Arc<CudaStream>) -> Result<DeviceTensor> {
-        let mask = self.host.mask(samples);
-        let bytes = mask.as_slice().expect("a new mask is contiguous");
-        self.upload(mask.shape(), TensorDType::U8, bytes, stream)
-    }
-
-    /// A tensor made on the host, uploaded in stream order.
-    fn upload(
-        &self,
-        shape: &[usize],
-        dtype: TensorDType,
-        bytes: &[u8],
-        stream: &Arc<CudaStream>,
-    ) -> Result<DeviceTensor> {
-        let tensor = self.pool.take(shape, dtype, stream)?;
-        self.staging()
-            .upload_to(tensor.device_ptr(), bytes, stream)?;
-        Ok(tensor)
-    }
 }
 
 /// A batch's tensors, enqueued.
@@ -417,6 +440,22 @@ struct Tensors {
     latitude_weights: Option<DeviceTensor>,
     /// Work tensors the kernels still read: dropped once the batch is complete.
     scratch: Vec<DeviceTensor>,
+    /// Recorded after every tensor was taken, before the first kernel.
+    begun: CudaEvent,
+}
+
+/// The pool's tensors for one collated tensor, taken before its kernels are queued.
+struct TensorBuffers {
+    out: DeviceTensor,
+    work: Option<DeviceTensor>,
+    nan_mask: Option<DeviceTensor>,
+}
+
+/// An event whose time can be read: where a batch's GPU work starts or ends.
+fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
+    stream
+        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda_error("recording an event"))
 }
 
 fn elementwise(len: u64) -> LaunchConfig {
