@@ -60,14 +60,19 @@ impl Default for AdviseOptions {
 /// One layout's figures on the sample.
 #[derive(Clone, Debug, Serialize)]
 pub struct LayoutFigures {
+    /// What the layout is, e.g. "whole fields, zstd".
     pub name: String,
     /// Chunk shape (inner chunk when sharded).
     pub chunk: Vec<u64>,
+    /// Shard shape, when sharded.
     pub shard: Option<Vec<u64>>,
+    /// The codec chain as names, outermost first.
     pub codecs: Vec<String>,
     /// Objects read for the sample (chunks, or shards).
     pub objects: u64,
+    /// Bytes the sample took in the store.
     pub stored_bytes: u64,
+    /// Bytes of the sample decoded (whole chunks).
     pub decoded_bytes: u64,
     /// Seconds to read the sample: measured for the source, estimated for candidates.
     pub read_s: f64,
@@ -86,6 +91,7 @@ pub struct LayoutFigures {
 /// What [`advise`] found.
 #[derive(Clone, Debug, Serialize)]
 pub struct Advice {
+    /// The variable measured.
     pub variable: String,
     /// The sample: start and end along each dimension.
     pub sample: Vec<[u64; 2]>,
@@ -95,6 +101,7 @@ pub struct Advice {
     pub read_bytes_per_s: f64,
     /// One request alone, seconds.
     pub request_s: f64,
+    /// Requests in flight while measuring reads.
     pub requests_in_flight: usize,
     /// The GPU measured (its name).
     pub gpu: Option<String>,
@@ -102,6 +109,7 @@ pub struct Advice {
     pub gpu_not_measured: Option<String>,
     /// The store's own layout.
     pub source: LayoutFigures,
+    /// Other layouts, each written and measured on the sample.
     pub candidates: Vec<LayoutFigures>,
     /// Candidates not measured within the time limit.
     pub not_measured: Vec<String>,

@@ -49,13 +49,19 @@ pub enum Compression {
 /// Shape, codecs and seed of a generated store.
 #[derive(Clone, Debug)]
 pub struct GenerateOptions {
+    /// Time steps.
     pub time: u64,
+    /// Pressure levels of the level variables.
     pub levels: u64,
+    /// Latitudes of the grid.
     pub lat: u64,
+    /// Longitudes of the grid.
     pub lon: u64,
+    /// How the data variables are compressed.
     pub compression: Compression,
     /// Time steps per shard (`sharding_indexed`); `None` writes one object per field.
     pub shard: Option<u64>,
+    /// Seed of the random values.
     pub seed: u64,
     /// Latitude x longitude size of a chunk (the inner chunk when sharded);
     /// `None` keeps one whole field per chunk. Tiles need not divide the grid:
@@ -123,6 +129,7 @@ impl GenerateOptions {
 /// the coordinate arrays are a few KiB and are left out.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GenerateReport {
+    /// Data variables written.
     pub variables: usize,
     /// Chunk objects written: fields, or shards when sharded.
     pub chunks: u64,

@@ -7,13 +7,20 @@ use zarrpipe_batcher::MissingSteps;
 use zarrpipe_core::DType;
 use zarrpipe_store::{Dataset, Variable};
 
+/// A dataset as `zarrpipe info` describes it.
 #[derive(Clone, Debug, Serialize)]
 pub struct DatasetInfo {
+    /// The dataset's URL or path.
     pub url: String,
+    /// Zarr format version, 2 or 3.
     pub zarr_format: u8,
+    /// Whether the metadata was read from consolidated metadata.
     pub consolidated: bool,
+    /// Dimension lengths, by name.
     pub dims: std::collections::BTreeMap<String, u64>,
+    /// The root group's attributes.
     pub attributes: serde_json::Map<String, serde_json::Value>,
+    /// Every readable variable.
     pub variables: Vec<VariableInfo>,
     /// Arrays zarrpipe cannot read, with the reason (unsupported codec or data type).
     pub unreadable: Vec<UnreadableInfo>,
@@ -22,21 +29,33 @@ pub struct DatasetInfo {
     pub missing: Option<MissingSteps>,
 }
 
+/// An array zarrpipe cannot read.
 #[derive(Clone, Debug, Serialize)]
 pub struct UnreadableInfo {
+    /// The array's name.
     pub name: String,
+    /// Why, as an error chain on one line.
     pub reason: String,
 }
 
+/// One variable of a [`DatasetInfo`].
 #[derive(Clone, Debug, Serialize)]
 pub struct VariableInfo {
+    /// The variable's name.
     pub name: String,
+    /// Whether it is an xarray coordinate variable.
     pub coordinate: bool,
+    /// Its dimension names.
     pub dims: Vec<String>,
+    /// Its shape.
     pub shape: Vec<u64>,
+    /// Its element type.
     pub dtype: DType,
+    /// The first chunk's shape (for sharded arrays: a shard's).
     pub chunk_shape: Vec<u64>,
+    /// Chunks along each axis (for sharded arrays: shards).
     pub chunk_grid: Vec<u64>,
+    /// The codec chain as names, outermost first.
     pub codecs: Vec<String>,
     /// Bytes of every object under the variable's prefix (metadata included); `None` when the
     /// store cannot be listed (plain HTTP).

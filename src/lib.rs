@@ -20,6 +20,8 @@
 //! [`pipeline`]. Decoding and delivery on the GPU are behind the `cuda` feature; handing GPU
 //! batches to candle without a copy is behind `candle`.
 
+#![warn(missing_docs)]
+
 pub use zarrpipe_batcher as batcher;
 pub use zarrpipe_codec_gpu as codec;
 pub use zarrpipe_collate as collate;

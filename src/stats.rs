@@ -28,7 +28,9 @@ pub const FORMAT: &str = "zarrpipe-stats/2";
 /// What `zarrpipe stats --json` writes.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StatsReport {
+    /// The format tag, [`FORMAT`].
     pub format: &'static str,
+    /// What the statistics were computed over.
     pub computed_over: ComputedOver,
     /// Per channel, in the pipeline's channel order.
     pub channels: Vec<ChannelStats>,
@@ -39,12 +41,15 @@ pub struct StatsReport {
 /// What the statistics were computed over.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ComputedOver {
+    /// The dataset's URL or path.
     pub url: String,
+    /// The variables, in channel order.
     pub variables: Vec<String>,
     /// The time dimension the range and the tendencies run along (`None`: no variable has it).
     pub dim: Option<String>,
     /// The range as given (dates or coordinate values), `None` for an open end.
     pub start: Option<String>,
+    /// The range's end as given, `None` for an open end.
     pub end: Option<String>,
     /// The steps `[first, end)` along `dim` the statistics cover.
     pub steps: Option<[u64; 2]>,
@@ -54,6 +59,7 @@ pub struct ComputedOver {
     pub unchecked: Vec<String>,
     /// When the statistics were computed (UTC, RFC 3339).
     pub created: String,
+    /// The zarrpipe version that computed them.
     pub zarrpipe: &'static str,
 }
 
@@ -63,13 +69,19 @@ pub struct ComputedOver {
 pub struct ChannelStats {
     /// The pipeline's label: `t2m`, `z[level=3]`.
     pub channel: String,
+    /// The channel's variable.
     pub variable: String,
+    /// Numbers counted (NaN left out).
     pub count: u64,
+    /// NaNs counted.
     pub nan_count: u64,
+    /// Mean of the numbers.
     pub mean: Option<f64>,
     /// Population standard deviation.
     pub std: Option<f64>,
+    /// Smallest number.
     pub min: Option<f64>,
+    /// Largest number.
     pub max: Option<f64>,
     /// Of `value[t + 1] - value[t]` over consecutive steps (no gap between them, neither
     /// absent, neither NaN); `None` for variables without the time dimension.
@@ -79,10 +91,15 @@ pub struct ChannelStats {
 /// Moments of a set of numbers.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Summary {
+    /// Numbers counted.
     pub count: u64,
+    /// Their mean.
     pub mean: Option<f64>,
+    /// Their population standard deviation.
     pub std: Option<f64>,
+    /// The smallest.
     pub min: Option<f64>,
+    /// The largest.
     pub max: Option<f64>,
 }
 
@@ -90,14 +107,21 @@ pub struct Summary {
 /// non-NaN values and are `None` when there are none.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct VariableStats {
+    /// The variable's name.
     pub variable: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its shape.
     pub shape: Vec<u64>,
     /// Elements covered, NaNs included.
     pub count: u64,
+    /// NaNs among them.
     pub nan_count: u64,
+    /// Smallest non-NaN value.
     pub min: Option<f64>,
+    /// Largest non-NaN value.
     pub max: Option<f64>,
+    /// Mean of the non-NaN values.
     pub mean: Option<f64>,
     /// Population standard deviation of the non-NaN values.
     pub std: Option<f64>,
@@ -112,7 +136,9 @@ pub struct StatsOptions {
     pub dim: String,
     /// Steps along `dim` (`None`: all), and the range as given, for the record.
     pub steps: Option<Range<u64>>,
+    /// The range's start as given.
     pub start: Option<String>,
+    /// The range's end as given.
     pub end: Option<String>,
     /// Chunks fetched and decoded at once.
     pub concurrency: usize,
@@ -135,21 +161,31 @@ impl Default for StatsOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StatsError {
+    /// Reading or decoding a variable's chunks failed.
     #[error("statistics of `{variable}`")]
     Read {
+        /// The variable's name.
         variable: String,
+        /// The fetch or decode error.
         #[source]
         source: zarrpipe_codec_gpu::Error,
     },
+    /// Laying out a variable's channels failed.
     #[error("statistics: laying out the channels")]
     Layout(#[from] zarrpipe_batcher::Error),
+    /// Finding the missing steps failed.
     #[error("statistics: finding missing steps")]
     Missing(#[from] zarrpipe_pipeline::Error),
+    /// A step range that is empty or reaches past the dimension.
     #[error("statistics: steps {start}..{end} of `{dim}`, which has {length}")]
     BadSteps {
+        /// The time dimension.
         dim: String,
+        /// The range's first step.
         start: u64,
+        /// The range's end (exclusive).
         end: u64,
+        /// The dimension's length.
         length: u64,
     },
 }
@@ -327,6 +363,7 @@ pub struct Moments {
 }
 
 impl Moments {
+    /// Counts a value: NaN apart, a number into the moments.
     pub fn add(&mut self, value: f64) {
         if value.is_nan() {
             self.nan += 1;
@@ -344,6 +381,7 @@ impl Moments {
         self.m2 += delta * (value - self.mean);
     }
 
+    /// Adds the values `other` counted.
     pub fn merge(&mut self, other: &Moments) {
         let nan = self.nan + other.nan;
         if other.count == 0 {
@@ -370,6 +408,7 @@ impl Moments {
         (self.count > 0).then_some(value)
     }
 
+    /// Mean of the numbers; `None` without any.
     pub fn mean(&self) -> Option<f64> {
         self.some(self.mean)
     }
@@ -379,10 +418,12 @@ impl Moments {
         self.some((self.m2 / self.count.max(1) as f64).max(0.0).sqrt())
     }
 
+    /// Smallest number; `None` without any.
     pub fn min(&self) -> Option<f64> {
         self.some(self.min)
     }
 
+    /// Largest number; `None` without any.
     pub fn max(&self) -> Option<f64> {
         self.some(self.max)
     }

@@ -7,6 +7,8 @@
 //! batches (feature `cuda`, all of it in `gpu.rs`) as `CudaTensor`s that export themselves
 //! through DLPack (`__dlpack__`) and make the consumer's stream wait on the batch's event.
 
+#![warn(missing_docs)]
+
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;

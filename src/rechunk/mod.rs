@@ -59,6 +59,7 @@ pub use options::{parse_dim_sizes, Codec, DimSizes, RechunkOptions};
 /// What [`rechunk`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RechunkReport {
+    /// Arrays rewritten (data variables and coordinates).
     pub arrays: usize,
     /// Destination chunks (shards) in the store.
     pub chunks: u64,

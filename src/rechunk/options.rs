@@ -158,6 +158,7 @@ pub struct RechunkOptions {
     /// Shard size per dimension, each a multiple of the chunk size along it; a dimension not
     /// named gets one chunk per shard. Empty: no sharding.
     pub shards: DimSizes,
+    /// The compression of every destination chunk.
     pub codec: Codec,
     /// Destination chunks (shards) read and written at once; each holds its decoded region in
     /// memory, so memory is about this many shards.

@@ -10,10 +10,15 @@ use crate::{
 /// How an epoch is ordered and shared: shuffling, seed, ranks (see [`EpochSampler`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EpochOptions {
+    /// The epoch's number; shuffling is reseeded with `seed + epoch`.
     pub epoch: u64,
+    /// The shuffling seed.
     pub seed: u64,
+    /// How samples are ordered.
     pub shuffle: Shuffle,
+    /// This process's share of the epoch.
     pub ranks: Ranks,
+    /// What to do when samples do not divide evenly across ranks.
     pub uneven: Uneven,
     /// Drop a last, short batch.
     pub drop_last: bool,
@@ -91,6 +96,7 @@ impl Batcher {
         })
     }
 
+    /// How samples are cut (the layout the batcher was made with).
     pub fn layout(&self) -> &Arc<SampleLayout> {
         &self.layout
     }

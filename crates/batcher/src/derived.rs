@@ -7,18 +7,25 @@
 /// its `cos_solar_zenith_angle`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Derived {
+    /// Sine of the latitude.
     SinLat,
+    /// Cosine of the latitude.
     CosLat,
+    /// Sine of the longitude.
     SinLon,
+    /// Cosine of the longitude.
     CosLon,
     /// Time of day in UTC, `2 pi hours / 24`.
     SinTimeOfDay,
+    /// Cosine of the time-of-day angle.
     CosTimeOfDay,
     /// Local solar time, `2 pi (hours + longitude / 15) / 24`.
     SinLocalTime,
+    /// Cosine of the local-time angle.
     CosLocalTime,
     /// `2 pi day / 365.25`, `day` counted from 1 January 00:00 of the year, with its fraction.
     SinDayOfYear,
+    /// Cosine of the day-of-year angle.
     CosDayOfYear,
     /// Cosine of the solar zenith angle, 0 at night.
     CosZenith,
@@ -27,8 +34,11 @@ pub enum Derived {
 /// Which coordinates a derived channel depends on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
+    /// On the latitude coordinate.
     pub latitude: bool,
+    /// On the longitude coordinate.
     pub longitude: bool,
+    /// On the time coordinate.
     pub time: bool,
 }
 

@@ -59,7 +59,9 @@ pub struct SampleLayout {
 /// batches of `size` samples each, batch `b` holding samples `b * size .. (b + 1) * size`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchGroups {
+    /// Batches in the epoch.
     pub count: u64,
+    /// Samples in each batch.
     pub size: u64,
 }
 
@@ -80,12 +82,17 @@ pub enum BatchSpan {
 /// One dimension samples move along.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SampleDim {
+    /// The dimension's name.
     pub name: String,
+    /// Its length (on the regular grid when gaps are filled).
     pub length: u64,
+    /// The window's size (1 for an iterated dimension).
     pub size: u64,
+    /// How far the window moves between positions.
     pub stride: u64,
     /// Iterated dimensions are squeezed out of the sample tensor.
     pub iterated: bool,
+    /// What happens at the end of the dimension.
     pub edge: Edge,
     /// Origins start here (forecast history needs earlier steps).
     pub start: u64,
@@ -163,7 +170,9 @@ impl SampleDim {
 /// One channel of a sample: a variable, and its index along each stacked dimension.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Channel {
+    /// The variable read (or the derived channel's name).
     pub variable: String,
+    /// Its index along each stacked dimension, by name.
     pub index: Vec<(String, u64)>,
 }
 
@@ -186,7 +195,9 @@ impl Channel {
 /// dimension (same order as [`SampleLayout::sample_dims`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Sample {
+    /// Its number in the epoch's natural order.
     pub index: u64,
+    /// The first element of its window along each sample dimension.
     pub origin: Vec<u64>,
 }
 
@@ -406,14 +417,17 @@ impl SampleLayout {
         self.padded() || self.grid.is_some()
     }
 
+    /// The stored variables, in the order given.
     pub fn variables(&self) -> &[Arc<Variable>] {
         &self.variables
     }
 
+    /// Iterated dimensions first, then the windowed ones in the specification's order.
     pub fn sample_dims(&self) -> &[SampleDim] {
         &self.sample_dims
     }
 
+    /// Every channel, in tensor order.
     pub fn channels(&self) -> &[Channel] {
         &self.channels
     }

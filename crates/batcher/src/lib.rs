@@ -23,6 +23,8 @@
 //!
 //! Planning runs on the CPU; there is no GPU code here.
 
+#![warn(missing_docs)]
+
 mod batches;
 mod derived;
 mod error;

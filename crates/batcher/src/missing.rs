@@ -74,6 +74,7 @@ pub struct Gap {
 pub struct AbsentStep {
     /// Its index along the time dimension.
     pub index: u64,
+    /// Its date (or coordinate value).
     pub date: String,
     /// The variables whose whole field at this step is absent.
     pub variables: Vec<String>,
@@ -82,12 +83,14 @@ pub struct AbsentStep {
 /// The missing steps along one dimension (time).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MissingSteps {
+    /// The dimension the steps are missing along.
     pub dim: String,
     /// Stored steps along `dim`.
     pub length: u64,
     /// The regular step of the coordinate (its most common difference), in its units, and
     /// as text (`6 hours`); `None` without a coordinate of two or more values.
     pub frequency: Option<f64>,
+    /// [`frequency`](Self::frequency) as text, e.g. `6 hours`.
     pub frequency_text: Option<String>,
     /// Gaps in the coordinate, in order.
     pub gaps: Vec<Gap>,

@@ -5,7 +5,9 @@ use crate::Batcher;
 /// What an epoch reads and delivers, from the read plans of its batches.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlanSummary {
+    /// Samples in the epoch, every rank's.
     pub samples: u64,
+    /// Batches in this rank's epoch.
     pub batches: u64,
     /// Chunk reads over the epoch: each batch reads the chunks it needs once (for sharded
     /// arrays read by inner chunk: each shard it needs once, only the inner chunks needed).

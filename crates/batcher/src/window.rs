@@ -4,8 +4,11 @@ use serde::{Deserialize, Serialize};
 /// `input_dims` and `input_overlap`: stride = size - overlap).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Window {
+    /// The dimension's name.
     pub dim: String,
+    /// Elements in each window.
     pub size: u64,
+    /// How far each window moves from the last.
     pub stride: u64,
 }
 
@@ -38,6 +41,7 @@ pub struct Forecast {
 /// the sample). Every other dimension of a variable, such as `level`, is stacked as channels.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowSpec {
+    /// The windows, one per windowed dimension.
     pub windows: Vec<Window>,
     /// `None`: iterate `time` when the variables have it and no window takes it.
     pub iterate: Option<Vec<String>>,
@@ -70,6 +74,7 @@ pub struct WindowSpec {
 }
 
 impl WindowSpec {
+    /// An empty specification: no windows, defaults for the rest.
     pub fn new() -> Self {
         Self::default()
     }

@@ -23,7 +23,10 @@ pub enum DecodePath {
     /// Missing from the store: filled with the fill value on the GPU.
     Fill,
     /// Decoded on the CPU with zarrs, then copied to the GPU.
-    CpuFallback { reason: String },
+    CpuFallback {
+        /// Why the GPU path could not decode it.
+        reason: String,
+    },
 }
 
 /// One chunk of a prepared batch.

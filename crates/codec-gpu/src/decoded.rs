@@ -7,7 +7,9 @@ use zarrpipe_store::ChunkRequest;
 /// native byte order.
 #[derive(Clone, Debug)]
 pub struct DecodedChunk {
+    /// The chunk decoded.
     pub request: ChunkRequest,
+    /// The decoded elements.
     pub bytes: Vec<u8>,
     /// Bytes the chunk took in the store (0 when missing).
     pub stored_len: usize,
@@ -20,6 +22,7 @@ pub struct DecodedChunk {
 }
 
 impl DecodedChunk {
+    /// The element type (the variable's).
     pub fn dtype(&self) -> DType {
         self.request.variable.dtype()
     }

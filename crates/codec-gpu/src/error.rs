@@ -8,81 +8,128 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// An error from the store stage, passed through.
     #[error(transparent)]
     Store(#[from] zarrpipe_store::Error),
 
+    /// A codec of the chunk failed on the CPU.
     #[error("cannot decode chunk `{key}` of variable `{variable}`")]
     Decode {
+        /// The variable's name.
         variable: String,
+        /// The chunk key that failed.
         key: String,
+        /// The codec's error.
         #[source]
         source: zarrs::array::CodecError,
     },
 
+    /// A chunk that decoded to the wrong number of bytes.
     #[error(
         "chunk `{key}` of variable `{variable}` decoded to {actual} bytes, expected {expected}"
     )]
     DecodedSize {
+        /// The variable's name.
         variable: String,
+        /// The chunk key that failed.
         key: String,
+        /// The bytes of the chunk's shape and data type.
         expected: usize,
+        /// The bytes decoded.
         actual: usize,
     },
 
+    /// Decoding a chunk on the CPU panicked (caught, so the process goes on).
     #[error("decoding chunk `{key}` of variable `{variable}` panicked (a bug, here or in a codec, on this chunk's bytes): {message}")]
     Panicked {
+        /// The variable's name.
         variable: String,
+        /// The chunk key that failed.
         key: String,
+        /// The panic's message.
         message: String,
     },
 
+    /// The CPU thread pool stopped before decoding the chunk.
     #[error("the decoding thread pool stopped before chunk `{key}` of `{variable}` was decoded")]
-    WorkerGone { variable: String, key: String },
+    WorkerGone {
+        /// The variable's name.
+        variable: String,
+        /// The chunk key that was not decoded.
+        key: String,
+    },
 
+    /// A stage's task panicked or was cancelled.
     #[error("the {stage} task of a batch panicked or was cancelled")]
     StageTask {
+        /// The stage, e.g. `GPU decode`.
         stage: &'static str,
+        /// The task's join error.
         #[source]
         source: tokio::task::JoinError,
     },
 
+    /// The GPU path cannot run: no driver, device, NVRTC or nvCOMP, no `cuda` feature, or an
+    /// earlier fault of the decoder's context.
     #[error("CUDA is not available: {reason}")]
-    CudaUnavailable { reason: String },
+    CudaUnavailable {
+        /// What is missing or went wrong, and what to do.
+        reason: String,
+    },
 
+    /// A chunk whose frames fail the checks made on the CPU before decoding.
     #[error("chunk `{key}` of variable `{variable}` cannot be decoded")]
     Frame {
+        /// The variable's name.
         variable: String,
+        /// The chunk key that failed.
         key: String,
+        /// What is wrong with the frame.
         #[source]
         source: FrameError,
     },
 
+    /// A chunk the GPU cannot decode, with [`GpuOptions::strict`](crate::GpuOptions::strict) set.
     #[error("chunk `{key}` of variable `{variable}` needs the CPU, and the GPU decoder is strict")]
     GpuUnsupported {
+        /// The variable's name.
         variable: String,
+        /// The chunk key that failed.
         key: String,
+        /// Why it needs the CPU.
         #[source]
         source: FrameError,
     },
 
+    /// Decoding a chunk on the GPU failed.
     #[error("chunk `{key}` of variable `{variable}` failed on the GPU: {detail}")]
     GpuDecode {
+        /// The variable's name.
         variable: String,
+        /// The chunk key that failed.
         key: String,
+        /// What failed.
         detail: String,
     },
 
+    /// A CUDA driver or NVRTC call failed.
     #[error("CUDA call failed: {what}")]
     Cuda {
+        /// The call, or what it was for.
         what: String,
+        /// The driver's error, or NVRTC's log.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// An nvCOMP call returned an error status.
     #[error("nvCOMP call {call} failed with status {status} ({name})")]
     Nvcomp {
+        /// The nvCOMP function.
         call: &'static str,
+        /// The status it returned.
         status: i32,
+        /// The status's name.
         name: &'static str,
     },
 }

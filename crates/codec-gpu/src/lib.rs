@@ -29,6 +29,8 @@
 //!
 //! Chunk by chunk, [`DecodeExt::decode`] decodes a stream of encoded chunks on the CPU.
 
+#![warn(missing_docs)]
+
 // Planning GPU batches is plain Rust, built and unit-tested everywhere (against a CPU
 // interpreter); without `cuda` only the tests use it.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -84,6 +86,7 @@ pub use split::{SplitDecoder, SplitPolicy};
 
 /// Something that turns a chunk's stored bytes into its decoded elements.
 pub trait ChunkDecoder: Send + Sync + std::fmt::Debug {
+    /// Decodes one chunk; the decoder picks where the work runs ([`CpuDecoder`]: its thread pool).
     fn decode(&self, chunk: EncodedChunk) -> BoxFuture<'static, Result<DecodedChunk>>;
 }
 

@@ -19,10 +19,15 @@ use crate::{decode_on_cpu, DecodedChunk, Result};
 /// One generated array: a data type, a codec chain and a chunking.
 #[derive(Clone, Debug)]
 pub struct Case {
+    /// The array's name: data type, chain, and chunk size along the last axis.
     pub name: String,
+    /// The element type.
     pub dtype: DType,
+    /// The Zarr v3 `codecs` array.
     pub codecs: Value,
+    /// The array's shape.
     pub shape: Vec<u64>,
+    /// The chunk shape.
     pub chunks: Vec<u64>,
 }
 

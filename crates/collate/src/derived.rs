@@ -62,8 +62,11 @@ pub struct DerivedPlan {
     pub axes: Vec<u64>,
     /// The plane axes time, latitude and longitude move along (`None`: one value per plane).
     pub time_axis: Option<usize>,
+    /// The plane axis latitude moves along.
     pub latitude_axis: Option<usize>,
+    /// The plane axis longitude moves along.
     pub longitude_axis: Option<usize>,
+    /// One job per derived plane of the tensor.
     pub jobs: Vec<DerivedJob>,
     /// Every job's tables.
     pub values: Vec<f32>,

@@ -22,6 +22,7 @@ pub const MAX_AXES: usize = 8;
 pub struct Piece {
     /// Which of the batch's chunks (the position in the list given to the planner).
     pub chunk: usize,
+    /// The chunk's element type.
     pub dtype: DType,
     /// First element of the box in the chunk (C order, elements).
     pub src_start: u64,
@@ -29,15 +30,19 @@ pub struct Piece {
     pub dst_start: u64,
     /// Box size per axis; axes of size 1 dropped and contiguous axes merged.
     pub extent: Vec<u64>,
+    /// Chunk strides per axis of `extent`, in elements.
     pub src_strides: Vec<u64>,
+    /// Tensor strides per axis of `extent`, in elements.
     pub dst_strides: Vec<u64>,
 }
 
 impl Piece {
+    /// Elements in the box.
     pub fn len(&self) -> u64 {
         self.extent.iter().product()
     }
 
+    /// Whether the box holds no element.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -46,8 +51,11 @@ impl Piece {
 /// The pieces of a batch's input tensor and, with forecasting pairs, its target tensor.
 #[derive(Clone, Debug, Default)]
 pub struct GatherPlan {
+    /// The pieces of the input tensor.
     pub inputs: Vec<Piece>,
+    /// The input tensor's shape.
     pub input_shape: Vec<usize>,
+    /// The target tensor's pieces and shape, with forecasting pairs.
     pub targets: Option<(Vec<Piece>, Vec<usize>)>,
 }
 

@@ -27,6 +27,7 @@ pub struct HostCollator {
 type ChunkIndex<'a> = HashMap<(usize, &'a [u64]), &'a DecodedChunk>;
 
 impl HostCollator {
+    /// A collator without normalisation or NaN handling (float32 tensors).
     pub fn new(layout: Arc<SampleLayout>) -> Self {
         Self {
             layout,
@@ -43,10 +44,12 @@ impl HostCollator {
         Ok(Self { layout, options })
     }
 
+    /// What the collator does beyond gathering.
     pub fn options(&self) -> &CollateOptions {
         &self.options
     }
 
+    /// How samples are cut.
     pub fn layout(&self) -> &Arc<SampleLayout> {
         &self.layout
     }

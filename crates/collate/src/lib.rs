@@ -33,6 +33,8 @@
 //! [`DerivedChannels`]' coordinates, both in [`CollateOptions`] (the pipeline builder fills
 //! them): each collator cuts and computes them as the other does, bit for bit.
 
+#![warn(missing_docs)]
+
 mod batch;
 mod batch_collator;
 mod collate;

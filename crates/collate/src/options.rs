@@ -13,15 +13,19 @@ use crate::{DerivedChannels, Error, Result, StaticFields};
 /// Element type of a batch tensor. The host collator delivers float32 only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TensorDType {
+    /// IEEE 754 single precision.
     #[default]
     F32,
+    /// bfloat16.
     BF16,
+    /// IEEE 754 half precision.
     F16,
     /// Masks only.
     U8,
 }
 
 impl TensorDType {
+    /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             TensorDType::F32 => 4,
@@ -49,7 +53,9 @@ impl std::str::FromStr for TensorDType {
 /// Per-channel mean and standard deviation: a value becomes `(value - mean) / std`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Normalization {
+    /// Mean of each channel, in channel order.
     pub mean: Vec<f32>,
+    /// Standard deviation of each channel, in channel order.
     pub std: Vec<f32>,
 }
 
@@ -184,6 +190,7 @@ impl Normalization {
 pub struct CollateOptions {
     /// The tensors' element type (GPU delivery; the CPU delivers float32).
     pub dtype: TensorDType,
+    /// Per-channel normalisation, before NaN replacement.
     pub normalize: Option<Normalization>,
     /// Replace NaN (after normalisation) by this value.
     pub nan_fill: Option<f32>,

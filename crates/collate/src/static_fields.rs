@@ -15,9 +15,13 @@ use crate::{Error, Result};
 /// decoded chunk holds them, so it is converted to float32 as chunks are).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StaticField {
+    /// The variable's name.
     pub variable: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its shape.
     pub shape: Vec<u64>,
+    /// The decoded array.
     pub bytes: Vec<u8>,
 }
 

@@ -4,18 +4,31 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
+    /// Boolean, one byte per element (nonzero is true).
     Bool,
+    /// Signed 8-bit integer.
     Int8,
+    /// Signed 16-bit integer.
     Int16,
+    /// Signed 32-bit integer.
     Int32,
+    /// Signed 64-bit integer.
     Int64,
+    /// Unsigned 8-bit integer.
     UInt8,
+    /// Unsigned 16-bit integer.
     UInt16,
+    /// Unsigned 32-bit integer.
     UInt32,
+    /// Unsigned 64-bit integer.
     UInt64,
+    /// IEEE 754 half precision.
     Float16,
+    /// bfloat16: the upper half of an `f32`.
     BFloat16,
+    /// IEEE 754 single precision.
     Float32,
+    /// IEEE 754 double precision.
     Float64,
 }
 

@@ -12,6 +12,8 @@
 //!
 //! This crate has no GPU code; the `cuda` features live in the stage crates.
 
+#![warn(missing_docs)]
+
 mod device;
 mod dtype;
 mod in_flight;

@@ -5,47 +5,74 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// An error from the store stage.
     #[error(transparent)]
     Store(#[from] zarrpipe_store::Error),
 
+    /// An error from the decode stage.
     #[error(transparent)]
     Decode(#[from] zarrpipe_codec_gpu::Error),
 
+    /// An error in the sample layout or the sampler.
     #[error(transparent)]
     Layout(#[from] zarrpipe_batcher::Error),
 
+    /// An error from the collate stage.
     #[error(transparent)]
     Collate(#[from] zarrpipe_collate::Error),
 
+    /// A batch's loading task panicked or was cancelled.
     #[error("batch {batch} failed: its loading task panicked or was cancelled")]
     TaskFailed {
+        /// The batch's number in the epoch.
         batch: u64,
+        /// The task's join error.
         #[source]
         source: tokio::task::JoinError,
     },
 
+    /// A selection that cannot be resolved to an index range.
     #[error("cannot select on `{dim}`: {reason}")]
-    Select { dim: String, reason: String },
+    Select {
+        /// The dimension selected on.
+        dim: String,
+        /// Why it cannot be resolved.
+        reason: String,
+    },
 
+    /// Derived channels need dates the time coordinate does not give.
     #[error("derived channels need dates from the time coordinate `{dim}`: {reason}")]
-    TimeCoordinate { dim: String, reason: String },
+    TimeCoordinate {
+        /// The time dimension.
+        dim: String,
+        /// What is wrong with its coordinate.
+        reason: String,
+    },
 
+    /// A pipeline built outside a Tokio runtime.
     #[error("a pipeline must be built inside a Tokio runtime (it runs its stages as Tokio tasks)")]
     NoRuntime,
 
+    /// Setting up a GPU stage failed.
     #[error("GPU pipeline, {what}: {source}")]
     Gpu {
+        /// What was being set up.
         what: String,
+        /// The underlying error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// The GPU worker thread stopped before delivering the batch.
     #[error("the GPU worker thread stopped before the batch was delivered")]
     WorkerStopped,
 
+    /// A device this build cannot use.
     #[error("device {device} is not supported by this build: {reason}")]
     UnsupportedDevice {
+        /// The device asked for.
         device: zarrpipe_core::Device,
+        /// Why it cannot be used.
         reason: &'static str,
     },
 }

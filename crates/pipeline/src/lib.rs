@@ -54,6 +54,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod builder;
 mod channels;
 mod error;

@@ -30,20 +30,29 @@ pub struct Metrics {
 /// A copy of the counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct MetricsSnapshot {
+    /// Time reading chunks, summed over chunks.
     pub fetch_busy: Duration,
+    /// Time decoding chunks on the CPU, summed over chunks.
     pub decode_busy: Duration,
+    /// Time collating batches, summed over batches.
     pub collate_busy: Duration,
     /// Time the consumer spent waiting for the next batch.
     pub consumer_wait: Duration,
     /// Of that, the wait for the first batch (the pipeline filling up).
     pub first_wait: Duration,
+    /// Chunks read (missing ones included).
     pub chunks: u64,
+    /// Chunks absent from the store (decoded as the fill value).
     pub missing_chunks: u64,
+    /// Bytes the chunks took in the store.
     pub stored_bytes: u64,
+    /// Bytes of the decoded chunks.
     pub decoded_bytes: u64,
     /// Bytes of float32 batch tensors handed to the consumer.
     pub delivered_bytes: u64,
+    /// Samples handed to the consumer.
     pub samples: u64,
+    /// Batches handed to the consumer.
     pub batches: u64,
     /// Host time planning and staging batches for the GPU decoder.
     pub gpu_planning_busy: Duration,
@@ -116,6 +125,7 @@ impl Metrics {
         add(&self.wait_nanos, nanos(waited));
     }
 
+    /// The counters now.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let time = |counter: &AtomicU64| Duration::from_nanos(load(counter));

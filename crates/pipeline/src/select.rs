@@ -15,7 +15,9 @@ use crate::{Error, Result};
 /// coordinates (`2020-01-03`, `2020-01-03T06:00`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum CoordValue {
+    /// A value in the coordinate's units.
     Number(f64),
+    /// A date, for CF time coordinates.
     Date(String),
 }
 
@@ -38,8 +40,11 @@ impl From<&str> for CoordValue {
 /// a dimension, both ends included, in either order (latitude often runs from 90 down to -90).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Selection {
+    /// The dimension selected on (its 1-D coordinate variable has the same name).
     pub dim: String,
+    /// One end of the range.
     pub from: CoordValue,
+    /// The other end.
     pub to: CoordValue,
 }
 

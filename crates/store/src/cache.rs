@@ -96,6 +96,7 @@ impl DiskCache {
         Ok(cache)
     }
 
+    /// The directory entries are kept in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -110,6 +111,7 @@ impl DiskCache {
         self.lock().entries.len()
     }
 
+    /// Whether no entry is held now.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

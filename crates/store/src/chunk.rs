@@ -9,7 +9,9 @@ use crate::Variable;
 /// One chunk of one variable to read.
 #[derive(Clone, Debug)]
 pub struct ChunkRequest {
+    /// The variable the chunk belongs to.
     pub variable: Arc<Variable>,
+    /// The chunk's position in the variable's chunk grid.
     pub indices: Vec<u64>,
     /// For a shard: the inner chunks needed (C-order numbers within the shard, sorted), so
     /// that only their byte ranges are read; `None` reads the whole chunk.
@@ -66,7 +68,9 @@ impl fmt::Display for ChunkRequest {
 /// the store, which Zarr reads as the fill value.
 #[derive(Clone, Debug)]
 pub struct EncodedChunk {
+    /// What was read.
     pub request: ChunkRequest,
+    /// The stored bytes; `None` when the chunk is not in the store.
     pub bytes: Option<Bytes>,
     /// Time spent reading the chunk.
     pub fetch_time: Duration,

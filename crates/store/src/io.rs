@@ -31,8 +31,9 @@ pub struct IoStats {
     pub requests: u64,
     /// Bytes those requests returned.
     pub bytes_fetched: u64,
-    /// Reads served by the local cache, and their bytes.
+    /// Reads served by the local cache.
     pub cache_hits: u64,
+    /// Bytes those cache hits returned.
     pub cache_bytes: u64,
     /// Reads retried after a truncated or failed body.
     pub retries: u64,

@@ -22,6 +22,8 @@
 //! and a local chunk cache. Sharded arrays are read by inner chunk: the shard index once, then
 //! the byte ranges a batch needs. This crate has no GPU code.
 
+#![warn(missing_docs)]
+
 mod cache;
 mod chunk;
 mod cloud;

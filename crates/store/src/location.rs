@@ -14,7 +14,9 @@ use crate::{Error, Result, StoreOptions};
 /// An object store whose root is the dataset's root, and the URL it came from.
 #[derive(Clone, Debug)]
 pub struct Location {
+    /// The URL or path the dataset was opened from (for a wrapped store, its display name).
     pub url: String,
+    /// The object store, rooted at the dataset's root.
     pub store: Arc<dyn ObjectStore>,
     pub(crate) io: Arc<StoreIo>,
     /// For errors: where a remote store's requests go, with which credentials (S3).

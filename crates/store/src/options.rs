@@ -32,6 +32,7 @@ pub struct StoreOptions {
     /// The first retry waits this long; each next one waits twice as long, up to
     /// `max_backoff` (default 100 ms and 5 s).
     pub initial_backoff: Duration,
+    /// The longest wait between two retries.
     pub max_backoff: Duration,
     /// Time allowed for one HTTP request, body included (default 30 s).
     pub timeout: Duration,
@@ -48,7 +49,9 @@ pub struct StoreOptions {
 /// A bounded on-disk chunk cache: least recently used entries go first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheOptions {
+    /// The directory the cached chunks are kept in.
     pub dir: PathBuf,
+    /// The most bytes the cache holds before evicting.
     pub max_bytes: u64,
 }
 
@@ -68,6 +71,7 @@ impl Default for StoreOptions {
 }
 
 impl StoreOptions {
+    /// The defaults (see the fields).
     pub fn new() -> Self {
         Self::default()
     }
@@ -95,27 +99,32 @@ impl StoreOptions {
         Ok(self)
     }
 
+    /// Sets [`StoreOptions::retries`].
     pub fn retries(mut self, retries: usize) -> Self {
         self.retries = retries;
         self
     }
 
+    /// Sets the first and the longest wait between retries (`max` is at least `initial`).
     pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.initial_backoff = initial;
         self.max_backoff = max.max(initial);
         self
     }
 
+    /// Sets [`StoreOptions::timeout`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
+    /// Sets [`StoreOptions::max_requests`] (at least 1).
     pub fn max_requests(mut self, requests: usize) -> Self {
         self.max_requests = requests.max(1);
         self
     }
 
+    /// Sets [`StoreOptions::merge_gap`].
     pub fn merge_gap(mut self, bytes: u64) -> Self {
         self.merge_gap = bytes;
         self

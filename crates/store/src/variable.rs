@@ -102,10 +102,12 @@ impl Variable {
         self.dims.iter().position(|name| name == dim)
     }
 
+    /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
     }
 
+    /// Elements along each axis.
     pub fn shape(&self) -> &[u64] {
         self.array.shape()
     }
@@ -116,6 +118,7 @@ impl Variable {
         self.is_coordinate
     }
 
+    /// The array's attributes (for Zarr v2, its `.zattrs`).
     pub fn attributes(&self) -> &Map<String, Value> {
         self.array.attributes()
     }

@@ -16,7 +16,9 @@ use crate::{DecodedChunk, Result};
 
 /// A decoded batch: the chunks' bytes in one device buffer.
 pub struct DeviceBatch {
+    /// Each chunk's place in [`buffer`](Self::buffer), or its error.
     pub chunks: Vec<Result<DeviceChunk>>,
+    /// Where the batch's time went.
     pub timings: BatchTimings,
     pub(super) buffer: CudaSlice<u8>,
     pub(super) stream: Arc<CudaStream>,
@@ -167,6 +169,7 @@ impl DeviceBatch {
         self.buffer.len()
     }
 
+    /// Whether the batch's buffer is empty.
     pub fn is_empty(&self) -> bool {
         self.buffer.is_empty()
     }

@@ -84,12 +84,17 @@ impl Default for GpuOptions {
 /// C order and native byte order, like [`crate::DecodedChunk::bytes`].
 #[derive(Clone, Debug)]
 pub struct DeviceChunk {
+    /// The chunk decoded.
     pub request: ChunkRequest,
+    /// Where its bytes start in the batch's buffer.
     pub offset: usize,
+    /// Its length in bytes.
     pub len: usize,
+    /// How it was decoded.
     pub path: DecodePath,
     /// Bytes the chunk took in the store (0 when missing).
     pub stored_len: usize,
+    /// Time spent reading the chunk.
     pub fetch_time: Duration,
 }
 

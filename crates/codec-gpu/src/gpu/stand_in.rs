@@ -15,7 +15,9 @@ pub struct GpuDecoder {
 /// A decoded batch in device memory (needs the `cuda` feature).
 #[derive(Debug)]
 pub struct DeviceBatch {
+    /// Each chunk's place in the buffer, or its error.
     pub chunks: Vec<Result<DeviceChunk>>,
+    /// Where the batch's time went.
     pub timings: BatchTimings,
     never: std::convert::Infallible,
 }
@@ -40,30 +42,37 @@ impl GpuDecoder {
         })
     }
 
+    /// The device's name.
     pub fn device_name(&self) -> String {
         match self.never {}
     }
 
+    /// Where nvCOMP was loaded from.
     pub fn nvcomp_path(&self) -> &str {
         match self.never {}
     }
 
+    /// Decodes `chunks` into one device buffer.
     pub fn decode_batch(&self, _chunks: Vec<EncodedChunk>) -> Result<DeviceBatch> {
         match self.never {}
     }
 
+    /// Plans, uploads and enqueues a batch, returning before the device is done.
     pub fn submit(&self, _chunks: Vec<EncodedChunk>) -> Result<PendingBatch> {
         match self.never {}
     }
 
+    /// Plans a batch on the CPU, without touching the GPU.
     pub fn plan(&self, _chunks: Vec<EncodedChunk>) -> PlannedBatch {
         match self.never {}
     }
 
+    /// [`Self::submit`] for a batch planned with [`Self::plan`].
     pub fn submit_planned(&self, planned: PlannedBatch) -> Result<PendingBatch> {
         match planned.never {}
     }
 
+    /// Waits for a submitted batch and reads its per-chunk statuses.
     pub fn complete(&self, pending: PendingBatch) -> Result<DeviceBatch> {
         match pending.never {}
     }
@@ -79,14 +88,17 @@ impl GpuDecoder {
 }
 
 impl DeviceBatch {
+    /// Copies the decoded chunks back to host memory.
     pub fn into_host(self) -> Result<Vec<Result<DecodedChunk>>> {
         match self.never {}
     }
 
+    /// Decoded bytes in the batch's buffer.
     pub fn len(&self) -> usize {
         match self.never {}
     }
 
+    /// Whether the batch's buffer is empty.
     pub fn is_empty(&self) -> bool {
         match self.never {}
     }

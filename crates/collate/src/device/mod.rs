@@ -133,10 +133,12 @@ impl DeviceCollator {
         self.pool.staging(self.stream.context())
     }
 
+    /// What the collator does beyond gathering.
     pub fn options(&self) -> &CollateOptions {
         &self.options
     }
 
+    /// How samples are cut.
     pub fn layout(&self) -> &Arc<SampleLayout> {
         self.host.layout()
     }

@@ -211,10 +211,12 @@ impl std::fmt::Debug for DeviceTensor {
 }
 
 impl DeviceTensor {
+    /// The tensor's shape, in elements.
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
 
+    /// Its element type.
     pub fn dtype(&self) -> TensorDType {
         self.dtype
     }
