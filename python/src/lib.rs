@@ -20,12 +20,21 @@ mod layout;
 mod options;
 mod pipeline;
 
-/// The Tokio runtime every pipeline of the process runs its stages on.
+// As in the `zarrpipe` program (src/main.rs): fetching and decoding allocate a buffer per
+// chunk (megabytes each, hundreds per epoch), which mimalloc reuses where glibc's allocator
+// unmaps them and faults every page in again. Its local-dynamic TLS model (the crate's
+// `local_dynamic_tls` feature) is the one a library loaded with dlopen needs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The Tokio runtime every pipeline of the process runs its stages on, configured as the
+/// `zarrpipe` program's.
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
+            .max_blocking_threads(zarrpipe::MAX_BLOCKING_THREADS)
             .thread_name("zarrpipe-io")
             .build()
             .expect("a Tokio runtime starts")

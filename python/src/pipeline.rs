@@ -69,7 +69,8 @@ impl Batches {
     }
 }
 
-/// A dataset opened once and the options of its pipelines; each epoch builds a new stream.
+/// A dataset opened once, the options of its pipelines and their layout (resolved once);
+/// each epoch builds a new stream.
 #[pyclass(module = "zarrpipe._native", frozen)]
 pub struct NativePipeline {
     url: String,
@@ -185,7 +186,10 @@ impl NativePipeline {
                 PyValueError::new_err(format!("not a saved zarrpipe state: {error}"))
             })?;
         let epoch = resume.as_ref().map_or(epoch, |state| state.epoch);
+        // The layout `new` resolved: no epoch reads the time coordinate or lists the store
+        // again.
         let builder = self.config.builder(&self.dataset, epoch, resume)?;
+        let builder = builder.layout(self.layout.clone());
         let url = self.url.clone();
         let batches = match self.config.device {
             Device::Cpu => block_on(py, async move { builder.build().await }).map(Batches::Host),

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use zarrpipe::batcher::SampleLayout;
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{
     Batch, BatchStream, CollateOptions, DecodeOn, MetricsSnapshot, Pipeline, PipelineBuilder,
@@ -222,12 +223,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let report = match stages.uses_gpu() {
         false => {
-            let build = || async {
-                Ok(pipeline(&args, dataset.clone(), Decode::Cpu)?
+            let (args, dataset) = (&args, &dataset);
+            let build = |layout| async move {
+                Ok(pipeline(args, dataset.clone(), Decode::Cpu, layout)?
                     .build()
                     .await?)
             };
-            timed_passes(&args, build, |_| Ok(()), host_sum).await?
+            timed_passes(args, build, |_| Ok(()), host_sum).await?
         }
         true => gpu_passes(&args, dataset.clone(), stages).await?,
     };
@@ -271,14 +273,15 @@ async fn gpu_passes(
         ..Default::default()
     };
     let gpu = GpuDevice::open(options, 16 << 30)?;
-    let builder = || -> anyhow::Result<PipelineBuilder> {
-        Ok(pipeline(args, dataset.clone(), stages.decode)?.gpu(gpu.clone()))
+    let builder = |layout| -> anyhow::Result<PipelineBuilder> {
+        Ok(pipeline(args, dataset.clone(), stages.decode, layout)?.gpu(gpu.clone()))
     };
+    let builder = &builder;
     if stages.collate == Side::Cpu {
-        let build = || async { Ok(builder()?.build().await?) };
+        let build = |layout| async move { Ok(builder(layout)?.build().await?) };
         return timed_passes(args, build, |_| Ok(()), host_sum).await;
     }
-    let build = || async { Ok(builder()?.collate_on_gpu().build().await?) };
+    let build = |layout| async move { Ok(builder(layout)?.collate_on_gpu().build().await?) };
     // A batch counts as delivered once its tensors are complete on the device.
     let ready = |batch: &GpuBatch| Ok(batch.synchronize()?);
     let sum = |batch: &GpuBatch| -> anyhow::Result<f64> {
@@ -306,7 +309,8 @@ fn gpu_share(value: &str) -> anyhow::Result<Option<f64>> {
 }
 
 /// One untimed warm-up epoch and `--passes` timed ones (or one timed epoch), then the
-/// checksum epoch when asked for.
+/// checksum epoch when asked for. `build` makes an epoch's stream, given the layout the first
+/// one resolved (as a training loop keeps it: no epoch after the first lists the store).
 async fn timed_passes<P, Build, Built>(
     args: &RunArgs,
     build: Build,
@@ -315,7 +319,7 @@ async fn timed_passes<P, Build, Built>(
 ) -> anyhow::Result<Report>
 where
     P: Place,
-    Build: Fn() -> Built,
+    Build: Fn(Option<Arc<SampleLayout>>) -> Built,
     Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
 {
     let (warm_up, timed) = match args.passes {
@@ -327,16 +331,23 @@ where
         None => None,
     };
     let mut best: Option<(f64, MetricsSnapshot)> = None;
+    let mut layout = None;
     for pass in 0..warm_up + timed {
-        let mut batches = build().await?;
+        // An epoch as a training loop sees it, and as the peer harness times every peer's
+        // pass (benches/peers/peers.py, `measure`): from building its stream, through the
+        // first batch's wait, to the stream dropped after the last batch.
+        let started = Instant::now();
+        let mut batches = build(layout.clone()).await?;
         if batches.num_batches() == 0 {
             anyhow::bail!("{}", empty_epoch(&batches));
         }
         if pass == 0 && !args.json {
             describe(&batches);
         }
-        let (seconds, metrics) =
-            run_epoch(&mut batches, !args.json, consumer_rate, &consume).await?;
+        layout.get_or_insert_with(|| batches.layout().clone());
+        let metrics = run_epoch(&mut batches, !args.json, consumer_rate, &consume).await?;
+        drop(batches);
+        let seconds = started.elapsed().as_secs_f64();
         let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
         if pass >= warm_up && faster {
             best = Some((seconds, metrics));
@@ -344,7 +355,7 @@ where
     }
     let (seconds, metrics) = best.expect("at least one timed pass");
     let checksum = if args.checksum {
-        let mut batches = build().await?;
+        let mut batches = build(layout).await?;
         let total = std::cell::Cell::new(0f64);
         run_epoch(&mut batches, false, None, |batch| {
             total.set(total.get() + sum(batch)?);
@@ -366,10 +377,12 @@ fn nan_skipping_sum<'a>(values: impl Iterator<Item = &'a f32>) -> f64 {
     values.filter(|v| !v.is_nan()).map(|&v| f64::from(v)).sum()
 }
 
+/// The pipeline `args` describe; with `layout`, one an earlier epoch resolved.
 fn pipeline(
     args: &RunArgs,
     dataset: Arc<Dataset>,
     decode: Decode,
+    layout: Option<Arc<SampleLayout>>,
 ) -> anyhow::Result<PipelineBuilder> {
     let mut builder = Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
@@ -389,6 +402,9 @@ fn pipeline(
     if let Some(threads) = args.cpu_decode_threads {
         builder = builder.cpu_decode_threads(threads);
     }
+    if let Some(layout) = layout {
+        builder = builder.layout(layout);
+    }
     builder = args.values.apply(builder)?;
     for selection in &args.windows.select {
         builder = builder.select(
@@ -400,14 +416,13 @@ fn pipeline(
     Ok(builder)
 }
 
-/// Streams one epoch, handing each batch to `consume`; returns its seconds and counters.
+/// Streams one epoch, handing each batch to `consume`; returns its counters.
 async fn run_epoch<P: Place>(
     batches: &mut BatchStream<P>,
     progress: bool,
     consumer_rate: Option<f64>,
     mut consume: impl FnMut(&Batch<P>) -> anyhow::Result<()>,
-) -> anyhow::Result<(f64, MetricsSnapshot)> {
-    let started = Instant::now();
+) -> anyhow::Result<MetricsSnapshot> {
     let bar = if progress {
         ProgressBar::new(batches.num_batches())
     } else {
@@ -426,7 +441,7 @@ async fn run_epoch<P: Place>(
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok((started.elapsed().as_secs_f64(), batches.metrics()))
+    Ok(batches.metrics())
 }
 
 fn print_json(

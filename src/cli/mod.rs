@@ -30,8 +30,9 @@ enum Command {
     /// Describe a dataset: variables, dimensions, shapes, dtypes, chunks, codecs, sizes, and
     /// the missing time steps.
     Info(info::InfoArgs),
-    /// Measure the whole pipeline: `run` with one warm-up and 2 timed epochs (best reported),
-    /// decoded GB/s and samples/s delivered, and the time each stage took.
+    /// Measure the whole pipeline: `run` with one warm-up and 2 timed epochs (best reported;
+    /// each timed from building its stream to its last batch), decoded GB/s and samples/s
+    /// delivered, and the time each stage took.
     Bench(default_run::RunArgs),
     /// Training statistics per channel: count, NaN count, mean, std, min and max of the values
     /// and of their tendencies (differences between consecutive time steps), over a date range,

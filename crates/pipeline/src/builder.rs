@@ -73,6 +73,8 @@ struct Config {
     decoder: Option<Arc<dyn BatchDecoder>>,
     selections: Vec<Selection>,
     missing: Missing,
+    /// A layout resolved before (see [`PipelineBuilder::layout`]).
+    layout: Option<Arc<SampleLayout>>,
     store_options: StoreOptions,
     collate: CollateOptions,
     stats_json: Option<String>,
@@ -117,6 +119,7 @@ impl PipelineBuilder {
             decoder: None,
             selections: Vec::new(),
             missing: Missing::Skip,
+            layout: None,
             store_options: StoreOptions::default(),
             collate: CollateOptions::default(),
             stats_json: None,
@@ -203,6 +206,17 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// See [`Missing`] and [`find_missing_steps`](crate::find_missing_steps).
     pub fn missing(mut self, missing: Missing) -> Self {
         self.config.missing = missing;
+        self
+    }
+
+    /// The sample layout an earlier epoch resolved with the same dataset and options
+    /// ([`BatchStream::layout`]): `build` then neither resolves the selections nor looks for
+    /// missing steps, which reads the time coordinate and lists every variable's chunks.
+    /// Every epoch has the same layout (the order, seed and ranks are the batcher's), so a
+    /// loop over epochs passes the first one's on. The options that make the layout
+    /// (variables, windows, selections, `missing`) are not checked against it.
+    pub fn layout(mut self, layout: Arc<SampleLayout>) -> Self {
+        self.config.layout = Some(layout);
         self
     }
 
@@ -571,14 +585,19 @@ impl Config {
             Source::Url(url) => Arc::new(Dataset::open_with(&url, &self.store_options).await?),
             Source::Dataset(dataset) => dataset,
         };
-        let variables = if self.variables.is_empty() {
-            dataset.data_variable_names()
-        } else {
-            self.variables
+        let layout = match self.layout {
+            Some(layout) => layout,
+            None => {
+                let variables = if self.variables.is_empty() {
+                    dataset.data_variable_names()
+                } else {
+                    self.variables
+                };
+                let spec = resolve_selections(&dataset, self.spec, &self.selections).await?;
+                let layout = SampleLayout::new(&dataset, &variables, &spec)?;
+                Arc::new(apply_missing_steps(&dataset, layout, self.missing).await?)
+            }
         };
-        let spec = resolve_selections(&dataset, self.spec, &self.selections).await?;
-        let layout = SampleLayout::new(&dataset, &variables, &spec)?;
-        let layout = Arc::new(apply_missing_steps(&dataset, layout, self.missing).await?);
         let batcher = match &self.resume {
             Some(state) => Batcher::resume(layout, self.batch_size, &self.epoch, state)?,
             None => Batcher::with_options(layout, self.batch_size, &self.epoch)?,

@@ -82,7 +82,8 @@ impl DeviceCollator {
         pool: TensorPool,
     ) -> Result<Self> {
         options.check(&layout)?;
-        let module = load_module(stream.context(), "zarrpipe_collate.cu", SOURCE)?;
+        let module =
+            pool.kernels(|| load_module(stream.context(), "zarrpipe_collate.cu", SOURCE))?;
         let fields = options.static_fields.as_ref();
         let statics = fields
             .map_or(&[][..], |fields| fields.fields())

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use ndarray::{ArrayD, IxDyn};
 use zarrpipe_codec_gpu::cudarc::driver::{
-    result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr,
+    result, sys, CudaContext, CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtr,
 };
 use zarrpipe_codec_gpu::DeviceMemory;
 
@@ -34,6 +34,9 @@ struct PoolInner {
     /// Pinned buffers for uploads (chunks decoded on the CPU, tables, masks), shared by the
     /// collators on this pool's device and kept from epoch to epoch.
     staging: OnceLock<Staging>,
+    /// The collate kernels of this pool's collators, loaded by the first and kept from epoch
+    /// to epoch: each load hands the PTX to the driver's JIT (or its cache) again.
+    kernels: Mutex<Option<Arc<CudaModule>>>,
     /// Last: the device's pool is trimmed once the free buffers above are gone, if nothing
     /// else on the device holds it.
     _memory: Option<Arc<DeviceMemory>>,
@@ -81,6 +84,7 @@ impl TensorPool {
                 state: Mutex::new(PoolState::default()),
                 returned: Condvar::new(),
                 staging: OnceLock::new(),
+                kernels: Mutex::new(None),
                 _memory: memory,
             }),
         }
@@ -91,6 +95,25 @@ impl TensorPool {
         self.inner
             .staging
             .get_or_init(|| Staging::new(context.clone()))
+    }
+
+    /// The collate kernels (a pool serves one device): loaded with `load` on first use, then
+    /// the same module.
+    pub(super) fn kernels<E>(
+        &self,
+        load: impl FnOnce() -> std::result::Result<Arc<CudaModule>, E>,
+    ) -> std::result::Result<Arc<CudaModule>, E> {
+        let mut kernels = self
+            .inner
+            .kernels
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(module) = &*kernels {
+            return Ok(module.clone());
+        }
+        let module = load()?;
+        *kernels = Some(module.clone());
+        Ok(module)
     }
 
     /// Bytes in tensors not yet dropped.
