@@ -182,7 +182,7 @@ proptest! {
         let delivered = check_slices(&batches, lat.0, lon.0)?;
         let total = delivered.len() as u64;
         prop_assert_eq!(delivered, (0..total).collect::<Vec<u64>>());
-        prop_assert!(total as usize % TIME == 0);
+        prop_assert!((total as usize).is_multiple_of(TIME));
     }
 
     #[test]

@@ -235,6 +235,18 @@ pub(crate) fn merge_ranges(mut ranges: Vec<Range<u64>>, gap: u64) -> Vec<Range<u
     merged
 }
 
+/// The `flat`-th multi-index, in C order, of the box spanned by `ranges`.
+pub(crate) fn nth_in_ranges(flat: u64, ranges: &[Range<u64>]) -> Vec<u64> {
+    let mut rest = flat;
+    let mut indices = vec![0; ranges.len()];
+    for (axis, range) in ranges.iter().enumerate().rev() {
+        let span = range.end - range.start;
+        indices[axis] = range.start + rest % span;
+        rest /= span;
+    }
+    indices
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,16 +261,4 @@ mod tests {
         assert_eq!(merge_ranges(vec![0..10, 16..20], 5), vec![0..10, 16..20]);
         assert!(merge_ranges(vec![], 0).is_empty());
     }
-}
-
-/// The `flat`-th multi-index, in C order, of the box spanned by `ranges`.
-pub(crate) fn nth_in_ranges(flat: u64, ranges: &[Range<u64>]) -> Vec<u64> {
-    let mut rest = flat;
-    let mut indices = vec![0; ranges.len()];
-    for (axis, range) in ranges.iter().enumerate().rev() {
-        let span = range.end - range.start;
-        indices[axis] = range.start + rest % span;
-        rest /= span;
-    }
-    indices
 }
