@@ -23,6 +23,8 @@
 #   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe"
 #   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
 #   STATS_STEPS=480 (the training split the statistics cover)
+#   B_BATCH=8 (setup B's batch size: its 43-channel U-Net at batch 16 fills an 80 GB H100)
+#   TRAIN_ARGS="--prefetch 2" (more train_unet.py options, for every run)
 #   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32)
 #   BUDGET=seconds for the whole run: what does not fit is reported as not run
 #   KEEP=1 keeps each store after its setup (default: removed, the host's disk is 64 GiB)
@@ -76,7 +78,7 @@ train() {
   fi
   say "setup $setup: $label"
   local log=$work/$setup-${label// /_}.log
-  timeout "${RUN_TIMEOUT:-300}" python3 "$script" --steps "$steps" --warmup "$warmup" --workers "$workers" "$@" > "$log" 2>&1
+  timeout "${RUN_TIMEOUT:-300}" python3 "$script" --steps "$steps" --warmup "$warmup" --workers "$workers" ${TRAIN_ARGS:-} "$@" > "$log" 2>&1
   local status=$?
   local line
   line=$(grep '^{' "$log" | tail -n 1)
@@ -101,7 +103,7 @@ for setup in ${SETUPS:-a b}; do
   store=$work/setup-$setup.zarr
   case $setup in
     a) gen=(--variables setup-a --time "${A_TIME:-4800}"); variables=(--variables t2m,V500,U500,T500,Z500,Q500); stats_vars=(--var t2m --var V500 --var U500 --var T500 --var Z500 --var Q500); precisions=${PRECISIONS:-fp32 bf16} ;;
-    b) gen=(--time "${B_TIME:-200}"); variables=(--variables all); stats_vars=(); precisions=fp32 ;;
+    b) gen=(--time "${B_TIME:-200}"); variables=(--variables all --batch-size "${B_BATCH:-8}"); stats_vars=(); precisions=fp32 ;;
     *) say "unknown setup $setup (a or b)"; continue ;;
   esac
   if [ ! -e "$store/zarr.json" ]; then
@@ -141,7 +143,7 @@ done
 # --- 4. the report ---------------------------------------------------------------------------
 host=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 python3 "$here/report.py" "$work/results.jsonl" --out "$work" --host "${host:-no GPU}, $(nproc) CPUs" \
-  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-4800} B_TIME=${B_TIME:-200})" >&2
+  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-4800} B_TIME=${B_TIME:-200} B_BATCH=${B_BATCH:-8} TRAIN_ARGS='${TRAIN_ARGS:-}')" >&2
 if [ -n "${OUT:-}" ]; then
   # Few files come back from the device machine: the logs travel as one archive.
   cp "$work/results.jsonl" "$work"/training*.md "$work"/training_*.png "$OUT"/ 2>/dev/null
