@@ -51,6 +51,7 @@ mod gpu;
 #[cfg(test)]
 mod interpret;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod occupancy;
 mod plan;
 mod read;
 mod split;
