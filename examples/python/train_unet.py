@@ -452,6 +452,8 @@ def setup_device(args):
     if args.distributed:
         # NCCL refuses two ranks on one GPU: gloo for that test (--dist-backend gloo).
         backend = args.dist_backend or ("nccl" if device.type == "cuda" else "gloo")
+        # NVLink multicast off: the lent multi-GPU hosts are shared (a user's setting wins).
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
         torch.distributed.init_process_group(backend)
         rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     return device, rank, world

@@ -414,6 +414,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// the stream of batches: read plans, then `fetch_batches`, `decode_batches`,
     /// `collate_batches` and `prefetch`, the chain a user can also compose by hand. Must be
     /// called inside a Tokio runtime.
+    #[cfg_attr(not(feature = "cuda"), allow(clippy::let_unit_value))] // StageGpu is () then
     pub async fn build(mut self) -> Result<BatchStream<P>> {
         let gpu = self.open_gpu_if_used()?;
         let (decoder, pace) = self.stage_decoder(&gpu)?;
@@ -430,6 +431,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 
     /// The GPU, when a stage runs there: the one given, or opened on `device`.
+    #[cfg_attr(not(feature = "cuda"), allow(clippy::unit_arg))] // StageGpu is () then
     fn open_gpu_if_used(&mut self) -> Result<StageGpu> {
         let needed = self.config.decode_on != DecodeOn::Cpu || P::NEEDS_GPU;
         #[cfg(feature = "cuda")]
