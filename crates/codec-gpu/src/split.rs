@@ -30,6 +30,11 @@ use crate::{BatchDecoder, DecodedChunks, Result};
 const PRIOR_GPU_SHARE: f64 = 0.75;
 /// Weight of the newest batch in the measured rates.
 const NEWEST: f64 = 0.5;
+/// How far the CPU side's weight moves after a batch whose CPU part finished last (down) or
+/// first (up), and its bounds.
+const LATE_CPU: f64 = 0.85;
+const EARLY_CPU: f64 = 1.1;
+const CPU_WEIGHT_BOUNDS: (f64, f64) = (1.0 / 16.0, 16.0);
 
 /// How a [`SplitDecoder`] shares batches between the CPU and the GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -96,6 +101,10 @@ struct SplitState {
     occupancy: [Occupancy; 2],
     /// Auto: the fraction of the balanced GPU share the GPU takes now (0 = CPU only).
     throttle: f64,
+    /// What the measured rates miss (a GPU part's fixed costs, sides slowing each other):
+    /// the CPU's rate counts this many times in the balanced share. Lowered when a batch's
+    /// CPU part finishes after its GPU part, raised when it finishes first or gets nothing.
+    cpu_weight: f64,
     seen: PaceDelta,
     started: Option<Instant>,
     gpu_time: Duration,
@@ -132,6 +141,7 @@ impl SplitDecoder {
                     Occupancy::new(Instant::now()),
                 ],
                 throttle,
+                cpu_weight: 1.0,
                 seen: PaceDelta::default(),
                 started: None,
                 gpu_time: Duration::ZERO,
@@ -164,7 +174,7 @@ impl SplitDecoder {
         let shares: Vec<f64> = state
             .rates
             .values()
-            .map(|rates| rates.balanced_gpu_share() * state.throttle)
+            .map(|rates| lean(rates.balanced_gpu_share(), state.cpu_weight) * state.throttle)
             .collect();
         (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
     }
@@ -205,7 +215,7 @@ impl SplitDecoder {
         };
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
-            let gpu_share = rates.balanced_gpu_share() * state.throttle;
+            let gpu_share = lean(rates.balanced_gpu_share(), state.cpu_weight) * state.throttle;
             let to_gpu = (chunks.len() as f64 * gpu_share).round() as usize;
             shares.gpu.extend(chunks.drain(chunks.len() - to_gpu..));
             shares.cpu.extend(chunks);
@@ -214,6 +224,7 @@ impl SplitDecoder {
             cpu = shares.cpu.len(),
             gpu = shares.gpu.len(),
             throttle = state.throttle,
+            cpu_weight = state.cpu_weight,
             "split: a batch shared out"
         );
         shares
@@ -251,12 +262,27 @@ impl SplitDecoder {
         }
     }
 
-    /// Decodes one side's chunks; returns what it decoded and its wall-clock time.
+    /// Moves the CPU's weight after a batch, from when each side finished its part (`None`:
+    /// it had no chunks).
+    fn weigh(&self, cpu_done: Option<Instant>, gpu_done: Option<Instant>) {
+        let factor = match (cpu_done, gpu_done) {
+            (Some(cpu), Some(gpu)) if cpu > gpu => LATE_CPU,
+            (Some(_), Some(_)) => EARLY_CPU,
+            // The CPU sat idle beside the GPU's part: let it try some chunks.
+            (None, Some(_)) if self.policy == SplitPolicy::Balanced => EARLY_CPU,
+            _ => return,
+        };
+        let mut state = self.lock();
+        let (low, high) = CPU_WEIGHT_BOUNDS;
+        state.cpu_weight = (state.cpu_weight * factor).clamp(low, high);
+    }
+
+    /// Decodes one side's chunks; returns what it decoded and when it finished.
     async fn decode_side(
         self: &Arc<Self>,
         side: Side,
         chunks: Vec<EncodedChunk>,
-    ) -> Result<Option<DecodedChunks>> {
+    ) -> Result<Option<(DecodedChunks, Instant)>> {
         if chunks.is_empty() {
             return Ok(None);
         }
@@ -272,7 +298,7 @@ impl SplitDecoder {
             Side::Cpu => Duration::ZERO,
         };
         self.learn(side, &kinds, part.into_start(), gpu_time);
-        Ok(Some(decoded))
+        Ok(Some((decoded, Instant::now())))
     }
 }
 
@@ -308,6 +334,17 @@ impl Drop for PartInFlight<'_> {
     }
 }
 
+/// The GPU's share `gpu_share` (balanced by the measured rates) with the CPU's rate counted
+/// `cpu_weight` times.
+fn lean(gpu_share: f64, cpu_weight: f64) -> f64 {
+    let cpu_share = cpu_weight * (1.0 - gpu_share);
+    if gpu_share + cpu_share > 0.0 {
+        gpu_share / (gpu_share + cpu_share)
+    } else {
+        gpu_share
+    }
+}
+
 /// A side of the split; its number indexes `SplitState::occupancy`.
 #[derive(Clone, Copy, Debug)]
 enum Side {
@@ -334,7 +371,12 @@ impl BatchDecoder for SplitDecoder {
                 self.decode_side(Side::Cpu, shares.cpu),
                 self.decode_side(Side::Gpu, shares.gpu)
             )?;
-            let mut parts: Vec<DecodedChunks> = cpu.into_iter().chain(gpu).collect();
+            self.weigh(
+                cpu.as_ref().map(|(_, done)| *done),
+                gpu.as_ref().map(|(_, done)| *done),
+            );
+            let parts = cpu.into_iter().chain(gpu).map(|(decoded, _)| decoded);
+            let mut parts: Vec<DecodedChunks> = parts.collect();
             Ok(match parts.len() {
                 0 => DecodedChunks::Host(Vec::new()),
                 1 => parts.pop().expect("one part"),
@@ -348,5 +390,54 @@ impl BatchDecoder for SplitDecoder {
         self.cpu
             .batches_in_flight()
             .max(self.gpu.batches_in_flight())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CpuDecoder;
+
+    fn split(policy: SplitPolicy) -> SplitDecoder {
+        let cpu: Arc<dyn BatchDecoder> = Arc::new(CpuDecoder::default());
+        SplitDecoder::new(cpu.clone(), cpu, policy)
+    }
+
+    #[test]
+    fn lean_counts_the_cpu_rate_weight_times() {
+        assert!((lean(0.5, 1.0) - 0.5).abs() < 1e-12);
+        assert!((lean(0.5, 0.5) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((lean(0.75, 3.0) - 0.5).abs() < 1e-12);
+        assert_eq!(lean(1.0, 16.0), 1.0);
+        assert_eq!(lean(0.0, 1.0 / 16.0), 0.0);
+    }
+
+    #[test]
+    fn a_late_cpu_part_moves_chunks_to_the_gpu_and_an_early_one_back() {
+        let split = split(SplitPolicy::Balanced);
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_millis(5);
+        split.weigh(Some(later), Some(t0));
+        assert!((split.lock().cpu_weight - LATE_CPU).abs() < 1e-12);
+        split.weigh(Some(t0), Some(later));
+        assert!((split.lock().cpu_weight - LATE_CPU * EARLY_CPU).abs() < 1e-12);
+        for _ in 0..100 {
+            split.weigh(Some(later), Some(t0));
+        }
+        assert_eq!(split.lock().cpu_weight, CPU_WEIGHT_BOUNDS.0);
+        // An idle CPU side beside a GPU part is given chunks to try again.
+        for _ in 0..100 {
+            split.weigh(None, Some(t0));
+        }
+        assert_eq!(split.lock().cpu_weight, CPU_WEIGHT_BOUNDS.1);
+    }
+
+    #[test]
+    fn auto_keeps_the_weight_while_the_gpu_sits_out() {
+        let split = split(SplitPolicy::Auto { gpu_share: None });
+        let t0 = Instant::now();
+        split.weigh(Some(t0), None);
+        split.weigh(None, Some(t0));
+        assert_eq!(split.lock().cpu_weight, 1.0);
     }
 }
