@@ -580,22 +580,26 @@ impl VariablePass {
         // Elements of one step: C order over every axis but time, inside the array.
         let others: Vec<usize> = (0..rank).filter(|&a| Some(a) != self.time_axis).collect();
         let per_step: u64 = others.iter().map(|&a| inside[a]).product();
-        let mut offsets = Vec::with_capacity(per_step as usize);
-        let mut channel_of = Vec::with_capacity(per_step as usize);
-        let mut local = vec![0u64; rank];
-        for flat in 0..per_step {
-            let mut rest = flat;
-            for &a in others.iter().rev() {
-                local[a] = rest % inside[a];
-                rest /= inside[a];
-            }
-            let offset = (0..rank).fold(0u64, |o, a| o * shape[a] + local[a]);
-            offsets.push(offset as usize);
-            let channel = (0..rank)
-                .map(|a| (start[a] + local[a]) as usize * self.channel_strides[a])
-                .sum::<usize>();
-            channel_of.push(channel);
-        }
+        // Where each element of a step lies in the chunk, and its channel (on every core: as
+        // slow as counting the values on one).
+        let (offsets, channel_of): (Vec<usize>, Vec<usize>) = (0..per_step)
+            .into_par_iter()
+            .map_init(
+                || vec![0u64; rank],
+                |local, flat| {
+                    let mut rest = flat;
+                    for &a in others.iter().rev() {
+                        local[a] = rest % inside[a];
+                        rest /= inside[a];
+                    }
+                    let offset = (0..rank).fold(0u64, |o, a| o * shape[a] + local[a]);
+                    let channel = (0..rank)
+                        .map(|a| (start[a] + local[a]) as usize * self.channel_strides[a])
+                        .sum::<usize>();
+                    (offset as usize, channel)
+                },
+            )
+            .unzip();
         let mut partial = vec![Moments::default(); self.channels];
         let mut partial_tendency = vec![Moments::default(); self.channels];
         let (time_stride, times) = match self.time_axis {
@@ -614,7 +618,7 @@ impl VariablePass {
                 continue;
             }
             let base = (step - time_start) as usize * time_stride;
-            let slice: Vec<f64> = offsets.iter().map(|&o| decoded[base + o]).collect();
+            let slice: Vec<f64> = offsets.par_iter().map(|&o| decoded[base + o]).collect();
             let follows = previous
                 .as_ref()
                 .is_some_and(|(_, last, _)| *last + 1 == step && !self.gap_after.contains(last));
