@@ -1,7 +1,8 @@
 """The training benchmark's report: results.jsonl (one line per run of
 examples/python/train_unet.py, with `setup` and `run` added by run.sh) -> training.md and one
-plot per setup and precision: the hackathon's three bars (training on real data, the loader
-alone, training on synthetic data) for the baseline and for each zarrpipe mode.
+plot per setup, precision and GPU count: the hackathon's three bars (training on real data, the
+loader alone, training on synthetic data) for the baseline and for each zarrpipe mode; with
+several GPU counts (run.sh's GPUS), a table of how each loader scales.
 
     python benches/train/report.py results.jsonl --out DIR --host TEXT --command TEXT
 """
@@ -38,9 +39,15 @@ def pct(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}%"
 
 
-def table(rows: list[dict], setup: str, precision: str) -> tuple[list[str], dict]:
-    """The markdown table of one setup and precision, and the figures the plot needs."""
-    runs = {r["run"]: r for r in rows if r.get("setup") == setup}
+def gpus(row: dict) -> int:
+    """GPUs (DDP ranks) of a run: its world size."""
+    return int(row.get("world_size", 1))
+
+
+def table(rows: list[dict], setup: str, precision: str, count: int) -> tuple[list[str], dict]:
+    """The markdown table of one setup, precision and GPU count, and the figures the plot
+    needs."""
+    runs = {r["run"]: r for r in rows if r.get("setup") == setup and gpus(r) == count}
     synthetic = runs.get(f"synthetic {precision}", {}).get("samples_per_s")
     out = [
         "| loader | training samples/s | % of synthetic | data wait | loader GPU time | loader alone samples/s | mean loss |",
@@ -70,6 +77,29 @@ def table(rows: list[dict], setup: str, precision: str) -> tuple[list[str], dict
     return out, {"synthetic": synthetic, "bars": bars}
 
 
+def scaling(rows: list[dict], setup: str, precision: str, counts: list[int]) -> list[str]:
+    """Training samples/s of each loader at every GPU count, and the ratio to one GPU."""
+    speeds: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r.get("setup") == setup and "error" not in r and r["run"] == f"{r['run'].split()[0]} {precision}":
+            speeds.setdefault(r["run"].split()[0], {})[gpus(r)] = r["samples_per_s"]
+    names = {"synthetic": "synthetic (random tensors on the GPU)", **LOADER_NAMES}
+    out = ["| loader | " + " | ".join(f"{c} GPU{'s' if c > 1 else ''} samples/s" for c in counts)
+           + " | " + " | ".join(f"{c} GPUs / 1" for c in counts[1:]) + " | "
+           + " | ".join(f"% of synthetic, {c} GPUs" for c in counts[1:]) + " |",
+           "|---|" + "---:|" * (2 * len(counts) - 1 + len(counts[1:]))]
+    synthetic = speeds.get("synthetic", {})
+    for loader, name in names.items():
+        if loader not in speeds:
+            continue
+        at = speeds[loader]
+        cells = [f"{at[c]:.1f}" if c in at else "" for c in counts]
+        cells += [f"{at[c] / at[counts[0]]:.2f}x" if c in at and counts[0] in at else "" for c in counts[1:]]
+        cells += [f"{100 * at[c] / synthetic[c]:.1f}%" if c in at and c in synthetic else "" for c in counts[1:]]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
 def plot(figures: dict, title: str, path: Path) -> None:
     try:
         import matplotlib
@@ -83,7 +113,7 @@ def plot(figures: dict, title: str, path: Path) -> None:
     names = list(figures["bars"])
     if not names:
         return
-    fig, ax = plt.subplots(figsize=(10, 0.9 + 0.75 * len(names)))
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.75 * len(names)))
     y = range(len(names))
     train = [figures["bars"][n][0] or 0 for n in names]
     alone = [figures["bars"][n][1] or 0 for n in names]
@@ -101,10 +131,11 @@ def plot(figures: dict, title: str, path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("samples/s")
     ax.set_title(title, fontsize=10, loc="left")
-    ax.legend(fontsize=8, loc="lower right")
+    # Below the axes: the longest bars would run under it anywhere inside.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.3 / len(names)), ncol=3)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     print(f"wrote {path}", file=sys.stderr)
 
 
@@ -127,10 +158,17 @@ def main() -> int:
         precisions = sorted({r["run"].split()[-1] for r in rows
                              if r.get("setup") == setup and r["run"].split()[-1] in ("fp32", "bf16")})
         for precision in precisions:
-            lines, figures = table(rows, setup, precision)
-            image = f"training_{setup}_{precision}.png"
-            out += [f"## {text}, {precision}", "", *lines, "", f"![{setup} {precision}]({image})", ""]
-            plot(figures, f"{text}, {precision}: samples/s", args.out / image)
+            counts = sorted({gpus(r) for r in rows if r.get("setup") == setup})
+            for count in counts:
+                lines, figures = table(rows, setup, precision, count)
+                where = "" if count == 1 else f", {count} GPUs (DDP, a pipeline per rank; samples/s of all ranks)"
+                image = f"training_{setup}_{precision}{'' if count == 1 else f'_{count}gpus'}.png"
+                out += [f"## {text}, {precision}{where}", "", *lines, "", f"![{setup} {precision}]({image})", ""]
+                plot(figures, f"{text}, {precision}{'' if count == 1 else f', {count} GPUs (DDP)'}: samples/s",
+                     args.out / image)
+            if len(counts) > 1:
+                out += [f"## {text}, {precision}: scaling with GPUs", "",
+                        *scaling(rows, setup, precision, counts), ""]
     errors = [r for r in rows if "error" in r]
     if errors:
         out += ["Runs that failed or did not run:", ""]

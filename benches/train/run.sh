@@ -23,6 +23,8 @@
 #   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe"
 #   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
 #   STATS_STEPS=480 (the training split the statistics cover)
+#   GPUS="1 2" (each run once per count: above 1, under torchrun with --distributed, a rank and
+#   a zarrpipe pipeline per GPU, batch size per rank; default "1", no torchrun)
 #   B_BATCH=8 (setup B's batch size: its 43-channel U-Net at batch 16 fills an 80 GB H100)
 #   TRAIN_ARGS="--prefetch 2" (more train_unet.py options, for every run)
 #   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32)
@@ -73,12 +75,16 @@ train() {
   local setup=$1 label=$2; shift 2
   if [ -n "${BUDGET:-}" ] && [ $((SECONDS - started)) -ge "$BUDGET" ]; then
     say "over BUDGET: not run: $setup $label"
-    echo "{\"setup\": \"$setup\", \"run\": \"$label\", \"error\": \"not run (over BUDGET)\"}" >> "$work/results.jsonl"
+    echo "{\"setup\": \"$setup\", \"run\": \"$label\", \"world_size\": $gpus, \"error\": \"not run (over BUDGET)\"}" >> "$work/results.jsonl"
     return
   fi
-  say "setup $setup: $label"
-  local log=$work/$setup-${label// /_}.log
-  timeout "${RUN_TIMEOUT:-300}" python3 "$script" --steps "$steps" --warmup "$warmup" --workers "$workers" ${TRAIN_ARGS:-} "$@" > "$log" 2>&1
+  say "setup $setup, $gpus GPU(s): $label"
+  local log=$work/$setup-${gpus}gpu-${label// /_}.log
+  local launch=(python3 "$script")
+  # One process per GPU, as the hackathon's script runs under torchrun; rank 0 prints the
+  # figures of all ranks together.
+  [ "$gpus" -gt 1 ] && launch=(python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" "$script" --distributed)
+  timeout "${RUN_TIMEOUT:-300}" "${launch[@]}" --steps "$steps" --warmup "$warmup" --workers "$workers" ${TRAIN_ARGS:-} "$@" > "$log" 2>&1
   local status=$?
   local line
   line=$(grep '^{' "$log" | tail -n 1)
@@ -92,7 +98,7 @@ train() {
     local why
     why=$(tail -n 3 "$log" | tr '\n"' ' \047' | cut -c1-300)
     say "failed ($status): $why"
-    echo "{\"setup\": \"$setup\", \"run\": \"$label\", \"error\": \"exit $status: $why\"}" >> "$work/results.jsonl"
+    echo "{\"setup\": \"$setup\", \"run\": \"$label\", \"world_size\": $gpus, \"error\": \"exit $status: $why\"}" >> "$work/results.jsonl"
   fi
 }
 
@@ -123,18 +129,20 @@ for setup in ${SETUPS:-a b}; do
   # Warm the page cache (every loader then reads from memory, as in the peers' runs).
   cat "$store"/*/c/* "$store"/*/c/*/* "$store"/*/c/*/*/* > /dev/null 2>&1
   for precision in $precisions; do
-    for loader in $loaders; do
-      case $loader in
-        synthetic) train "$setup" "synthetic $precision" --loader synthetic --precision "$precision" "${variables[@]}" "$store" ;;
-        baseline)
-          train "$setup" "baseline $precision" --loader baseline --precision "$precision" "${variables[@]}" "$store"
-          [ "$precision" = fp32 ] && alone baseline && train "$setup" "baseline alone" --loader baseline --no-training "${variables[@]}" "$store" ;;
-        zarrpipe)
-          for mode in $modes; do
-            train "$setup" "zarrpipe-$mode $precision" --loader zarrpipe --mode "$mode" --precision "$precision" "${variables[@]}" "$store"
-            [ "$precision" = fp32 ] && alone zarrpipe && train "$setup" "zarrpipe-$mode alone" --loader zarrpipe --mode "$mode" --no-training "${variables[@]}" "$store"
-          done ;;
-      esac
+    for gpus in ${GPUS:-1}; do
+      for loader in $loaders; do
+        case $loader in
+          synthetic) train "$setup" "synthetic $precision" --loader synthetic --precision "$precision" "${variables[@]}" "$store" ;;
+          baseline)
+            train "$setup" "baseline $precision" --loader baseline --precision "$precision" "${variables[@]}" "$store"
+            [ "$precision" = fp32 ] && alone baseline && train "$setup" "baseline alone" --loader baseline --no-training "${variables[@]}" "$store" ;;
+          zarrpipe)
+            for mode in $modes; do
+              train "$setup" "zarrpipe-$mode $precision" --loader zarrpipe --mode "$mode" --precision "$precision" "${variables[@]}" "$store"
+              [ "$precision" = fp32 ] && alone zarrpipe && train "$setup" "zarrpipe-$mode alone" --loader zarrpipe --mode "$mode" --no-training "${variables[@]}" "$store"
+            done ;;
+        esac
+      done
     done
   done
   [ "${KEEP:-0}" = 1 ] || rm -rf "$store"
@@ -143,7 +151,7 @@ done
 # --- 4. the report ---------------------------------------------------------------------------
 host=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
 python3 "$here/report.py" "$work/results.jsonl" --out "$work" --host "${host:-no GPU}, $(nproc) CPUs" \
-  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-4800} B_TIME=${B_TIME:-200} B_BATCH=${B_BATCH:-8} TRAIN_ARGS='${TRAIN_ARGS:-}')" >&2
+  --command "benches/train/run.sh (SETUPS='${SETUPS:-a b}' STEPS=$steps WARMUP=$warmup WORKERS=$workers A_TIME=${A_TIME:-4800} B_TIME=${B_TIME:-200} B_BATCH=${B_BATCH:-8} GPUS='${GPUS:-1}' TRAIN_ARGS='${TRAIN_ARGS:-}')" >&2
 if [ -n "${OUT:-}" ]; then
   # Few files come back from the device machine: the logs travel as one archive.
   cp "$work/results.jsonl" "$work"/training*.md "$work"/training_*.png "$OUT"/ 2>/dev/null

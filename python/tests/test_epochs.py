@@ -115,6 +115,20 @@ def test_ranks_come_from_the_environment(monkeypatch):
         pipeline(batch_size=5)
 
 
+def test_ranks_on_one_host_share_its_cores_for_cpu_decoding(monkeypatch):
+    """Under torchrun each rank's GPU pipeline decodes on its share of the host's cores (the
+    share less one; a quarter of it for split); a single process keeps the Rust default."""
+    monkeypatch.setattr(zarrpipe.os, "sched_getaffinity", lambda pid: set(range(32)))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert zarrpipe._cpu_decode_threads_per_rank("cpu") is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert zarrpipe._cpu_decode_threads_per_rank("cpu") == 15
+    assert zarrpipe._cpu_decode_threads_per_rank(None) == 15
+    assert zarrpipe._cpu_decode_threads_per_rank("split") == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert zarrpipe._cpu_decode_threads_per_rank("auto") == 1
+
+
 def test_a_loaded_state_holds_for_its_own_epoch_only():
     pipe = pipeline(batch_size=8, shuffle=True, seed=3)
     pipe.set_epoch(1)

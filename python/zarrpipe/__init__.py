@@ -253,6 +253,21 @@ def _distributed_ranks() -> tuple[int, int] | None:
     return None
 
 
+def _cpu_decode_threads_per_rank(decode_on: str | None) -> int | None:
+    """Under ``torchrun``, this rank's share of the host's cores (the Rust default, every core
+    but two or a quarter for ``"split"``, applied to the share): two ranks that each took every
+    core would decode with twice as many threads as there are cores, beside two training loops.
+    None (the Rust default) for a single process."""
+    try:
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return None
+    if ranks_here <= 1:
+        return None
+    share = max(1, len(os.sched_getaffinity(0)) // ranks_here)
+    return max(1, share // 4 if decode_on == "split" else share - 1)
+
+
 def _find_cuda_libraries() -> None:
     """Before a GPU pipeline: zarrpipe loads NVRTC and nvCOMP 6 at run time. Where the system
     has no NVRTC on the library path, take the one pip's nvidia wheels bring (torch depends on
@@ -319,7 +334,8 @@ class Pipeline:
       ``"split"`` (both, by their measured rates) or ``"auto"`` (the GPU only while training
       waits, at most ``gpu_share`` of its time); ``cpu_decode_threads``: threads decoding on
       the CPU there, at a low priority so the training loop keeps its cores (default: every
-      core but two; a quarter of them for ``"split"``).
+      core but two; a quarter of them for ``"split"``; under ``torchrun``, the host's cores
+      are first shared among its ``LOCAL_WORLD_SIZE`` ranks).
       ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
       its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
       device / of stored chunks staged in pinned memory at once.
@@ -391,6 +407,8 @@ class Pipeline:
         device = _device_text(device)
         if device.startswith("cuda"):
             _find_cuda_libraries()
+            if cpu_decode_threads is None:
+                cpu_decode_threads = _cpu_decode_threads_per_rank(decode_on)
         if decode_on is not None and decode_on != "cpu" and not device.startswith("cuda"):
             raise ValueError(f'decode_on={decode_on!r} needs device="cuda:N"')
         if isinstance(shuffle, bool):
