@@ -133,8 +133,22 @@ fn rayon_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// With `ZARRPIPE_LOG` set (a `tracing` filter, as for the `zarrpipe` program, e.g.
+/// `zarrpipe_codec_gpu::split=debug`), zarrpipe's traces go to stderr; a subscriber the
+/// process already has is kept.
+fn trace_from_environment() {
+    if std::env::var_os("ZARRPIPE_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("ZARRPIPE_LOG"))
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init();
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    trace_from_environment();
     errors::register(m)?;
     m.add_class::<pipeline::NativePipeline>()?;
     m.add_class::<pipeline::NativeEpoch>()?;

@@ -2,8 +2,9 @@
 skips, with the reason, where there is no CUDA build, no torch or no GPU.
 
 - zero copy: a torch tensor's data_ptr is the address zarrpipe allocated;
-- the GPU's batches equal the CPU path's bit for bit (float32), and their bfloat16 is the
-  CPU's float32 rounded to nearest even;
+- the GPU's batches equal the CPU path's bit for bit (float32), whichever side decodes (GPU,
+  CPU, split, auto), and their bfloat16 is the CPU's float32 rounded to nearest even;
+- `ZARRPIPE_LOG` prints split decoding's traces;
 - torch's stream waits for a batch on the device (no host synchronisation), also on a side
   stream;
 - memory: a tensor torch frees goes back to zarrpipe's pool (a pool that holds three batches
@@ -14,6 +15,9 @@ skips, with the reason, where there is no CUDA build, no torch or no GPU.
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -47,7 +51,7 @@ def cpu_batches(path, **options):
     return [b for b in zarrpipe.Pipeline(path, tensors="raw", **{**OPTIONS, **options})]
 
 
-@pytest.mark.parametrize("decode_on", ["gpu", "cpu"])
+@pytest.mark.parametrize("decode_on", ["gpu", "cpu", "split", "auto"])
 @pytest.mark.parametrize("name", ["xr_v2", "xr_v3"])
 def test_gpu_batches_equal_the_cpu_path_bit_for_bit(torch, name, decode_on):
     path = store(name)
@@ -65,6 +69,18 @@ def test_gpu_batches_equal_the_cpu_path_bit_for_bit(torch, name, decode_on):
             expected = getattr(cpu, name)
             assert host.shape == expected.shape, name
             assert host.tobytes() == expected.tobytes(), f"{name} differs from the CPU path"
+
+
+def test_zarrpipe_log_prints_the_splits_traces(torch):
+    code = ("import sys, zarrpipe; pipe = zarrpipe.Pipeline(sys.argv[1], variables=['t2m', 'z'], "
+            "batch_size=2, device='cuda:0', decode_on='split', tensors='raw'); print(len(list(pipe)))")
+    done = subprocess.run([sys.executable, "-c", code, store("xr_v3")], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "ZARRPIPE_LOG": "zarrpipe_codec_gpu::split=debug"})
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0
+    assert "split: a batch shared out" in done.stderr and "split: a part decoded" in done.stderr
+    assert "\x1b[" not in done.stderr, "no colour codes when stderr is not a terminal"
 
 
 def test_bfloat16_is_the_cpu_float32_rounded(torch):

@@ -12,7 +12,7 @@
 //! lent H100 looked three times slower than it is, and the CPU side got three times the
 //! chunks it could decode (setup B of the training benchmark, docs/training.md).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,17 +24,27 @@ use zarrpipe_store::EncodedChunk;
 use crate::occupancy::{Occupancy, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
-/// The GPU's share of a kind's decoded bytes before both sides have decoded some of it: the
-/// ratio of nvCOMP's zstd rate to 16 cores' on the reference host (BENCHMARKS.md), replaced by
-/// measurements from the first batch on.
-const PRIOR_GPU_SHARE: f64 = 0.75;
+/// The rates a kind's GPU share starts from, before both sides have decoded some of it:
+/// nvCOMP's batched zstd on the reference H100 (about 20 GB/s) and one CPU thread's zstd (16
+/// cores decode about 6.7 GB/s there), BENCHMARKS.md; replaced by measurements as parts finish.
+/// The CPU side's threads count: from 16 threads' rate whatever the side had, split gave its
+/// 4 threads a quarter of setup B's first batches, about twice what they decode, and their
+/// first parts took up to 1.8 s where later ones take 0.4 (docs/training.md).
+const PRIOR_GPU_RATE: f64 = 20e9;
+const PRIOR_CPU_THREAD_RATE: f64 = 0.42e9;
+/// CPU threads assumed until [`SplitDecoder::with_cpu_threads`] says otherwise.
+const PRIOR_CPU_THREADS: usize = 16;
 /// Weight of the newest batch in the measured rates.
 const NEWEST: f64 = 0.5;
 /// How far the CPU side's weight moves after a batch whose CPU part finished last (down) or
-/// first (up), and its bounds.
+/// first (up), and its bounds. At most 1: the weight takes chunks the CPU's measured rate would
+/// give it away from it, never adds more. Beside a training loop the GPU's first parts take
+/// longer than their share of the GPU (the model's first steps run between them), so the CPU's
+/// parts finished first while the CPU was already behind, and the weight rose to 1.6 in setup
+/// B's first batches (docs/training.md).
 const LATE_CPU: f64 = 0.85;
 const EARLY_CPU: f64 = 1.1;
-const CPU_WEIGHT_BOUNDS: (f64, f64) = (1.0 / 16.0, 16.0);
+const CPU_WEIGHT_BOUNDS: (f64, f64) = (1.0 / 16.0, 1.0);
 
 /// How a [`SplitDecoder`] shares batches between the CPU and the GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -56,6 +66,8 @@ pub struct SplitDecoder {
     cpu: Arc<dyn BatchDecoder>,
     gpu: Arc<dyn BatchDecoder>,
     policy: SplitPolicy,
+    /// The GPU's share of a kind before both sides have decoded some of it.
+    prior_gpu_share: f64,
     pace: Arc<Pace>,
     state: Mutex<SplitState>,
 }
@@ -85,13 +97,19 @@ struct Rates {
 }
 
 impl Rates {
-    /// The GPU's share of this kind's bytes that makes both sides finish together.
-    fn balanced_gpu_share(&self) -> f64 {
+    /// The GPU's share of this kind's bytes that makes both sides finish together; `prior`
+    /// until both sides are measured.
+    fn balanced_gpu_share(&self, prior: f64) -> f64 {
         match (self.cpu, self.gpu) {
             (Some(cpu), Some(gpu)) if cpu + gpu > 0.0 => gpu / (cpu + gpu),
-            _ => PRIOR_GPU_SHARE,
+            _ => prior,
         }
     }
+}
+
+/// The GPU's share before any measurement, with the CPU side on `cpu_threads` threads.
+fn prior_gpu_share(cpu_threads: usize) -> f64 {
+    PRIOR_GPU_RATE / (PRIOR_GPU_RATE + PRIOR_CPU_THREAD_RATE * cpu_threads.max(1) as f64)
 }
 
 #[derive(Debug)]
@@ -103,7 +121,8 @@ struct SplitState {
     throttle: f64,
     /// What the measured rates miss (a GPU part's fixed costs, sides slowing each other):
     /// the CPU's rate counts this many times in the balanced share. Lowered when a batch's
-    /// CPU part finishes after its GPU part, raised when it finishes first or gets nothing.
+    /// CPU part finishes after its GPU part, raised back towards 1 when it finishes first or
+    /// gets nothing.
     cpu_weight: f64,
     seen: PaceDelta,
     started: Option<Instant>,
@@ -133,6 +152,7 @@ impl SplitDecoder {
             cpu,
             gpu,
             policy,
+            prior_gpu_share: prior_gpu_share(PRIOR_CPU_THREADS),
             pace: Arc::new(Pace::default()),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
@@ -147,6 +167,13 @@ impl SplitDecoder {
                 gpu_time: Duration::ZERO,
             }),
         }
+    }
+
+    /// The CPU side decodes on `threads` threads: the share its first batches get, before
+    /// its rate is measured.
+    pub fn with_cpu_threads(mut self, threads: usize) -> Self {
+        self.prior_gpu_share = prior_gpu_share(threads);
+        self
     }
 
     /// Reads the consumer's pace from `pace` instead of its own.
@@ -174,7 +201,12 @@ impl SplitDecoder {
         let shares: Vec<f64> = state
             .rates
             .values()
-            .map(|rates| lean(rates.balanced_gpu_share(), state.cpu_weight) * state.throttle)
+            .map(|rates| {
+                lean(
+                    rates.balanced_gpu_share(self.prior_gpu_share),
+                    state.cpu_weight,
+                ) * state.throttle
+            })
             .collect();
         (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
     }
@@ -215,7 +247,10 @@ impl SplitDecoder {
         };
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
-            let gpu_share = lean(rates.balanced_gpu_share(), state.cpu_weight) * state.throttle;
+            let gpu_share = lean(
+                rates.balanced_gpu_share(self.prior_gpu_share),
+                state.cpu_weight,
+            ) * state.throttle;
             let to_gpu = (chunks.len() as f64 * gpu_share).round() as usize;
             shares.gpu.extend(chunks.drain(chunks.len() - to_gpu..));
             shares.cpu.extend(chunks);
@@ -249,17 +284,7 @@ impl SplitDecoder {
             gb_per_s = rate / 1e9,
             "split: a part decoded"
         );
-        for kind in chunks {
-            let rates = state.rates.entry(kind.clone()).or_default();
-            let slot = match side {
-                Side::Cpu => &mut rates.cpu,
-                Side::Gpu => &mut rates.gpu,
-            };
-            *slot = Some(match *slot {
-                Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
-                None => rate,
-            });
-        }
+        record(&mut state.rates, side, chunks, rate);
     }
 
     /// Moves the CPU's weight after a batch, from when each side finished its part (`None`:
@@ -331,6 +356,25 @@ impl Drop for PartInFlight<'_> {
         if let Some(start) = self.start.take() {
             self.split.lock().occupancy[self.side as usize].finish(start, Instant::now());
         }
+    }
+}
+
+/// Records a part's `rate` in the rates of the kinds its chunks had, once per kind: applied
+/// once per chunk, the newest part's weight compounded over its hundreds of chunks and the
+/// rates became that one part's. One GPU part that took 26 s beside the training loop's first
+/// steps then gave the CPU 92% of setup B's next batches.
+fn record(rates: &mut HashMap<Kind, Rates>, side: Side, chunks: &[Kind], rate: f64) {
+    let kinds: HashSet<&Kind> = chunks.iter().collect();
+    for kind in kinds {
+        let rates = rates.entry(kind.clone()).or_default();
+        let slot = match side {
+            Side::Cpu => &mut rates.cpu,
+            Side::Gpu => &mut rates.gpu,
+        };
+        *slot = Some(match *slot {
+            Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
+            None => rate,
+        });
     }
 }
 
@@ -425,11 +469,52 @@ mod tests {
             split.weigh(Some(later), Some(t0));
         }
         assert_eq!(split.lock().cpu_weight, CPU_WEIGHT_BOUNDS.0);
-        // An idle CPU side beside a GPU part is given chunks to try again.
+        // An idle CPU side beside a GPU part is given chunks to try again, up to what its
+        // measured rate gives it and no more, however often it finishes first.
         for _ in 0..100 {
             split.weigh(None, Some(t0));
         }
-        assert_eq!(split.lock().cpu_weight, CPU_WEIGHT_BOUNDS.1);
+        assert_eq!(split.lock().cpu_weight, 1.0);
+        for _ in 0..100 {
+            split.weigh(Some(t0), Some(later));
+        }
+        assert_eq!(split.lock().cpu_weight, 1.0);
+    }
+
+    #[test]
+    fn the_first_batches_follow_the_cpu_sides_threads() {
+        assert!(
+            (prior_gpu_share(16) - 0.748).abs() < 0.001,
+            "{}",
+            prior_gpu_share(16)
+        );
+        let four = split(SplitPolicy::Balanced).with_cpu_threads(4);
+        assert!((four.prior_gpu_share - 0.922).abs() < 0.001);
+        assert_eq!(prior_gpu_share(0), prior_gpu_share(1));
+        // Measured rates replace the prior.
+        let measured = Rates {
+            cpu: Some(1e9),
+            gpu: Some(3e9),
+        };
+        assert_eq!(measured.balanced_gpu_share(four.prior_gpu_share), 0.75);
+        assert_eq!(Rates::default().balanced_gpu_share(0.5), 0.5);
+    }
+
+    #[test]
+    fn a_part_moves_its_kinds_rates_once_however_many_chunks_it_had() {
+        let kind = |bytes| Kind {
+            codecs: vec!["zstd".into()],
+            decoded_bytes: bytes,
+        };
+        let mut rates = HashMap::new();
+        record(&mut rates, Side::Gpu, &[kind(8)], 10e9);
+        let slow_part = vec![kind(8); 500];
+        record(&mut rates, Side::Gpu, &slow_part, 0.1e9);
+        assert!((rates[&kind(8)].gpu.unwrap() - 5.05e9).abs() < 1e3);
+        record(&mut rates, Side::Cpu, &[kind(8), kind(4), kind(8)], 1e9);
+        assert_eq!(rates[&kind(4)].cpu, Some(1e9));
+        assert_eq!(rates[&kind(8)].cpu, Some(1e9));
+        assert_eq!(rates[&kind(4)].gpu, None);
     }
 
     #[test]
