@@ -663,11 +663,10 @@ struct StepMoments<'a> {
 
 impl StepMoments<'_> {
     fn add_to(&self, values: &mut [Moments], tendencies: &mut [Moments]) {
-        let blocks: Vec<(Vec<Moments>, Vec<Moments>)> = (0..self.slice.len())
-            .step_by(STEP_BLOCK)
-            .collect::<Vec<_>>()
+        let len = self.slice.len();
+        let blocks: Vec<(Vec<Moments>, Vec<Moments>)> = (0..len.div_ceil(STEP_BLOCK))
             .into_par_iter()
-            .map(|start| self.block(start..(start + STEP_BLOCK).min(self.slice.len())))
+            .map(|block| self.block(block * STEP_BLOCK..((block + 1) * STEP_BLOCK).min(len)))
             .collect();
         for (block_values, block_tendencies) in &blocks {
             for (all, part) in values.iter_mut().zip(block_values) {

@@ -81,8 +81,9 @@ def scaling(rows: list[dict], setup: str, precision: str, counts: list[int]) -> 
     """Training samples/s of each loader at every GPU count, and the ratio to one GPU."""
     speeds: dict[str, dict[int, float]] = {}
     for r in rows:
-        if r.get("setup") == setup and "error" not in r and r["run"] == f"{r['run'].split()[0]} {precision}":
-            speeds.setdefault(r["run"].split()[0], {})[gpus(r)] = r["samples_per_s"]
+        loader, _, run_precision = r["run"].partition(" ")
+        if r.get("setup") == setup and "error" not in r and run_precision == precision:
+            speeds.setdefault(loader, {})[gpus(r)] = r["samples_per_s"]
     names = {"synthetic": "synthetic (random tensors on the GPU)", **LOADER_NAMES}
     out = ["| loader | " + " | ".join(f"{c} GPU{'s' if c > 1 else ''} samples/s" for c in counts)
            + " | " + " | ".join(f"{c} GPUs / 1" for c in counts[1:]) + " | "

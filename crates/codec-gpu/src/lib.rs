@@ -50,8 +50,8 @@ mod frames;
 mod gpu;
 #[cfg(test)]
 mod interpret;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod occupancy;
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 mod read;
 mod split;

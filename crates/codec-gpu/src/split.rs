@@ -201,14 +201,18 @@ impl SplitDecoder {
         let shares: Vec<f64> = state
             .rates
             .values()
-            .map(|rates| {
-                lean(
-                    rates.balanced_gpu_share(self.prior_gpu_share),
-                    state.cpu_weight,
-                ) * state.throttle
-            })
+            .map(|rates| self.gpu_share(rates, &state))
             .collect();
         (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+    }
+
+    /// The GPU's share of a kind's chunks with `rates`: balanced, leant by the CPU's weight,
+    /// throttled by the policy.
+    fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
+        lean(
+            rates.balanced_gpu_share(self.prior_gpu_share),
+            state.cpu_weight,
+        ) * state.throttle
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SplitState> {
@@ -247,10 +251,7 @@ impl SplitDecoder {
         };
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
-            let gpu_share = lean(
-                rates.balanced_gpu_share(self.prior_gpu_share),
-                state.cpu_weight,
-            ) * state.throttle;
+            let gpu_share = self.gpu_share(&rates, &state);
             let to_gpu = (chunks.len() as f64 * gpu_share).round() as usize;
             shares.gpu.extend(chunks.drain(chunks.len() - to_gpu..));
             shares.cpu.extend(chunks);
