@@ -8,13 +8,15 @@ It writes small stores with `zarrpipe generate` (whole fields, tiles, tiles with
 tiles, shards of one and of two time steps with tile-sized inner chunks), compares every sample,
 then removes one chunk (a file, and an inner chunk from a shard's index) and checks that its tile
 reads as NaN, as zarr-python reads the fill value. The GPU peer itself (`augspurger`) runs too,
-on numpy stand-ins for torch's CUDA calls and nvCOMP's bindings (numcodecs decoding each batch
-entry into the `out` batch it is given): its offsets, slots, configs and GPU-side tile assembly
+with its default streams, one stream and 64 (more than a batch has objects), on numpy stand-ins
+for torch's CUDA calls and nvCOMP's bindings (numcodecs decoding each batch entry into the `out`
+batch it is given; streams as queues of deferred work that run as late as the peer's waits and
+synchronizations allow, or at random moments, so a missing one shows as wrong values): its
+groups, offsets, double buffers, stream order, configs, decode calls and GPU-side tile assembly
 are checked, not the real GPU calls. Needs zarr (3) and numcodecs."""
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,13 +35,93 @@ STORES = {
     "sharded-edges": ["--shard", "2", "--chunks", "24,40"],
     "sharded-whole": ["--shard", "2"],
 }
+# The augspurger peer's streams (its default, one, more than a batch's objects), and how eagerly
+# the stand-in streams run on their own (0: only when the peer's waits and syncs make them).
+STREAMS = [(None, 0.0), (1, 0.5), (64, 0.9)]
 
 
 # --- numpy stand-ins for the torch and nvCOMP calls of the augspurger peer -------------------
+#
+# CUDA streams are queues of deferred work: a stream's work runs when the host synchronizes on it
+# (an event, nvCOMP building a config, a read of device memory), when a stream that waits for it
+# needs it, or at random moments that its waits allow (as a GPU may run it). A missing wait or
+# synchronization in the peer then shows as wrong values here too.
+
+GPU = None  # the FakeGpu of the running check
+
+
+class FakeGpu:
+    def __init__(self, seed, progress):
+        self.rng, self.progress = np.random.default_rng(seed), progress
+        self.streams = []
+        self.main = FakeStream(self)
+        self.current = self.main
+
+    def enqueue(self, work, stream=None):
+        (stream or self.current).ops.append(work)
+        while self.rng.random() < self.progress:  # some ready work runs now, in a random order
+            ready = [s for s in self.streams if s.ready()]
+            if not ready:
+                break
+            ready[self.rng.integers(len(ready))].run_one()
+
+    def flush(self):
+        """The current stream's work so far done: before the host reads what it wrote."""
+        self.current.run_until(len(self.current.ops))
+
+
+class FakeStream:
+    def __init__(self, gpu):
+        self.ops, self.done = [], 0  # ops: callables, or ("wait", stream, its ops to be done)
+        gpu.streams.append(self)
+        self.cuda_stream = len(gpu.streams)  # a handle, as torch's
+
+    def wait_stream(self, other):
+        GPU.enqueue(("wait", other, len(other.ops)), self)
+
+    def ready(self):
+        if self.done == len(self.ops):
+            return False
+        op = self.ops[self.done]
+        return callable(op) or op[1].done >= op[2]
+
+    def run_one(self):
+        op = self.ops[self.done]
+        if callable(op):
+            op()
+        else:
+            op[1].run_until(op[2])
+        self.done += 1
+
+    def run_until(self, n):
+        while self.done < n:
+            self.run_one()
+
+
+class FakeEvent:
+    def record(self, stream):
+        self.stream, self.mark = stream, len(stream.ops)
+
+    def synchronize(self):
+        self.stream.run_until(self.mark)
+
+
+class _StreamContext:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        self.saved, GPU.current = GPU.current, self.stream
+        return self
+
+    def __exit__(self, *exc):
+        GPU.current = self.saved
+        return False
 
 
 class FakeTensor:
-    """The torch.Tensor calls the augspurger peer makes, on a numpy array (views stay views)."""
+    """The torch.Tensor calls the augspurger peer makes, on a numpy array (views stay views);
+    writes are work on the current stream, reads that copy wait for it."""
 
     def __init__(self, a):
         self.a = a
@@ -47,10 +129,14 @@ class FakeTensor:
     shape = property(lambda self: self.a.shape)
 
     def __getitem__(self, index):
-        return FakeTensor(self.a[index.a if isinstance(index, FakeTensor) else index])
+        if isinstance(index, FakeTensor):  # a gather reads the values
+            GPU.flush()
+            return FakeTensor(self.a[index.a])
+        return FakeTensor(self.a[index])
 
     def __setitem__(self, index, value):
-        self.a[index] = value.a if isinstance(value, FakeTensor) else value
+        a, v = self.a, value.a if isinstance(value, FakeTensor) else value
+        GPU.enqueue(lambda: a.__setitem__(index, v))
 
     def view(self, *args):
         if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], np.generic):
@@ -59,16 +145,24 @@ class FakeTensor:
         return FakeTensor(self.a.reshape(args))
 
     def reshape(self, *shape):
-        return FakeTensor(self.a.reshape(shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape))
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        out = self.a.reshape(shape)
+        if not np.may_share_memory(out, self.a):  # a copy reads the values
+            GPU.flush()
+            out = self.a.reshape(shape)
+        return FakeTensor(out)
 
     def permute(self, *axes):
         return FakeTensor(self.a.transpose(axes))
 
     def copy_(self, other, non_blocking=False):
-        self.a[...] = other.a
+        assert non_blocking
+        a, b = self.a, other.a
+        GPU.enqueue(lambda: a.__setitem__(Ellipsis, b))
 
     def fill_(self, value):
-        self.a.fill(value)
+        a = self.a
+        GPU.enqueue(lambda: a.fill(value))
 
     def numel(self):
         return self.a.size
@@ -77,40 +171,26 @@ class FakeTensor:
         return self.a
 
 
-class FakeStream:
-    cuda_stream = 0
-
-    def wait_stream(self, other):
-        pass
-
-
-class FakeEvent:
-    def record(self, stream):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-class _Context:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def fake_torch():
+def fake_torch(seed, progress):
+    global GPU
+    GPU = FakeGpu(seed, progress)
     cuda = types.SimpleNamespace(
-        Stream=lambda device=None: FakeStream(),
+        Stream=lambda device=None: FakeStream(GPU),
         Event=FakeEvent,
-        stream=lambda s: _Context(),
-        current_stream=lambda device=None: FakeStream(),
+        stream=_StreamContext,
+        current_stream=lambda device=None: GPU.main,
     )
 
     def empty(*shape, dtype=np.float32, device=None, pin_memory=False):
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
-        return FakeTensor(np.empty(shape, dtype=dtype))
+        a = np.empty(shape, dtype=dtype)
+        if not pin_memory:
+            a.view(np.uint8).fill(0xA5)  # device memory as left by someone else: never a value read
+        return FakeTensor(a)
+
+    def equal(a, b):
+        GPU.flush()
+        return np.array_equal(a.a, b.a)
 
     return types.SimpleNamespace(
         uint8=np.uint8,
@@ -118,13 +198,14 @@ def fake_torch():
         cuda=cuda,
         empty=empty,
         tensor=lambda values, device=None: FakeTensor(np.asarray(values)),
-        equal=lambda a, b: np.array_equal(a.a, b.a),
+        equal=equal,
     )
 
 
 class FakeNvcomp:
     """nvidia.nvcomp's as_arrays (one buffer carved by offsets) and Codec.decode (batched, into
-    `out`), with numcodecs' zstd; counts the configs built and used."""
+    `out`, work on the codec's stream), with numcodecs' zstd; counts the configs built and used
+    and the chunks of each decode call."""
 
     class BitstreamKind:
         RAW = "raw"
@@ -132,17 +213,20 @@ class FakeNvcomp:
     def __init__(self):
         from numcodecs.zstd import Zstd
 
-        self.zstd, self.configs_built, self.decodes_with_config = Zstd(), 0, 0
+        self.zstd, self.configs_built, self.decodes_with_config, self.calls = Zstd(), 0, 0, []
         outer = self
 
         class Codec:
             def __init__(self, **kwargs):
                 assert kwargs["algorithm"] == "Zstd"
+                handle = kwargs.get("cuda_stream")
+                self.stream = GPU.main if handle is None else GPU.streams[handle - 1]
 
             def get_required_decompression_alignment(self):
                 return 8
 
             def decompression_config(self, comp):
+                self.stream.run_until(len(self.stream.ops))  # building one synchronizes the stream
                 outer.configs_built += 1
                 return ("config", len(comp))
 
@@ -151,11 +235,17 @@ class FakeNvcomp:
                 if decompression_config is not None:
                     assert decompression_config == ("config", len(comp))
                     outer.decodes_with_config += 1
+                outer.calls.append(len(comp))
                 for src, dst in zip(comp, out):
                     assert src.ctypes.data % 8 == 0 and dst.ctypes.data % 8 == 0, "unaligned buffer"
-                    decoded = outer.zstd.decode(src.tobytes())
-                    assert len(decoded) == dst.size, (len(decoded), dst.size)
-                    dst[...] = np.frombuffer(decoded, dtype=np.uint8)
+
+                def work():
+                    for src, dst in zip(comp, out):
+                        decoded = outer.zstd.decode(src.tobytes())
+                        assert len(decoded) == dst.size, (len(decoded), dst.size)
+                        dst[...] = np.frombuffer(decoded, dtype=np.uint8)
+
+                GPU.enqueue(work, self.stream)
 
         self.Codec = Codec
 
@@ -165,14 +255,16 @@ class FakeNvcomp:
         return [flat[o : o + n] for o, n in zip(offsets, sizes)]
 
 
-def delivered_gpu_stand_in(path):
-    """The augspurger GPU peer's batches, on the stand-ins."""
+def delivered_gpu_stand_in(path, streams=None, seed=0, progress=0.5):
+    """The augspurger GPU peer's batches, on the stand-ins, with `streams` CUDA streams (None: the
+    peer's default, as the harness's namespace has no such option); `progress`: how eagerly the
+    streams run on their own (0: only when made to)."""
     store = peers.Store(path, 2)
-    torch = fake_torch()
+    torch = fake_torch(seed, progress)
     device = types.SimpleNamespace(
         torch=torch,
         device=types.SimpleNamespace(index=0),
-        empty=lambda shape: torch.empty(shape, dtype=np.float32),
+        empty=lambda shape: torch.empty(shape, dtype=np.float32, device="cuda"),
     )
     nvcomp = FakeNvcomp()
     nvidia = types.ModuleType("nvidia")
@@ -181,10 +273,22 @@ def delivered_gpu_stand_in(path):
     sys.modules["nvidia"], sys.modules["nvidia.nvcomp"] = nvidia, nvcomp
     load = peers.load_libnvcomp
     peers.load_libnvcomp = lambda: "stand-in"
+    args = types.SimpleNamespace(threads=4)
+    if streams is not None:
+        args.augspurger_streams = streams
+
+    def epoch(peer):
+        got = []
+        for batch in peer.batches():  # the consumer's work: on the main stream, no host sync
+            GPU.enqueue(lambda a=batch.a: got.append(a.copy()), GPU.main)
+        for stream in GPU.streams:
+            stream.run_until(len(stream.ops))
+        return np.concatenate(got)
+
     try:
-        peer = peers.AugspurgerPeer(store, device, types.SimpleNamespace(threads=4))
+        peer = peers.AugspurgerPeer(store, device, args)
         peer.open()
-        passes = [np.concatenate([b.a.copy() for b in peer.batches()]) for _ in range(2)]
+        passes = [epoch(peer) for _ in range(3)]  # the third without configs built or checked
         peer.close()
     finally:
         peers.load_libnvcomp = load
@@ -193,11 +297,20 @@ def delivered_gpu_stand_in(path):
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
-    assert same(passes[0], passes[1]), "the second pass differs"
-    # one config per stream and batch shape (a missing chunk makes another shape)
-    assert nvcomp.configs_built >= len(peer.streams) and not peer.notes[2:], (nvcomp.configs_built, peer.notes)
+    assert same(passes[0], passes[1]) and same(passes[0], passes[2]), "a later pass differs"
+    # one config per stream and batch shape (a missing chunk makes another shape), built in the
+    # first pass only, and used
+    assert nvcomp.configs_built == len(peer.configs) and not peer.notes[2:], (nvcomp.configs_built, peer.notes)
     assert nvcomp.decodes_with_config > 0
-    return passes[1]
+    # One decode call per group of the batch: the first batch's present chunks in at most S calls,
+    # so one call holds at least its share; with one stream, more than a sample's chunks.
+    plan, s = peers.TilePlan(store), peer.n_streams
+    t0, t1 = store.batches[0]
+    present = sum(off is not None for t in range(t0, t1) for _p, _s, e in plan.objects(t) for _pl, off, _n in e)
+    assert max(nvcomp.calls) >= -(-present // s), (max(nvcomp.calls), present, s)
+    if s == 1 and t1 - t0 > 1:
+        assert max(nvcomp.calls) > store.channels * plan.gi * plan.gj, (max(nvcomp.calls), present)
+    return passes[2]
 
 
 def delivered(path):
@@ -235,7 +348,7 @@ def main():
         for name, options in STORES.items():
             path = os.path.join(tmp, name)
             subprocess.run(
-                [args.binary, "generate", path, "--time", "3", "--levels", "3", "--lat", "64", "--lon", "128", *options],
+                [args.binary, "generate", path, "--time", "5", "--levels", "3", "--lat", "64", "--lon", "128", *options],
                 check=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -243,7 +356,7 @@ def main():
             got, store = delivered(path)
             want = expected(path, store)
             ok = same(got, want) and np.isfinite(got).all()
-            gpu_ok = same(delivered_gpu_stand_in(path), want)
+            gpu_ok = all(same(delivered_gpu_stand_in(path, n, seed, p), want) for seed, (n, p) in enumerate(STREAMS))
             # One chunk gone: its tile must read as NaN (zarr: the fill value).
             if "--shard" in options:
                 shard = os.path.join(path, "z", "c", "0", "0", "0", "0")
@@ -261,7 +374,7 @@ def main():
             got2, _ = delivered(path)
             want2 = expected(path, store)
             ok2 = same(got2, want2) and np.isnan(got2).any() and not np.isnan(got2).all()
-            gpu_ok2 = same(delivered_gpu_stand_in(path), want2)
+            gpu_ok2 = all(same(delivered_gpu_stand_in(path, n, seed, p), want2) for seed, (n, p) in enumerate(STREAMS))
             print(f"{name:14} {' '.join(options) or '(whole fields)':26} values: cpu twin {'ok' if ok else 'DIFFER'}, "
                   f"gpu peer on stand-ins {'ok' if gpu_ok else 'DIFFER'}; missing chunk: "
                   f"{'ok' if ok2 else 'DIFFERS'}, {'ok' if gpu_ok2 else 'DIFFERS'}")

@@ -8,7 +8,7 @@ means host memory. Each peer runs one warm-up pass, during which the checksum is
 of every delivered value in float64, NaN skipped, as `zarrpipe run --checksum`), then `--passes`
 timed passes; the best is reported. Decoded GB/s = decoded bytes delivered / seconds.
 
-    python3 benches/peers/peers.py STORE [--device cuda:0|cpu] [--peers LIST] [--passes 2]
+    python3 benches/peers/peers.py STORE [--device cuda:0|cpu] [--peers LIST] [--passes 2] [--augspurger-streams 1]
 
 Peers (ids for --peers; default: all):
   zarr                 zarr-python 3, CPU decode, assembled on the host, then copied to the device
@@ -19,10 +19,13 @@ Peers (ids for --peers; default: all):
   xbatcher             xarray (dask) + xbatcher + torch DataLoader, worker processes, pinned memory
   nvcomp               chunk files read here, zstd decoded by nvCOMP's Python bindings on the GPU,
                        one sample (43 chunks, one batched call) at a time
-  augspurger           Tom Augspurger's GPU Zarr pipeline: stored bytes read with readinto into
-                       preallocated pinned buffers, one CUDA stream (and nvCOMP codec) per shard or
-                       chunk file, nvCOMP batched zstd into preallocated device memory, tiles cut
-                       into the sample on the GPU
+  augspurger           Tom Augspurger's GPU Zarr pipeline, per batch: stored bytes read with readinto
+                       (preadv) into preallocated pinned buffers, nvCOMP batched zstd into
+                       preallocated device memory, tiles cut into the batch on the GPU. The post's
+                       one CUDA stream per shard is adapted: the batch's shards or chunk files are
+                       grouped onto --augspurger-streams streams (and nvCOMP codecs) so that each
+                       nvCOMP call decodes many chunks (one call per chunk file or small shard left
+                       the GPU idle: 0.10 GB/s in the session-6 run); all else as in the post
   chunks-cpu           the nvcomp peer's chunk reader with numcodecs' zstd on the CPU: a check of
                        that reader where there is no GPU (not in the default list)
   augspurger-cpu       the augspurger peer's plan, reads and tile assembly with numcodecs' zstd on
@@ -927,10 +930,17 @@ class AugspurgerCpuPeer(Peer):
 
 
 class AugspurgerPeer(Peer):
-    """Tom Augspurger's GPU Zarr pipeline: stored bytes read with readinto into preallocated
-    pinned host buffers, one CUDA stream (and one nvCOMP codec) per shard or chunk file, each
-    uploading its bytes and decoding them with nvCOMP's batched zstd into preallocated device
-    memory; the sample assembled on the GPU."""
+    """Tom Augspurger's GPU Zarr pipeline ("GPU-accelerated Zarr"), one batch at a time: the stored
+    bytes of the batch's shards or chunk files read with readinto (a shard's inner chunks by one
+    scatter preadv) into preallocated pinned host buffers, in parallel threads, then uploaded and
+    decoded by nvCOMP's batched zstd into preallocated device memory; tiles cut into the batch on
+    the GPU. The post's one CUDA stream per shard is adapted: the batch's objects are split into S
+    groups of about equal stored bytes (--augspurger-streams), each with its own stream, nvCOMP
+    codec, pinned buffer and device staging buffer, so that one nvCOMP call decodes a whole group
+    (one call per chunk file or per small shard left the GPU idle: 0.10 GB/s in the session-6 run).
+    Everything else (pinned readinto/preadv, preallocated output, batched zstd, a stream per group)
+    is as in the post. Two sets of buffers: the reads of batch k+1 fill pinned memory while batch k
+    uploads and decodes from the other set."""
 
     id = "augspurger"
     gpu_only = True
@@ -938,10 +948,14 @@ class AugspurgerPeer(Peer):
     reuse_config = True  # decode with a DecompressConfig built once per stream and batch shape
 
     @property
+    def n_streams(self):
+        return max(1, int(getattr(self.args, "augspurger_streams", 1)))
+
+    @property
     def label(self):
         return (
             f"nvCOMP {version('nvidia-nvcomp-cu13')} Python bindings, Augspurger's pipeline "
-            "(pinned readinto, a stream per shard, batched zstd)"
+            f"(pinned readinto, batched zstd; a batch's shards or chunk files grouped on {self.n_streams} streams)"
         )
 
     def open(self):
@@ -954,27 +968,24 @@ class AugspurgerPeer(Peer):
             raise Skip(f"nvidia-nvcomp-cu13 is not importable ({err})") from None
         self.nvcomp = nvcomp
         dev = self.device.device
-        # The slots: object i of every sample uses slot i (pinned buffer, device staging, stream,
-        # codec). Their sizes are the largest each slot needs over the epoch (a planning pass).
-        p.start_pass()
-        need_bytes = None
         probe = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, device_id=dev.index or 0)
         self.align = max(16, int(probe.get_required_decompression_alignment()))
         del probe
-        for t in range(s.time):
-            sizes = [TilePlan.places(entries, self.align)[1] for _path, _sh, entries in p.objects(t)]
-            if need_bytes is None:
-                need_bytes = sizes
-            elif len(sizes) != len(need_bytes):
-                raise Skip(f"sample {t} has {len(sizes)} objects, sample 0 {len(need_bytes)}")
-            else:
-                need_bytes = [max(a, b) for a, b in zip(need_bytes, sizes)]
-        slots = len(need_bytes)
-        self.pinned = [torch.empty(max(n, 1), dtype=torch.uint8, pin_memory=True) for n in need_bytes]
-        self.pinned_np = [b.numpy() for b in self.pinned]
-        self.staging = [torch.empty(max(n, 1), dtype=torch.uint8, device=dev) for n in need_bytes]
-        self.streams = [torch.cuda.Stream(dev) for _ in range(slots)]
-        self.uploaded = [None] * slots  # per slot: the event after its last upload (pinned reuse)
+        # Planning pass over the epoch: group g's buffers hold the most bytes group g has in any batch.
+        n_streams = self.n_streams
+        p.start_pass()
+        capacity, per_call = [0] * n_streams, []
+        for t0, t1 in s.batches:
+            groups, used = self._groups(self._batch_objects(t0, t1))
+            capacity = [max(a, b) for a, b in zip(capacity, used)]
+            per_call += [sum(off is not None for (_, _, e), _o in g for _p, off, _n in e) for g in groups if g]
+        # Two sets (double buffering): batch k uses set k % 2, so the reads of batch k+1 need not
+        # wait for batch k's uploads (which wait, in stream order, for batch k-1's decodes).
+        self.pinned = [[torch.empty(max(n, 1), dtype=torch.uint8, pin_memory=True) for n in capacity] for _ in range(2)]
+        self.pinned_np = [[b.numpy() for b in buffers] for buffers in self.pinned]
+        self.staging = [[torch.empty(max(n, 1), dtype=torch.uint8, device=dev) for n in capacity] for _ in range(2)]
+        self.uploaded = [[None] * n_streams for _ in range(2)]  # per set and group: the event after its last upload
+        self.streams = [torch.cuda.Stream(dev) for _ in range(n_streams)]
         self.codecs = [
             nvcomp.Codec(
                 algorithm="Zstd",
@@ -984,22 +995,59 @@ class AugspurgerPeer(Peer):
             )
             for stream in self.streams
         ]
-        self.configs = {}  # (slot, entries, tile bytes) -> DecompressConfig
+        self.configs = {}  # (group, chunks, tile bytes) -> DecompressConfig
         self.checked = set()  # configs whose reuse was checked
-        self.tiles = None if p.direct else torch.empty(s.channels * p.gi * p.gj * p.tile_bytes, dtype=torch.uint8, device=dev)
+        batch = max((t1 - t0 for t0, t1 in s.batches), default=1)
+        self.tiles = None if p.direct else torch.empty(batch * s.channels * p.gi * p.gj * p.tile_bytes, dtype=torch.uint8, device=dev)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.args.threads)
         self.notes.append(f"libnvcomp from {where}")
+        kind = "shards" if p.layouts[0]["sharded"] else "chunk files"
+        spread = sorted({min(per_call), max(per_call)}) if per_call else [0]
+        calls = f"{'-'.join(map(str, spread))} chunks per nvCOMP call"
         self.notes.append(
-            f"{slots} CUDA streams and nvCOMP codecs (one per {'shard' if p.layouts[0]['sharded'] else 'chunk file'} "
-            f"of a sample), {sum(need_bytes) / 1e6:.1f} MB pinned; tiles {p.tlat} x {p.tlon} "
-            + ("decoded straight into the sample" if p.direct else f"({p.gi} x {p.gj} per field) cut into the sample on the GPU")
+            f"{n_streams} CUDA stream(s) and nvCOMP codec(s), each decoding one group of a batch's {kind} "
+            f"({calls}, batches of {batch}), 2 x {sum(capacity) / 1e6:.1f} MB pinned; tiles {p.tlat} x {p.tlon} "
+            + ("decoded straight into the batch" if p.direct else f"({p.gi} x {p.gj} per field) cut into the batch on the GPU")
         )
 
+    def _batch_objects(self, t0, t1):
+        """The objects of samples t0..t1-1, in sample order, their places counted in the batch's
+        tiles ((sample in batch * C + channel) * gi * gj + tile); a shard that several of the
+        samples share is one object (read once)."""
+        p = self.plan
+        per_sample = self.store.channels * p.gi * p.gj
+        out, at = [], {}
+        for t in range(t0, t1):
+            for path, sharded, entries in p.objects(t):
+                entries = [((t - t0) * per_sample + place, off, n) for place, off, n in entries]
+                if sharded and path in at:
+                    out[at[path]][2].extend(entries)
+                else:
+                    at[path] = len(out)
+                    out.append((path, sharded, entries))
+        return out
+
+    def _groups(self, objects):
+        """The batch's objects in S groups, contiguous in object order, of about equal stored bytes:
+        per group [(object, its chunks' aligned offsets in the group's buffer)], and its bytes."""
+        n_streams = self.n_streams
+        placed = [TilePlan.places(entries, self.align) for _path, _sharded, entries in objects]
+        total = sum(size for _offsets, size in placed)
+        groups, used, before = [[] for _ in range(n_streams)], [0] * n_streams, 0
+        for i, (obj, (offsets, size)) in enumerate(zip(objects, placed)):
+            # the group whose share of the batch's bytes holds the object's middle byte
+            g = (2 * before + size) * n_streams // (2 * total) if total else i * n_streams // len(objects)
+            g = min(g, n_streams - 1)
+            groups[g].append((obj, [used[g] + o for o in offsets]))
+            used[g] += size
+            before += size
+        return groups, used
+
     def _decode(self, slot, comp, dst_flat, places):
-        """Batched zstd of one object's chunks into their tiles of dst_flat (bytes), on the slot's
-        stream. A DecompressConfig (whose building synchronizes the stream) is built once per slot
+        """Batched zstd of one group's chunks into their tiles of dst_flat (bytes), on the group's
+        stream. A DecompressConfig (whose building synchronizes the stream) is built once per group
         and batch shape and reused, as nvCOMP allows for the same decoded sizes; its first reuse is
-        checked against a freshly configured decode (warm-up pass only)."""
+        checked against a freshly configured decode."""
         nvcomp, torch, tb = self.nvcomp, self.device.torch, self.plan.tile_bytes
         codec, stream, n = self.codecs[slot], self.streams[slot].cuda_stream, len(places)
         dst = nvcomp.as_arrays(dst_flat, [place * tb for place in places], [tb] * n, stream)
@@ -1037,55 +1085,71 @@ class AugspurgerPeer(Peer):
             self.notes.append(f"{mismatch}: configured per call")
             log(f"  augspurger: {self.notes[-1]}")
 
-    def _sample(self, t, dst_flat, main):
-        """Reads, uploads and decodes sample t into dst_flat (the sample, or the tiles buffer)."""
-        nvcomp, p = self.nvcomp, self.plan
-        objects = p.objects(t)
-        jobs = {}
-        for slot, (path, sharded, entries) in enumerate(objects):
-            if self.uploaded[slot] is not None:
-                self.uploaded[slot].synchronize()  # the slot's pinned buffer is free again
-            offsets, total = TilePlan.places(entries, self.align)
-            if total > self.pinned[slot].numel():
-                raise RuntimeError(f"sample {t}: {path} needs {total} bytes, slot {slot} has {self.pinned[slot].numel()}")
-            future = self.pool.submit(TilePlan.read, path, sharded, entries, self.pinned_np[slot], offsets)
-            jobs[future] = (slot, entries, offsets, total)
+    def _batch(self, k, objects, dst_flat, main):
+        """Reads, uploads and decodes one batch's objects into dst_flat (the batch, or the tiles
+        buffer) with buffer set k; main waits for every stream at the end."""
+        groups, used = self._groups(objects)
+        jobs, left = {}, [len(group) for group in groups]
+        for g, group in enumerate(groups):
+            if used[g] > self.pinned[k][g].numel():
+                raise RuntimeError(f"group {g} needs {used[g]} bytes, its buffers hold {self.pinned[k][g].numel()}")
+            if group and self.uploaded[k][g] is not None:
+                self.uploaded[k][g].synchronize()  # this set's pinned buffer (two batches ago) is uploaded: free
+            for (path, sharded, entries), offsets in group:
+                jobs[self.pool.submit(TilePlan.read, path, sharded, entries, self.pinned_np[k][g], offsets)] = g
         for future in concurrent.futures.as_completed(jobs):
             future.result()
-            slot, entries, offsets, total = jobs[future]
-            stream = self.streams[slot]
-            stream.wait_stream(main)  # dst's allocation, the previous sample's assembly
-            with self.device.torch.cuda.stream(stream):
-                present = [(place, n, o) for (place, off, n), o in zip(entries, offsets) if off is not None]
-                if total:
-                    self.staging[slot][:total].copy_(self.pinned[slot][:total], non_blocking=True)
-                    event = self.device.torch.cuda.Event()
-                    event.record(stream)
-                    self.uploaded[slot] = event
-                if present:
-                    comp = nvcomp.as_arrays(
-                        self.staging[slot], [o for _p, _n, o in present], [n for _p, n, _o in present], stream.cuda_stream
-                    )
-                    self._decode(slot, comp, dst_flat, [place for place, _n, _o in present])
-                for place, off, _n in entries:
-                    if off is None:
-                        dst_flat[place * p.tile_bytes : (place + 1) * p.tile_bytes].view(self.device.torch.float32).fill_(float("nan"))
+            g = jobs[future]
+            left[g] -= 1
+            if not left[g]:  # the group's last read: its GPU work goes now, while other reads go on
+                self._group(k, g, groups[g], used[g], dst_flat, main)
         for stream in self.streams:
             main.wait_stream(stream)
 
+    def _group(self, k, g, group, used, dst_flat, main):
+        """On stream g: the group's bytes pinned -> device staging, one batched decode of its present
+        chunks, NaN tiles for its absent ones."""
+        torch, tb = self.device.torch, self.plan.tile_bytes
+        stream = self.streams[g]
+        stream.wait_stream(main)  # the batch's allocation, and the previous batch's tile assembly
+        with torch.cuda.stream(stream):
+            if used:
+                # staging[k][g] was last read by stream g's decode two batches ago: stream order puts
+                # this upload after it.
+                self.staging[k][g][:used].copy_(self.pinned[k][g][:used], non_blocking=True)
+                event = torch.cuda.Event()
+                event.record(stream)
+                self.uploaded[k][g] = event
+            present, missing = [], []  # (tile, stored bytes, offset in staging); tiles
+            for (_path, _sh, entries), offsets in group:
+                for (place, off, n), o in zip(entries, offsets):
+                    if off is None:
+                        missing.append(place)
+                    else:
+                        present.append((place, n, o))
+            if present:
+                comp = self.nvcomp.as_arrays(
+                    self.staging[k][g], [o for _p, _n, o in present], [n for _p, n, _o in present], stream.cuda_stream
+                )
+                self._decode(g, comp, dst_flat, [place for place, _n, _o in present])
+            for place in missing:
+                dst_flat[place * tb : (place + 1) * tb].view(torch.float32).fill_(float("nan"))
+
     def batches(self):
         torch, s, p = self.device.torch, self.store, self.plan
+        sample_bytes = s.channels * p.gi * p.gj * p.tile_bytes  # one sample's tiles
         p.start_pass()
         main = torch.cuda.current_stream(self.device.device)
-        for t0, t1 in s.batches:
+        for k, (t0, t1) in enumerate(s.batches):
             out = self.device.empty((t1 - t0, s.channels, s.lat, s.lon))
-            for t in range(t0, t1):
-                if p.direct:
-                    self._sample(t, out[t - t0].view(torch.uint8).reshape(-1), main)
-                else:
-                    self._sample(t, self.tiles, main)
-                    _assemble_tiles(self.tiles.view(torch.float32), out[t - t0], p)
-            # `out` lives on the main stream, which waited for every slot's stream: its memory is
+            if p.direct:
+                self._batch(k % 2, self._batch_objects(t0, t1), out.view(torch.uint8).reshape(-1), main)
+            else:
+                tiles = self.tiles[: (t1 - t0) * sample_bytes]
+                self._batch(k % 2, self._batch_objects(t0, t1), tiles, main)
+                for i in range(t1 - t0):
+                    _assemble_tiles(tiles[i * sample_bytes : (i + 1) * sample_bytes].view(torch.float32), out[i], p)
+            # `out` lives on the main stream, which waited for every group's stream: its memory is
             # not handed out again before they are done with it.
             yield out
 
@@ -1209,6 +1273,7 @@ def run_isolated(peer_id, args, dataset):
         sys.executable, os.path.abspath(__file__), args.store, "--in-process", "--peers", peer_id,
         "--device", args.device, "--passes", str(args.passes), "--batch-size", str(args.batch_size),
         "--workers", str(args.workers), "--threads", str(args.threads), "--dataset", dataset,
+        "--augspurger-streams", str(args.augspurger_streams),
     ]  # fmt: skip
     base = {"peer": peer_id, "tool": peer_id, "dataset": dataset, "device": args.device}
     timeout = args.peer_timeout
@@ -1237,6 +1302,13 @@ def main():
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", type=int, default=8, help="DataLoader worker processes (xbatcher peer)")
     parser.add_argument("--threads", type=int, default=min(32, 2 * (os.cpu_count() or 1)), help="chunk reader threads")
+    parser.add_argument(
+        "--augspurger-streams",
+        type=int,
+        default=1,
+        help="CUDA streams (groups of a batch's shards) of the augspurger peer (default 1: on the H100, W1 "
+        "gave 7.05 GB/s on 1, 4.33 on 2, 2.40 on 4: each nvCOMP call costs about 45 ms more)",
+    )
     parser.add_argument("--dataset", help="name of the dataset in the output (default: the store's directory name)")
     parser.add_argument("--peer-timeout", type=float, default=600, help="seconds one peer may take")
     parser.add_argument("--deadline", type=float, help="Unix time after which no peer starts and running ones stop")

@@ -28,6 +28,7 @@
 #   CPU_PEERS=tensorstore-whole             peers delivering to host memory (empty: none)
 #   DEVICE=cuda:0                           the GPU (default cuda:0 when torch sees one, else cpu)
 #   WORKERS=8  PASSES=2  PEER_TIMEOUT=600   DataLoader workers, timed passes, seconds per peer
+#   PEER_ARGS="--augspurger-streams 2"      more options for peers.py
 #   BUDGET=540                              seconds for the whole run (default: none); what does not fit
 #                                           is reported as not run. APPEND=1 keeps earlier results.
 #   SKIP_WHEELS=1                           do not install .whl/ (use what python3 has)
@@ -185,6 +186,8 @@ for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
   zarrpipe_row "$dataset" "$dir" cpu
   common=(--passes "${PASSES:-2}" --workers "${WORKERS:-8}" --peer-timeout "${PEER_TIMEOUT:-600}" --dataset "$dataset")
   [ -n "$deadline" ] && common+=(--deadline "$deadline")
+  # shellcheck disable=SC2206 # options split on spaces, as given
+  common+=(${PEER_ARGS:-})
   say "$dataset: peers -> $device"
   python3 "$here/peers.py" "$dir" --device "$device" ${PEERS:+--peers "$PEERS"} "${common[@]}" >>"$results"
   cpu_peers=${CPU_PEERS-tensorstore-whole}

@@ -76,9 +76,10 @@ pub struct RunArgs {
     /// tables).
     #[arg(long)]
     skip_zstd_table_checks: bool,
-    /// On the GPU, streams batches decode on at once (more keep more of the GPU busy when
-    /// chunks are few and large; each holds its own nvCOMP scratch memory).
-    #[arg(long, default_value_t = 3)]
+    /// On the GPU, most batches decoding at once, each on a stream of its own (batches of
+    /// fewer chunks decode more at once, to keep about 1024 chunks in flight, at least 3
+    /// batches; each stream in use holds its own nvCOMP scratch memory).
+    #[arg(long, default_value_t = 6)]
     gpu_decode_streams: usize,
     #[command(flatten)]
     values: CollateArgs,

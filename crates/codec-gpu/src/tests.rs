@@ -7,6 +7,7 @@ use std::path::Path;
 use zarrpipe_store::Dataset;
 
 use crate::batch::{prepare, DecodePath};
+use crate::gpu::pieces;
 use crate::interpret::decode_batch;
 use crate::testing::{cases, compare_with_cpu, fetch_all, write_cases};
 
@@ -192,4 +193,48 @@ fn corrupt_zstd_tables_fail_their_chunk_when_planned() {
     }
     let unchecked = crate::frames::with_table_checks(false, || prepare(chunks, false, 0));
     assert!(unchecked.chunks[index].outcome.is_ok());
+}
+
+/// The GPU decoder lets more batches decode at once when they have fewer pieces: a shard
+/// counts its inner chunks (those read, when a request names them), anything else one.
+#[test]
+fn shards_count_their_inner_chunks_as_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = cases();
+    write_cases(dir.path(), &cases, 3);
+    let chunks = runtime().block_on(async {
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    });
+    let (mut sharded, mut plain) = (0, 0);
+    for chunk in &chunks {
+        let inner = chunk.request.variable.inner_chunks_per_shard();
+        let one = std::slice::from_ref(chunk);
+        match inner {
+            Some(count) => {
+                assert!(count > 1, "{}", chunk.request);
+                assert_eq!(pieces(one), count as usize, "{}", chunk.request);
+                let mut some = chunk.clone();
+                some.request.inner = Some(vec![0, 1]);
+                assert_eq!(pieces(&[some]), 2);
+                sharded += 1;
+            }
+            None => {
+                assert_eq!(pieces(one), 1, "{}", chunk.request);
+                plain += 1;
+            }
+        }
+    }
+    assert!(sharded > 0 && plain > 0, "{sharded} shards, {plain} chunks");
+    let expected: usize = chunks
+        .iter()
+        .map(|chunk| {
+            chunk
+                .request
+                .variable
+                .inner_chunks_per_shard()
+                .map_or(1, |n| n as usize)
+        })
+        .sum();
+    assert_eq!(pieces(&chunks), expected);
 }

@@ -3,7 +3,7 @@
 //! the decoder's stream; per-op statuses come back at the end.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -54,6 +54,9 @@ pub struct GpuDecoder {
     fault: Mutex<Option<String>>,
     /// Pinned staging memory for batches being decoded, in units of [`PINNED_UNIT`] bytes.
     pinned: Arc<tokio::sync::Semaphore>,
+    /// Batches being decoded or planned, in shares of [`DECODING_UNITS`]: a batch of few
+    /// chunks takes a smaller share, so more of them decode at once.
+    decoding: Arc<tokio::sync::Semaphore>,
     /// Last: the device's pooled memory goes back to the driver once this decoder's buffers
     /// and every other holder are gone.
     memory: Arc<DeviceMemory>,
@@ -89,6 +92,10 @@ impl std::fmt::Debug for DeviceMemory {
 
 /// The granularity of the pinned-memory budget.
 const PINNED_UNIT: usize = 1 << 16;
+
+/// The whole of the decoding budget: divisible by every count of batches up to 10, so that
+/// each of `n` batches taking `DECODING_UNITS / n` lets exactly `n` in.
+const DECODING_UNITS: usize = 5040;
 
 /// An event that can be timed against another.
 fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
@@ -134,6 +141,21 @@ fn libraries_present() -> (bool, bool) {
 struct Lane {
     stream: Arc<CudaStream>,
     temp: Mutex<Option<CudaSlice<u8>>>,
+    /// Set while a submitted batch decodes here (see [`LaneHold`]).
+    busy: Arc<AtomicBool>,
+}
+
+/// A lane taken by a batch from its submission until it is completed (or dropped): later
+/// batches go to lanes without one, so only as many lanes as batches decode at once get
+/// nvCOMP scratch memory.
+pub(super) struct LaneHold(Option<Arc<AtomicBool>>);
+
+impl Drop for LaneHold {
+    fn drop(&mut self) {
+        if let Some(busy) = self.0.take() {
+            busy.store(false, Ordering::Release);
+        }
+    }
 }
 
 /// A group whose work is enqueued; `done` completes when its statuses are on the host.
@@ -194,6 +216,7 @@ impl GpuDecoder {
                         .new_stream()
                         .map_err(cuda_error("creating a stream"))?,
                     temp: Mutex::new(None),
+                    busy: Arc::new(AtomicBool::new(false)),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -203,6 +226,7 @@ impl GpuDecoder {
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
         Ok(Self {
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODING_UNITS)),
             context: context.clone(),
             lanes,
             next_lane: AtomicUsize::new(0),
@@ -250,6 +274,39 @@ impl GpuDecoder {
             .expect("the semaphore is never closed")
     }
 
+    /// Waits until a batch of `chunks` may be planned and decoded: with fewer pieces a batch
+    /// (chunks, or shards' inner chunks), more batches decode at once
+    /// ([`GpuOptions::chunks_in_flight`]), one more being planned. Dropping the permit lets the
+    /// next in.
+    pub(crate) async fn reserve_decoding(
+        &self,
+        chunks: &[EncodedChunk],
+    ) -> tokio::sync::OwnedSemaphorePermit {
+        let batches = self.options.batches_decoding(super::pieces(chunks)) + 1;
+        let units = (DECODING_UNITS / batches).max(1) as u32;
+        self.decoding
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// A lane no batch decodes on (the first such, so the same few are reused), or the next in
+    /// turn when every lane is taken (the batch then queues behind another on its stream).
+    fn take_lane(&self) -> (&Lane, LaneHold) {
+        for lane in &self.lanes {
+            let free = lane
+                .busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+            if free {
+                return (lane, LaneHold(Some(lane.busy.clone())));
+            }
+        }
+        let next = self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len();
+        (&self.lanes[next], LaneHold(None))
+    }
+
     /// Where nvCOMP was loaded from.
     pub fn nvcomp_path(&self) -> &str {
         &self.nvcomp.path
@@ -268,7 +325,12 @@ impl GpuDecoder {
 
     /// The stream the next [`Self::submit`] decodes on, when no other thread submits between.
     pub fn next_stream(&self) -> &Arc<CudaStream> {
-        &self.lanes[self.next_lane.load(Ordering::Relaxed) % self.lanes.len()].stream
+        let free = self
+            .lanes
+            .iter()
+            .find(|lane| !lane.busy.load(Ordering::Relaxed));
+        let next = &self.lanes[self.next_lane.load(Ordering::Relaxed) % self.lanes.len()];
+        &free.unwrap_or(next).stream
     }
 
     /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
@@ -388,7 +450,7 @@ impl GpuDecoder {
             .checked_sub(plan_time)
             .unwrap_or_else(Instant::now);
         let count = chunks.len();
-        let lane = &self.lanes[self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len()];
+        let (lane, hold) = self.take_lane();
         let stream = &lane.stream;
         let output_len: usize = chunks.iter().map(output_bytes).sum();
         // SAFETY: every byte of the output a chunk owns is written by its ops before use.
@@ -410,6 +472,7 @@ impl GpuDecoder {
             pool: self.slots.clone(),
             begun: None,
             ended: None,
+            _lane: hold,
         };
         let mut next = match groups.next() {
             Some(group) => {

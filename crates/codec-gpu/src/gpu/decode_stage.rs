@@ -1,6 +1,7 @@
 //! [`GpuDecoder`] as the decode stage: each batch is planned, staged, uploaded and decoded on
-//! a blocking thread of Tokio's pool (several batches at once, one per decode stream plus one
-//! planning and uploading), and handed on once the device is done with it, its chunks checked.
+//! a blocking thread of Tokio's pool (several batches at once, more when they have fewer
+//! chunks, plus one planning and uploading), and handed on once the device is done with it,
+//! its chunks checked.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ impl BatchDecoder for GpuDecoder {
         chunks: Vec<EncodedChunk>,
     ) -> BoxFuture<'static, Result<DecodedChunks>> {
         async move {
+            let _decoding = self.reserve_decoding(&chunks).await;
             // The batch's stored bytes sit in pinned staging memory until it is decoded.
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;
@@ -52,7 +54,8 @@ impl BatchDecoder for GpuDecoder {
         .boxed()
     }
 
-    /// One batch per decode stream, and one more planning and uploading.
+    /// One batch per decode stream, and one more planning and uploading; batches of many
+    /// chunks are held to fewer ([`GpuOptions::chunks_in_flight`](crate::GpuOptions)).
     fn batches_in_flight(&self) -> usize {
         self.options().decode_streams.max(1) + 1
     }

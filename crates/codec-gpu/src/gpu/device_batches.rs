@@ -8,7 +8,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
-use super::cuda::{cuda_error, DeviceMemory, InFlight};
+use super::cuda::{cuda_error, DeviceMemory, InFlight, LaneHold};
 use super::slots::SlotPool;
 use super::{BatchTimings, DeviceChunk};
 use crate::batch::{Prepared, PreparedChunk};
@@ -54,6 +54,8 @@ pub struct PendingBatch {
     /// group's work (the batch's device time lies between).
     pub(super) begun: Option<CudaEvent>,
     pub(super) ended: Option<CudaEvent>,
+    /// The lane the batch decodes on, free again once the batch is completed or dropped.
+    pub(super) _lane: LaneHold,
 }
 
 /// A batch planned on the CPU ([`GpuDecoder::plan`]): frames read and checked, CPU
