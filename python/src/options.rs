@@ -52,6 +52,9 @@ pub(crate) struct Config {
     pub gpu_tensor_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_pinned_memory: Option<usize>,
+    /// GPU pipelines: most batches decoding on the GPU at once (`GpuOptions::decode_streams`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub gpu_decode_streams: Option<usize>,
     /// GPU pipelines: where chunks are decoded (default: the GPU; also the CPU, split between
     /// both by their rates, or `auto` with an optional `gpu_share`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -96,6 +99,7 @@ const KEYS: &[&str] = &[
     "cpu_decode_threads",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
+    "gpu_decode_streams",
     "decode_on",
     "gpu_share",
 ];
@@ -268,12 +272,18 @@ impl Config {
             cpu_decode_threads: get(options, "cpu_decode_threads")?,
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
+            gpu_decode_streams: get(options, "gpu_decode_streams")?,
             decode_on,
             channel_inputs: (None, None),
         };
         if config.history.is_some() && config.leads.is_empty() {
             return Err(PyValueError::new_err(
                 "`history` needs `leads` (the target steps ahead)",
+            ));
+        }
+        if config.gpu_decode_streams == Some(0) {
+            return Err(PyValueError::new_err(
+                "`gpu_decode_streams` must be at least 1 (batches decoding on the GPU at once)",
             ));
         }
         if config.device == Device::Cpu && config.dtype != TensorDType::F32 {

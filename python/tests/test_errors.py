@@ -46,6 +46,7 @@ def test_missing_variable_names_the_variable_and_the_choices():
         (dict(dtype="bfloat16"), ValueError, "float32"),
         (dict(device="tpu:0"), ValueError, "device"),
         (dict(history=2), ValueError, "leads"),
+        (dict(gpu_decode_streams=0), ValueError, "gpu_decode_streams"),
         (dict(batch_size="eight"), TypeError, "batch_size"),
     ],
 )

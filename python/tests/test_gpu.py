@@ -53,12 +53,14 @@ def cpu_batches(path, **options):
 
 @pytest.mark.parametrize("decode_on", ["gpu", "cpu", "split", "auto"])
 @pytest.mark.parametrize("name", ["xr_v2", "xr_v3"])
-def test_gpu_batches_equal_the_cpu_path_bit_for_bit(torch, name, decode_on):
+@pytest.mark.parametrize("streams", [None, 1])
+def test_gpu_batches_equal_the_cpu_path_bit_for_bit(torch, name, decode_on, streams):
     path = store(name)
     stats = zarrpipe.stats(path, OPTIONS["variables"])
     extra = dict(normalize=stats, nan_mask=True, latitude_weights="latitude")
     want = cpu_batches(path, **extra)
-    pipe = zarrpipe.Pipeline(path, device="cuda:0", decode_on=decode_on, **OPTIONS, **extra)
+    pipe = zarrpipe.Pipeline(path, device="cuda:0", decode_on=decode_on, gpu_decode_streams=streams,
+                             **OPTIONS, **extra)
     got = list(pipe)
     assert len(got) == len(want) == len(pipe)
     for gpu, cpu in zip(got, want):
