@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use zarrpipe_store::Dataset;
+use zarrpipe_store::{Dataset, EncodedChunk};
 
 use crate::batch::{prepare, DecodePath};
 use crate::gpu::pieces;
@@ -18,15 +18,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Every chunk of the generated cases, written into `dir` with `seed`.
+fn generated_chunks(dir: &Path, seed: u64) -> Vec<EncodedChunk> {
+    write_cases(dir, &cases(), seed);
+    runtime().block_on(async {
+        let dataset = Dataset::open(dir.to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    })
+}
+
 #[test]
 fn generated_cases_plan_to_the_cpu_result() {
     let dir = tempfile::tempdir().unwrap();
-    let cases = cases();
-    write_cases(dir.path(), &cases, 11);
-    let chunks = runtime().block_on(async {
-        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
-        fetch_all(&dataset).await
-    });
+    let chunks = generated_chunks(dir.path(), 11);
     // Which chunks leave the GPU path, and why: only blosclz frames may.
     let prepared = prepare(chunks.clone(), false, 0);
     for chunk in &prepared.chunks {
@@ -200,12 +204,7 @@ fn corrupt_zstd_tables_fail_their_chunk_when_planned() {
 #[test]
 fn shards_count_their_inner_chunks_as_pieces() {
     let dir = tempfile::tempdir().unwrap();
-    let cases = cases();
-    write_cases(dir.path(), &cases, 3);
-    let chunks = runtime().block_on(async {
-        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
-        fetch_all(&dataset).await
-    });
+    let chunks = generated_chunks(dir.path(), 3);
     let (mut sharded, mut plain) = (0, 0);
     for chunk in &chunks {
         let inner = chunk.request.variable.inner_chunks_per_shard();
