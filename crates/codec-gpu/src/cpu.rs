@@ -27,6 +27,15 @@ impl CpuDecoder {
         Self { pool: Some(pool) }
     }
 
+    /// The threads chunks decode on: its pool's, or rayon's global pool's.
+    pub fn threads(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |pool| {
+                pool.current_num_threads()
+            })
+    }
+
     fn spawn(&self, task: impl FnOnce() + Send + 'static) {
         match &self.pool {
             Some(pool) => pool.spawn(task),

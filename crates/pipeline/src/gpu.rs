@@ -68,10 +68,7 @@ impl GpuDevice {
             return Ok(split.clone());
         }
         let cpu = Arc::new(yielding_cpu_decoder(cpu_threads, "split")?);
-        let threads = match cpu_threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+        let threads = cpu.threads();
         let split = Arc::new(
             SplitDecoder::new(cpu, self.decoder.clone(), policy).with_cpu_threads(threads),
         );

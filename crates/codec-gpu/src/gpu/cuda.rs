@@ -226,7 +226,6 @@ impl GpuDecoder {
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
         Ok(Self {
-            decoding: Arc::new(tokio::sync::Semaphore::new(DECODING_UNITS)),
             context: context.clone(),
             lanes,
             next_lane: AtomicUsize::new(0),
@@ -237,6 +236,7 @@ impl GpuDecoder {
             slots: SlotPool::default(),
             fault: Mutex::new(None),
             pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODING_UNITS)),
             memory: Arc::new(DeviceMemory {
                 context: context.clone(),
             }),
