@@ -491,3 +491,47 @@ async fn the_program_reads_s3_urls() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_fetched_side_by_side_read_the_oldest_batch_first() {
+    let dir = tempfile::tempdir().unwrap();
+    small_w1(dir.path(), None);
+    let Some(http) = Loopback::http(dir.path().to_path_buf()).await else {
+        return;
+    };
+    let dataset = Dataset::open(&http.http_url("w1.zarr")).await.unwrap();
+    // Every chunk of the store (80: more than the 32 futures a poll reaches), in three
+    // batches fetched at once, one read at a time; the first read is slow.
+    let requests: Vec<ChunkRequest> = dataset
+        .data_variables()
+        .flat_map(|variable| {
+            let variable = variable.clone();
+            variable
+                .every_chunk()
+                .map(move |indices| ChunkRequest::new(variable.clone(), indices))
+        })
+        .collect();
+    assert_eq!(requests.len(), 80);
+    let expected: Vec<String> = requests
+        .iter()
+        .map(|request| format!("GET /w1.zarr/{}", request.key()))
+        .collect();
+    let batches = requests
+        .chunks(34)
+        .enumerate()
+        .map(|(index, batch)| zarrpipe::core::Staged::new(index as u64, (), batch.to_vec()));
+    http.faults.inject(
+        &expected[0]["GET ".len()..],
+        Fault::Delay(Duration::from_millis(300)),
+        1,
+    );
+    let before = http.faults.log().len();
+    let fetched: Vec<_> = stream::iter(batches.collect::<Vec<_>>())
+        .fetch_batches(3, 1)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(fetched.len(), 3);
+    // The server saw the chunks in order: no later batch read while an earlier one waited.
+    assert_eq!(http.faults.log()[before..], expected[..]);
+}

@@ -342,8 +342,8 @@ class Pipeline:
       batches decoding on the GPU at once (default 6; batches of many chunks decode 3 at a
       time): each holds its decoded output and nvCOMP's scratch memory in device memory, so
       fewer leave more to the model (W1 of 64 steps on the H100: 21.0 GiB at 6, 12.3 at 3).
-    - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight per
-      batch. Store access: ``store_options`` (``{"anonymous":
+    - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight at
+      once (the oldest batch's first). Store access: ``store_options`` (``{"anonymous":
       True, "endpoint": ...}``), ``cache_dir`` / ``cache_size`` (bytes), ``max_requests``,
       ``timeout`` (seconds), ``retries``.
     - ``tensors``: ``"auto"`` (torch tensors if torch is installed), ``"torch"`` or ``"raw"``

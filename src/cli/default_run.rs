@@ -30,6 +30,10 @@ pub struct RunArgs {
     /// Batches loaded ahead of the consumer.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
+    /// Chunk reads in flight at once, shared by the batches being fetched, the oldest
+    /// batch's first.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    fetch_concurrency: usize,
     /// On the GPU, most stored bytes of the batches being decoded (held in pinned host
     /// memory), e.g. 2G; past it the next batch waits for older ones.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
@@ -338,6 +342,7 @@ where
         // pass (benches/peers/peers.py, `measure`): from building its stream, through the
         // first batch's wait, to the stream dropped after the last batch.
         let started = Instant::now();
+        tracing::debug!(target: "zarrpipe::timeline", "pass {pass} starting");
         let mut batches = build(layout.clone()).await?;
         if batches.num_batches() == 0 {
             anyhow::bail!("{}", empty_epoch(&batches));
@@ -392,6 +397,7 @@ fn pipeline(
         .batch_size(args.windows.batch_size)
         .missing(args.windows.missing.into())
         .prefetch(args.prefetch)
+        .fetch_concurrency(args.fetch_concurrency)
         .decode_on(match decode {
             Decode::Cpu => DecodeOn::Cpu,
             Decode::Gpu => DecodeOn::Gpu,
@@ -435,6 +441,7 @@ async fn run_epoch<P: Place>(
     while let Some(batch) = batches.try_next().await? {
         // A training step would consume `batch.inputs` here.
         consume(std::hint::black_box(&batch))?;
+        tracing::debug!(target: "zarrpipe::timeline", "batch {} delivered", batch.index);
         if let Some(rate) = consumer_rate {
             let busy = batch.tensor_bytes() as f64 / rate;
             tokio::time::sleep(std::time::Duration::from_secs_f64(busy)).await;
@@ -569,7 +576,7 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
     // The stage times add up every chunk's time while many are in flight at once, so they
     // can exceed the epoch's wall time: they say where the work went, not how long it took.
     println!(
-        "work per stage, added up over the chunks in flight at once (not comparable with the {seconds:.2} s above): fetch {:.2} s (queueing included), decode {:.2} s, collate {:.2} s",
+        "work per stage, added up over the chunks in flight at once (not comparable with the {seconds:.2} s above): fetch {:.2} s, decode {:.2} s, collate {:.2} s",
         metrics.fetch_busy.as_secs_f64(),
         metrics.decode_busy.as_secs_f64(),
         metrics.collate_busy.as_secs_f64(),

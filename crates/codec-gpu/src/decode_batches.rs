@@ -28,7 +28,9 @@ where
         async move {
             let mut batch = batch.map_err(Into::into)?;
             let chunks = std::mem::take(&mut batch.payload);
+            tracing::debug!(target: "zarrpipe::timeline", "batch {} decoding", batch.index);
             let decoded = decoder.decode_chunks(chunks).await?;
+            tracing::debug!(target: "zarrpipe::timeline", "batch {} decoded", batch.index);
             let mut batch = batch.with_payload(decoded);
             batch.stats += batch.payload.stats();
             Ok(batch)

@@ -31,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+mod backlog;
 // Planning GPU batches is plain Rust, built and unit-tested everywhere (against a CPU
 // interpreter); without `cuda` only the tests use it.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

@@ -21,6 +21,7 @@ use futures::FutureExt;
 use zarrpipe_core::{Pace, PaceDelta};
 use zarrpipe_store::EncodedChunk;
 
+use crate::backlog::Backlog;
 use crate::occupancy::{Occupancy, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
@@ -66,8 +67,8 @@ pub struct SplitDecoder {
     cpu: Arc<dyn BatchDecoder>,
     gpu: Arc<dyn BatchDecoder>,
     policy: SplitPolicy,
-    /// The GPU's share of a kind before both sides have decoded some of it.
-    prior_gpu_share: f64,
+    /// The sides' rates before both have decoded some of a kind.
+    prior: Rates,
     pace: Arc<Pace>,
     state: Mutex<SplitState>,
 }
@@ -97,19 +98,29 @@ struct Rates {
 }
 
 impl Rates {
-    /// The GPU's share of this kind's bytes that makes both sides finish together; `prior`
-    /// until both sides are measured.
-    fn balanced_gpu_share(&self, prior: f64) -> f64 {
-        match (self.cpu, self.gpu) {
-            (Some(cpu), Some(gpu)) if cpu + gpu > 0.0 => gpu / (cpu + gpu),
-            _ => prior,
+    /// The measured `(cpu, gpu)` rates; `prior`'s until both sides are measured.
+    fn or(&self, prior: &Rates) -> (f64, f64) {
+        match (self.cpu, self.gpu, prior.cpu, prior.gpu) {
+            (Some(cpu), Some(gpu), _, _) if cpu + gpu > 0.0 => (cpu, gpu),
+            (_, _, Some(cpu), Some(gpu)) => (cpu, gpu),
+            _ => (0.0, 1.0),
         }
+    }
+
+    /// The GPU's share of this kind's bytes that makes both sides finish together when
+    /// neither has work queued; `prior`'s until both sides are measured.
+    fn balanced_gpu_share(&self, prior: &Rates) -> f64 {
+        let (cpu, gpu) = self.or(prior);
+        gpu / (cpu + gpu)
     }
 }
 
-/// The GPU's share before any measurement, with the CPU side on `cpu_threads` threads.
-fn prior_gpu_share(cpu_threads: usize) -> f64 {
-    PRIOR_GPU_RATE / (PRIOR_GPU_RATE + PRIOR_CPU_THREAD_RATE * cpu_threads.max(1) as f64)
+/// The rates before any measurement, with the CPU side on `cpu_threads` threads.
+fn prior_rates(cpu_threads: usize) -> Rates {
+    Rates {
+        cpu: Some(PRIOR_CPU_THREAD_RATE * cpu_threads.max(1) as f64),
+        gpu: Some(PRIOR_GPU_RATE),
+    }
 }
 
 #[derive(Debug)]
@@ -117,6 +128,8 @@ struct SplitState {
     rates: HashMap<Kind, Rates>,
     /// Parts in flight on each side: `[cpu, gpu]`.
     occupancy: [Occupancy; 2],
+    /// Work shared out to each side and not yet finished.
+    backlog: Backlog,
     /// Auto: the fraction of the balanced GPU share the GPU takes now (0 = CPU only).
     throttle: f64,
     /// What the measured rates miss (a GPU part's fixed costs, sides slowing each other):
@@ -129,10 +142,12 @@ struct SplitState {
     gpu_time: Duration,
 }
 
-/// One batch's chunks, shared out, with their kinds.
+/// One batch's chunks, shared out, and the seconds of work each side was given:
+/// `[cpu, gpu]`.
 struct Shares {
     cpu: Vec<EncodedChunk>,
     gpu: Vec<EncodedChunk>,
+    seconds: [f64; 2],
 }
 
 impl SplitDecoder {
@@ -152,7 +167,7 @@ impl SplitDecoder {
             cpu,
             gpu,
             policy,
-            prior_gpu_share: prior_gpu_share(PRIOR_CPU_THREADS),
+            prior: prior_rates(PRIOR_CPU_THREADS),
             pace: Arc::new(Pace::default()),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
@@ -160,6 +175,7 @@ impl SplitDecoder {
                     Occupancy::new(Instant::now()),
                     Occupancy::new(Instant::now()),
                 ],
+                backlog: Backlog::default(),
                 throttle,
                 cpu_weight: 1.0,
                 seen: PaceDelta::default(),
@@ -172,7 +188,7 @@ impl SplitDecoder {
     /// The CPU side decodes on `threads` threads: the share its first batches get, before
     /// its rate is measured.
     pub fn with_cpu_threads(mut self, threads: usize) -> Self {
-        self.prior_gpu_share = prior_gpu_share(threads);
+        self.prior = prior_rates(threads);
         self
     }
 
@@ -206,13 +222,10 @@ impl SplitDecoder {
         (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
     }
 
-    /// The GPU's share of a kind's chunks with `rates`: balanced, leant by the CPU's weight,
-    /// throttled by the policy.
+    /// The GPU's share of a kind's chunks with `rates` with nothing queued: balanced, leant
+    /// by the CPU's weight, throttled by the policy.
     fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
-        lean(
-            rates.balanced_gpu_share(self.prior_gpu_share),
-            state.cpu_weight,
-        ) * state.throttle
+        lean(rates.balanced_gpu_share(&self.prior), state.cpu_weight) * state.throttle
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SplitState> {
@@ -248,17 +261,38 @@ impl SplitDecoder {
         let mut shares = Shares {
             cpu: Vec::new(),
             gpu: Vec::new(),
+            seconds: [0.0; 2],
         };
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
-            let gpu_share = self.gpu_share(&rates, &state);
-            let to_gpu = (chunks.len() as f64 * gpu_share).round() as usize;
-            shares.gpu.extend(chunks.drain(chunks.len() - to_gpu..));
+            let (cpu_rate, gpu_rate) = rates.or(&self.prior);
+            // The CPU's rate counted `cpu_weight` times, as in `lean`.
+            let cpu_rate = cpu_rate * state.cpu_weight;
+            let to_gpu = gpu_chunks(
+                chunks.len(),
+                kind.decoded_bytes,
+                (cpu_rate, gpu_rate),
+                &state.backlog,
+                state.throttle,
+            );
+            let to_cpu = chunks.len() - to_gpu;
+            let seconds = |count: usize, rate: f64| match rate > 0.0 {
+                true => (count as u64 * kind.decoded_bytes) as f64 / rate,
+                false => 0.0,
+            };
+            let given = [seconds(to_cpu, cpu_rate), seconds(to_gpu, gpu_rate)];
+            for side in [Side::Cpu, Side::Gpu] {
+                state.backlog.add(side as usize, given[side as usize]);
+                shares.seconds[side as usize] += given[side as usize];
+            }
+            shares.gpu.extend(chunks.drain(to_cpu..));
             shares.cpu.extend(chunks);
         }
         tracing::debug!(
             cpu = shares.cpu.len(),
             gpu = shares.gpu.len(),
+            cpu_queued_ms = 1e3 * state.backlog.0[0],
+            gpu_queued_ms = 1e3 * state.backlog.0[1],
             throttle = state.throttle,
             cpu_weight = state.cpu_weight,
             "split: a batch shared out"
@@ -308,6 +342,7 @@ impl SplitDecoder {
         self: &Arc<Self>,
         side: Side,
         chunks: Vec<EncodedChunk>,
+        _queued: Queued,
     ) -> Result<Option<(DecodedChunks, Instant)>> {
         if chunks.is_empty() {
             return Ok(None);
@@ -358,6 +393,38 @@ impl Drop for PartInFlight<'_> {
             self.split.lock().occupancy[self.side as usize].finish(start, Instant::now());
         }
     }
+}
+
+/// A side's share of one batch, counted in its backlog until decoded, failed or dropped.
+struct Queued {
+    split: Arc<SplitDecoder>,
+    side: Side,
+    seconds: f64,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let mut state = self.split.lock();
+        state.backlog.remove(self.side as usize, self.seconds);
+    }
+}
+
+/// How many of `count` chunks of `decoded_bytes` each go to the GPU, with the sides'
+/// `(cpu, gpu)` rates and their queued work: both sides finish together
+/// ([`Backlog::cpu_bytes`]), then the GPU's share is throttled by the policy.
+fn gpu_chunks(
+    count: usize,
+    decoded_bytes: u64,
+    (cpu_rate, gpu_rate): (f64, f64),
+    backlog: &Backlog,
+    throttle: f64,
+) -> usize {
+    let bytes = count as f64 * decoded_bytes as f64;
+    let gpu_share = match bytes > 0.0 {
+        true => 1.0 - backlog.cpu_bytes(bytes, cpu_rate, gpu_rate) / bytes,
+        false => gpu_rate / (cpu_rate + gpu_rate).max(f64::MIN_POSITIVE),
+    };
+    ((count as f64 * gpu_share * throttle).round() as usize).min(count)
 }
 
 /// Records a part's `rate` in the rates of the kinds its chunks had, once per kind: applied
@@ -411,10 +478,16 @@ impl BatchDecoder for SplitDecoder {
         chunks: Vec<EncodedChunk>,
     ) -> BoxFuture<'static, Result<DecodedChunks>> {
         let shares = self.share(chunks);
+        let queued = |side: Side| Queued {
+            split: self.clone(),
+            side,
+            seconds: shares.seconds[side as usize],
+        };
+        let (cpu_queued, gpu_queued) = (queued(Side::Cpu), queued(Side::Gpu));
         async move {
             let (cpu, gpu) = futures::try_join!(
-                self.decode_side(Side::Cpu, shares.cpu),
-                self.decode_side(Side::Gpu, shares.gpu)
+                self.decode_side(Side::Cpu, shares.cpu, cpu_queued),
+                self.decode_side(Side::Gpu, shares.gpu, gpu_queued)
             )?;
             self.weigh(
                 cpu.as_ref().map(|(_, done)| *done),
@@ -485,20 +558,19 @@ mod tests {
     #[test]
     fn the_first_batches_follow_the_cpu_sides_threads() {
         assert!(
-            (prior_gpu_share(16) - 0.748).abs() < 0.001,
-            "{}",
-            prior_gpu_share(16)
+            (Rates::default().balanced_gpu_share(&prior_rates(16)) - 0.748).abs() < 0.001,
+            "{:?}",
+            prior_rates(16)
         );
         let four = split(SplitPolicy::Balanced).with_cpu_threads(4);
-        assert!((four.prior_gpu_share - 0.922).abs() < 0.001);
-        assert_eq!(prior_gpu_share(0), prior_gpu_share(1));
+        assert!((Rates::default().balanced_gpu_share(&four.prior) - 0.922).abs() < 0.001);
+        assert_eq!(prior_rates(0).cpu, prior_rates(1).cpu);
         // Measured rates replace the prior.
         let measured = Rates {
             cpu: Some(1e9),
             gpu: Some(3e9),
         };
-        assert_eq!(measured.balanced_gpu_share(four.prior_gpu_share), 0.75);
-        assert_eq!(Rates::default().balanced_gpu_share(0.5), 0.5);
+        assert_eq!(measured.balanced_gpu_share(&four.prior), 0.75);
     }
 
     #[test]
@@ -525,5 +597,22 @@ mod tests {
         split.weigh(Some(t0), None);
         split.weigh(None, Some(t0));
         assert_eq!(split.lock().cpu_weight, 1.0);
+    }
+
+    #[test]
+    fn a_batch_gives_a_side_less_while_it_has_work_queued() {
+        let rates = (1e9, 3e9);
+        let idle = Backlog::default();
+        // 100 chunks of 1 MB: the balanced quarter to the CPU.
+        assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 1.0), 75);
+        // The CPU still has 50 ms queued: fewer for it.
+        let cpu_behind = Backlog([0.05, 0.0]);
+        assert!(gpu_chunks(100, 1 << 20, rates, &cpu_behind, 1.0) > 75);
+        // Queued past the GPU's time for the whole batch: none for it.
+        let far_behind = Backlog([1.0, 0.0]);
+        assert_eq!(gpu_chunks(100, 1 << 20, rates, &far_behind, 1.0), 100);
+        // Auto's throttle still scales the GPU's share down.
+        assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 0.0), 0);
+        assert_eq!(gpu_chunks(0, 1 << 20, rates, &idle, 1.0), 0);
     }
 }

@@ -23,7 +23,12 @@ where
         limit,
         move |batch: std::result::Result<DecodedBatch, E>| {
             let collator = collator.clone();
-            async move { collator.collate_batch(batch.map_err(Into::into)?).await }.boxed()
+            async move {
+                let batch = collator.collate_batch(batch.map_err(Into::into)?).await?;
+                tracing::debug!(target: "zarrpipe::timeline", "batch {} collated", batch.index);
+                Ok(batch)
+            }
+            .boxed()
         },
     )
 }

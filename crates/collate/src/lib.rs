@@ -15,7 +15,7 @@
 //! let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &WindowSpec::new())?);
 //! let batcher = Batcher::new(layout.clone(), 2, false)?;
 //! let batches: Vec<Batch> = stream::iter(batcher.read_plans())
-//!     .fetch_batches(2, 64)                           // 2 batches at once, 64 reads each
+//!     .fetch_batches(2, 64)                           // 2 batches at once, 64 reads in all
 //!     .decode_batches(Arc::new(CpuDecoder::new()))    // or the GPU's decoder
 //!     .collate_batches(Arc::new(HostCollator::new(layout)))
 //!     .try_collect()

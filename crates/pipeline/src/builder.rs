@@ -284,7 +284,8 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
-    /// Chunk reads in flight per batch (default 64).
+    /// Chunk reads in flight at once (default 64), shared by the batches being fetched, the
+    /// oldest batch's first.
     pub fn fetch_concurrency(mut self, reads: usize) -> Self {
         self.config.fetch_concurrency = reads.max(1);
         self

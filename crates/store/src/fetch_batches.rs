@@ -1,10 +1,19 @@
 //! The fetch stage at batch level: each batch's chunk requests become its encoded chunks.
+//!
+//! The batches being fetched share one queue of reads, served in order: every read of a batch
+//! queues before any of the next batch's. The oldest batch is then complete first and goes on
+//! to be decoded while the later ones are read. (Reading batches side by side, each with reads
+//! of its own, finished them all at about the same time: on the H100 host, W1 of 64 steps went
+//! from 15-18 GB/s to 22 GB/s once one batch was read at a time.)
 
-use futures::stream::{self, Stream, TryStreamExt};
+use std::sync::Arc;
+
+use futures::stream::Stream;
 use futures::FutureExt;
+use tokio::sync::Semaphore;
 use zarrpipe_core::{StageStream, Staged};
 
-use crate::{ChunkRequest, EncodedChunk, FetchExt, Result};
+use crate::{fetch_chunk, ChunkRequest, EncodedChunk, Result};
 
 /// Stream returned by [`FetchBatchesExt::fetch_batches`](crate::FetchBatchesExt::fetch_batches).
 pub type FetchBatches<St, M> = StageStream<St, Result<Staged<M, Vec<EncodedChunk>>>>;
@@ -12,22 +21,33 @@ pub type FetchBatches<St, M> = StageStream<St, Result<Staged<M, Vec<EncodedChunk
 pub(crate) fn fetch_batches<St, M>(
     batches: St,
     batches_at_once: usize,
-    reads_per_batch: usize,
+    reads: usize,
 ) -> FetchBatches<St, M>
 where
     St: Stream<Item = Staged<M, Vec<ChunkRequest>>>,
     M: Send + 'static,
 {
+    // Tokio's semaphore is fair: reads start in the order they queued.
+    let reads = Arc::new(Semaphore::new(reads.max(1)));
     StageStream::new(
         batches,
         batches_at_once,
         move |mut batch: Staged<M, Vec<ChunkRequest>>| {
+            let reads = reads.clone();
             async move {
                 let requests = std::mem::take(&mut batch.payload);
-                let chunks: Vec<EncodedChunk> = stream::iter(requests)
-                    .fetch(reads_per_batch)
-                    .try_collect()
-                    .await?;
+                tracing::debug!(target: "zarrpipe::timeline", "batch {} fetching", batch.index);
+                // Every read of the batch queues at its first poll (which polls each future
+                // once), before the next batch's: the test of this order has batches of more
+                // chunks than one poll of `FuturesUnordered` used to reach (32).
+                let fetches = requests.into_iter().map(|request| {
+                    let reads = reads.clone();
+                    async move {
+                        let _read = reads.acquire_owned().await.expect("never closed");
+                        fetch_chunk(request).await
+                    }
+                });
+                let chunks = futures::future::try_join_all(fetches).await?;
                 let mut batch = batch.with_payload(chunks);
                 for chunk in &batch.payload {
                     batch.stats.chunks += 1;
@@ -35,6 +55,13 @@ where
                     batch.stats.stored_bytes += chunk.stored_len() as u64;
                     batch.stats.fetch_busy += chunk.fetch_time;
                 }
+                tracing::debug!(
+                    target: "zarrpipe::timeline",
+                    "batch {} fetched: {} chunks, {} stored bytes",
+                    batch.index,
+                    batch.stats.chunks,
+                    batch.stats.stored_bytes
+                );
                 Ok(batch)
             }
             .boxed()

@@ -66,14 +66,14 @@ impl<St: Stream<Item = ChunkRequest>> FetchExt for St {}
 /// The fetch stage at batch level: for a stream of batches (each a [`Staged`] holding its
 /// chunk requests, as a batcher's read plans give them).
 pub trait FetchBatchesExt<M>: Stream<Item = Staged<M, Vec<ChunkRequest>>> + Sized {
-    /// Reads each batch's chunks, `batches_at_once` batches at once and up to
-    /// `reads_per_batch` chunks of each, in order; the batch's stats count the chunks, their
-    /// stored bytes and read time.
-    fn fetch_batches(self, batches_at_once: usize, reads_per_batch: usize) -> FetchBatches<Self, M>
+    /// Reads each batch's chunks, `batches_at_once` batches at once sharing `reads` chunk
+    /// reads in flight, the oldest batch's first (so batches complete in order, one after
+    /// another); the batch's stats count the chunks, their stored bytes and read time.
+    fn fetch_batches(self, batches_at_once: usize, reads: usize) -> FetchBatches<Self, M>
     where
         M: Send + 'static,
     {
-        fetch_batches::fetch_batches(self, batches_at_once, reads_per_batch)
+        fetch_batches::fetch_batches(self, batches_at_once, reads)
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`GpuDecoder`] as the decode stage: each batch is planned, staged, uploaded and decoded on
 //! a blocking thread of Tokio's pool (several batches at once, more when they have fewer
-//! chunks, plus one planning and uploading), and handed on once the device is done with it,
-//! its chunks checked.
+//! chunks; one at a time planned and staged, in order), and handed on once the device is done
+//! with it, its chunks checked.
 
 use std::sync::Arc;
 
@@ -22,10 +22,13 @@ impl BatchDecoder for GpuDecoder {
             // The batch's stored bytes sit in pinned staging memory until it is decoded.
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;
+            let preparing = self.reserve_preparing().await;
             let decoded = tokio::task::spawn_blocking(move || {
                 let count = chunks.len();
                 let planned = self.plan(chunks);
-                let pending = self.submit_planned(planned)?;
+                let pending = self.submit_planned(planned);
+                drop(preparing);
+                let pending = pending?;
                 tracing::debug!(target: "zarrpipe::gpu", "batch of {count} chunks submitted");
                 let decoded = self.complete(pending);
                 if let Ok(batch) = &decoded {
