@@ -26,15 +26,16 @@ impl Backlog {
     /// `0..=bytes`. With nothing queued, the balanced share `bytes * cpu_rate / (cpu_rate +
     /// gpu_rate)`.
     pub(crate) fn cpu_bytes(&self, bytes: f64, cpu_rate: f64, gpu_rate: f64) -> f64 {
-        if !(cpu_rate > 0.0) {
-            return 0.0;
+        // A rate that is not positive (or NaN) leaves that side out.
+        match (cpu_rate > 0.0, gpu_rate > 0.0) {
+            (false, _) => 0.0,
+            (true, false) => bytes,
+            (true, true) => {
+                let [cpu_queued, gpu_queued] = self.0;
+                let both = cpu_rate * gpu_rate / (cpu_rate + gpu_rate);
+                (both * (gpu_queued - cpu_queued + bytes / gpu_rate)).clamp(0.0, bytes)
+            }
         }
-        if !(gpu_rate > 0.0) {
-            return bytes;
-        }
-        let [cpu_queued, gpu_queued] = self.0;
-        let both = cpu_rate * gpu_rate / (cpu_rate + gpu_rate);
-        (both * (gpu_queued - cpu_queued + bytes / gpu_rate)).clamp(0.0, bytes)
     }
 }
 

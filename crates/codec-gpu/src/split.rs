@@ -228,6 +228,17 @@ impl SplitDecoder {
         lean(rates.balanced_gpu_share(&self.prior), state.cpu_weight) * state.throttle
     }
 
+    /// The queued work a batch is shared out by: all of it when balanced; none under auto,
+    /// which keeps the CPU first. Its CPU side always has work queued (the GPU helps only while
+    /// the consumer waits), so counting it sent whole batches to the GPU once throttled up
+    /// (setup A in fp32 on the H100: 10.3% of the GPU's time, against 3.0-3.4% without).
+    fn backlog_to_share_by(&self, state: &SplitState) -> Backlog {
+        match self.policy {
+            SplitPolicy::Balanced => state.backlog,
+            SplitPolicy::Auto { .. } => Backlog::default(),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, SplitState> {
         self.state
             .lock()
@@ -272,7 +283,7 @@ impl SplitDecoder {
                 chunks.len(),
                 kind.decoded_bytes,
                 (cpu_rate, gpu_rate),
-                &state.backlog,
+                &self.backlog_to_share_by(&state),
                 state.throttle,
             );
             let to_cpu = chunks.len() - to_gpu;
@@ -614,5 +625,19 @@ mod tests {
         // Auto's throttle still scales the GPU's share down.
         assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 0.0), 0);
         assert_eq!(gpu_chunks(0, 1 << 20, rates, &idle, 1.0), 0);
+    }
+
+    #[test]
+    fn auto_shares_out_as_if_nothing_were_queued() {
+        for (policy, counted) in [
+            (SplitPolicy::Balanced, true),
+            (SplitPolicy::Auto { gpu_share: None }, false),
+        ] {
+            let split = split(policy);
+            split.lock().backlog.add(Side::Cpu as usize, 0.5);
+            let state = split.lock();
+            let shared_by = split.backlog_to_share_by(&state);
+            assert_eq!(shared_by != Backlog::default(), counted, "{policy:?}");
+        }
     }
 }
