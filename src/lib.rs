@@ -42,8 +42,10 @@ pub mod stats;
 /// The bound on a tokio runtime's blocking threads that the `zarrpipe` program sets. Local
 /// files are read on blocking threads (object_store's `LocalFileSystem`), one per read in
 /// flight, and tokio's default allows 512; with up to 64 reads per batch and several batches
-/// ahead, a soak run kept about 200 threads alive, and with mimalloc (a heap per thread) about
-/// 2 GB resident on the small sample. Reads beyond the bound wait their turn.
+/// ahead (before the batches being fetched shared 64 reads), a soak run kept about 200 threads
+/// alive, and with mimalloc (a heap per thread) about 2 GB resident on the small sample. Reads
+/// beyond the bound wait their turn; each GPU batch holds one while it is planned, staged and
+/// decoded.
 pub const MAX_BLOCKING_THREADS: usize = 32;
 
 /// An error and its causes on one line, `outer: cause: root cause`. A cause whose text the
