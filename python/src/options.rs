@@ -48,6 +48,9 @@ pub(crate) struct Config {
     pub fetch_concurrency: Option<usize>,
     /// GPU pipelines: threads decoding on the CPU (`cpu`, `split`, `auto`).
     pub cpu_decode_threads: Option<usize>,
+    /// Processes on this host running pipelines (torchrun's `LOCAL_WORLD_SIZE`): the default
+    /// CPU decode threads take this one's share of the cores.
+    pub processes_on_host: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_tensor_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -97,6 +100,7 @@ const KEYS: &[&str] = &[
     "retries",
     "fetch_concurrency",
     "cpu_decode_threads",
+    "processes_on_host",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
     "gpu_decode_streams",
@@ -270,6 +274,7 @@ impl Config {
             store,
             fetch_concurrency: get(options, "fetch_concurrency")?,
             cpu_decode_threads: get(options, "cpu_decode_threads")?,
+            processes_on_host: get(options, "processes_on_host")?,
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
             gpu_decode_streams: get(options, "gpu_decode_streams")?,
@@ -355,6 +360,9 @@ impl Config {
         }
         if let Some(threads) = self.cpu_decode_threads {
             builder = builder.cpu_decode_threads(threads);
+        }
+        if let Some(processes) = self.processes_on_host {
+            builder = builder.processes_on_host(processes);
         }
         if let Some(state) = resume {
             builder = builder.resume(state);

@@ -253,19 +253,16 @@ def _distributed_ranks() -> tuple[int, int] | None:
     return None
 
 
-def _cpu_decode_threads_per_rank(decode_on: str | None) -> int | None:
-    """Under ``torchrun``, this rank's share of the host's cores (the Rust default, every core
-    but two or a quarter for ``"split"``, applied to the share): two ranks that each took every
-    core would decode with twice as many threads as there are cores, beside two training loops.
-    None (the Rust default) for a single process."""
+def _processes_on_host() -> int | None:
+    """Under ``torchrun``, the ranks on this host (``LOCAL_WORLD_SIZE``): the Rust builder's
+    ``processes_on_host``, so that a GPU pipeline's CPU decoding takes its rank's share of the
+    host's cores (two ranks that each took every core would decode with twice as many threads
+    as there are cores, beside two training loops). None for a single process."""
     try:
         ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     except ValueError:
         return None
-    if ranks_here <= 1:
-        return None
-    share = max(1, len(os.sched_getaffinity(0)) // ranks_here)
-    return max(1, share // 4 if decode_on == "split" else share - 1)
+    return ranks_here if ranks_here > 1 else None
 
 
 def _find_cuda_libraries() -> None:
@@ -411,8 +408,6 @@ class Pipeline:
         device = _device_text(device)
         if device.startswith("cuda"):
             _find_cuda_libraries()
-            if cpu_decode_threads is None:
-                cpu_decode_threads = _cpu_decode_threads_per_rank(decode_on)
         if decode_on is not None and decode_on != "cpu" and not device.startswith("cuda"):
             raise ValueError(f'decode_on={decode_on!r} needs device="cuda:N"')
         if isinstance(shuffle, bool):
@@ -456,6 +451,7 @@ class Pipeline:
             "retries": retries,
             "fetch_concurrency": fetch_concurrency,
             "cpu_decode_threads": cpu_decode_threads,
+            "processes_on_host": _processes_on_host(),
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,
             "gpu_decode_streams": gpu_decode_streams,

@@ -83,6 +83,9 @@ struct Config {
     gpu_pinned_memory: usize,
     /// Threads of CPU decoding in a GPU pipeline; `None`: [`default_cpu_decode_threads`].
     cpu_decode_threads: Option<usize>,
+    /// Processes on this host running pipelines, this one included (their CPU decoding
+    /// shares the cores).
+    processes_on_host: usize,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -127,6 +130,7 @@ impl PipelineBuilder {
             gpu_tensor_memory: 16 << 30,
             gpu_pinned_memory: 8 << 30,
             cpu_decode_threads: None,
+            processes_on_host: 1,
             #[cfg(feature = "cuda")]
             gpu: None,
         };
@@ -337,6 +341,16 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
+    /// Processes on this host that run pipelines, this one included (default 1): the default
+    /// [`cpu_decode_threads`](Self::cpu_decode_threads) take this process's share of the
+    /// host's cores. Under `torchrun`, one rank per GPU: its `LOCAL_WORLD_SIZE`. Ranks that
+    /// each took every core would decode on twice the threads there are cores, beside as many
+    /// training loops.
+    pub fn processes_on_host(mut self, processes: usize) -> Self {
+        self.config.processes_on_host = processes.max(1);
+        self
+    }
+
     /// Makes the batches' tensors in GPU memory: the builder then builds a
     /// `BatchStream<Gpu>` of device tensors (f32, bf16 or f16; feature `cuda`).
     #[cfg(feature = "cuda")]
@@ -469,10 +483,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
         if let Some(decoder) = &self.config.decoder {
             return Ok((decoder.clone(), own_pace));
         }
-        let threads = self
-            .config
-            .cpu_decode_threads
-            .unwrap_or_else(|| default_cpu_decode_threads(self.config.decode_on));
+        let threads = self.config.cpu_decode_threads.unwrap_or_else(|| {
+            default_cpu_decode_threads(self.config.decode_on, self.config.processes_on_host)
+        });
         let policy = match self.config.decode_on {
             #[cfg(feature = "cuda")]
             DecodeOn::Cpu if gpu.is_some() => {
@@ -505,17 +518,28 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 }
 
-/// The threads CPU decoding takes by default in a GPU pipeline decoding `on` that side:
-/// - split decoding: a quarter of the cores (at least one). Feeding the GPU (reads, frame
-///   checks, staging) takes the host's cores too: on the H100 host, 16-thread split decoding
-///   of W1 was slower than 2 or 4 threads (docs/benchmarks.md);
-/// - CPU and auto decoding: every core but two (at least one), the CPU being the side that
-///   should carry the load; two stay for the consumer and the GPU's feeders.
-pub fn default_cpu_decode_threads(on: DecodeOn) -> usize {
+/// The threads CPU decoding takes by default in a GPU pipeline decoding `on` that side, with
+/// `processes` processes on the host sharing its cores
+/// ([`PipelineBuilder::processes_on_host`]):
+/// - split decoding: a quarter of the process's share of the cores (at least one). Feeding the
+///   GPU (reads, frame checks, staging) takes the host's cores too: on the H100 host, 16-thread
+///   split decoding of W1 was slower than 2 or 4 threads (docs/benchmarks.md);
+/// - CPU and auto decoding: the process's share of every core but two (at least one), the CPU
+///   being the side that should carry the load; two stay for the consumers and the GPUs'
+///   feeders.
+pub fn default_cpu_decode_threads(on: DecodeOn, processes: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cpu_decode_threads_of(cores, on, processes)
+}
+
+/// [`default_cpu_decode_threads`] on a host of `cores` cores.
+fn cpu_decode_threads_of(cores: usize, on: DecodeOn, processes: usize) -> usize {
+    let processes = processes.max(1);
     match on {
-        DecodeOn::Split => (cores / 4).max(1),
-        DecodeOn::Cpu | DecodeOn::Gpu | DecodeOn::Auto { .. } => cores.saturating_sub(2).max(1),
+        DecodeOn::Split => (cores / processes / 4).max(1),
+        DecodeOn::Cpu | DecodeOn::Gpu | DecodeOn::Auto { .. } => {
+            (cores.saturating_sub(2) / processes).max(1)
+        }
     }
 }
 
@@ -625,5 +649,26 @@ impl Config {
             collate.derived = collate.derived.or(derived);
         }
         Ok((dataset, batcher, collate))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cpu_decode_threads_of, DecodeOn};
+
+    #[test]
+    fn processes_on_one_host_share_its_cores_for_cpu_decoding() {
+        let auto = DecodeOn::Auto { gpu_share: None };
+        // One process: every core but two; a quarter of them for split.
+        assert_eq!(cpu_decode_threads_of(16, DecodeOn::Cpu, 1), 14);
+        assert_eq!(cpu_decode_threads_of(16, DecodeOn::Split, 1), 4);
+        // Two ranks on 32 cores: 15 threads each (4 for split), not 30.
+        assert_eq!(cpu_decode_threads_of(32, DecodeOn::Cpu, 2), 15);
+        assert_eq!(cpu_decode_threads_of(32, auto, 2), 15);
+        assert_eq!(cpu_decode_threads_of(32, DecodeOn::Split, 2), 4);
+        // More processes than cores, and no process count: at least one thread.
+        assert_eq!(cpu_decode_threads_of(32, auto, 64), 1);
+        assert_eq!(cpu_decode_threads_of(32, DecodeOn::Split, 64), 1);
+        assert_eq!(cpu_decode_threads_of(1, DecodeOn::Cpu, 0), 1);
     }
 }
