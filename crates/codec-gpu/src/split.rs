@@ -67,8 +67,8 @@ pub struct SplitDecoder {
     cpu: Arc<dyn BatchDecoder>,
     gpu: Arc<dyn BatchDecoder>,
     policy: SplitPolicy,
-    /// The sides' rates before both have decoded some of a kind.
-    prior: Rates,
+    /// The sides' `(cpu, gpu)` rates before both have decoded some of a kind.
+    prior: (f64, f64),
     pace: Arc<Pace>,
     state: Mutex<SplitState>,
 }
@@ -98,29 +98,28 @@ struct Rates {
 }
 
 impl Rates {
-    /// The measured `(cpu, gpu)` rates; `prior`'s until both sides are measured.
-    fn or(&self, prior: &Rates) -> (f64, f64) {
-        match (self.cpu, self.gpu, prior.cpu, prior.gpu) {
-            (Some(cpu), Some(gpu), _, _) if cpu + gpu > 0.0 => (cpu, gpu),
-            (_, _, Some(cpu), Some(gpu)) => (cpu, gpu),
-            _ => (0.0, 1.0),
+    /// The measured `(cpu, gpu)` rates; `prior` until both sides are measured.
+    fn or(&self, prior: (f64, f64)) -> (f64, f64) {
+        match (self.cpu, self.gpu) {
+            (Some(cpu), Some(gpu)) if cpu + gpu > 0.0 => (cpu, gpu),
+            _ => prior,
         }
     }
 
     /// The GPU's share of this kind's bytes that makes both sides finish together when
     /// neither has work queued; `prior`'s until both sides are measured.
-    fn balanced_gpu_share(&self, prior: &Rates) -> f64 {
+    fn balanced_gpu_share(&self, prior: (f64, f64)) -> f64 {
         let (cpu, gpu) = self.or(prior);
         gpu / (cpu + gpu)
     }
 }
 
-/// The rates before any measurement, with the CPU side on `cpu_threads` threads.
-fn prior_rates(cpu_threads: usize) -> Rates {
-    Rates {
-        cpu: Some(PRIOR_CPU_THREAD_RATE * cpu_threads.max(1) as f64),
-        gpu: Some(PRIOR_GPU_RATE),
-    }
+/// The `(cpu, gpu)` rates before any measurement, with the CPU side on `cpu_threads` threads.
+fn prior_rates(cpu_threads: usize) -> (f64, f64) {
+    (
+        PRIOR_CPU_THREAD_RATE * cpu_threads.max(1) as f64,
+        PRIOR_GPU_RATE,
+    )
 }
 
 #[derive(Debug)]
@@ -225,7 +224,7 @@ impl SplitDecoder {
     /// The GPU's share of a kind's chunks with `rates` with nothing queued: balanced, leant
     /// by the CPU's weight, throttled by the policy.
     fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
-        lean(rates.balanced_gpu_share(&self.prior), state.cpu_weight) * state.throttle
+        lean(rates.balanced_gpu_share(self.prior), state.cpu_weight) * state.throttle
     }
 
     /// The queued work a batch is shared out by: all of it when balanced; none under auto,
@@ -276,7 +275,7 @@ impl SplitDecoder {
         };
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
-            let (cpu_rate, gpu_rate) = rates.or(&self.prior);
+            let (cpu_rate, gpu_rate) = rates.or(self.prior);
             // The CPU's rate counted `cpu_weight` times, as in `lean`.
             let cpu_rate = cpu_rate * state.cpu_weight;
             let to_gpu = gpu_chunks(
@@ -569,19 +568,19 @@ mod tests {
     #[test]
     fn the_first_batches_follow_the_cpu_sides_threads() {
         assert!(
-            (Rates::default().balanced_gpu_share(&prior_rates(16)) - 0.748).abs() < 0.001,
+            (Rates::default().balanced_gpu_share(prior_rates(16)) - 0.748).abs() < 0.001,
             "{:?}",
             prior_rates(16)
         );
         let four = split(SplitPolicy::Balanced).with_cpu_threads(4);
-        assert!((Rates::default().balanced_gpu_share(&four.prior) - 0.922).abs() < 0.001);
-        assert_eq!(prior_rates(0).cpu, prior_rates(1).cpu);
+        assert!((Rates::default().balanced_gpu_share(four.prior) - 0.922).abs() < 0.001);
+        assert_eq!(prior_rates(0), prior_rates(1));
         // Measured rates replace the prior.
         let measured = Rates {
             cpu: Some(1e9),
             gpu: Some(3e9),
         };
-        assert_eq!(measured.balanced_gpu_share(&four.prior), 0.75);
+        assert_eq!(measured.balanced_gpu_share(four.prior), 0.75);
     }
 
     #[test]

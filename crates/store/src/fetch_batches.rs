@@ -38,8 +38,7 @@ where
                 let requests = std::mem::take(&mut batch.payload);
                 tracing::debug!(target: "zarrpipe::timeline", "batch {} fetching", batch.index);
                 // Every read of the batch queues at its first poll (which polls each future
-                // once), before the next batch's: the test of this order has batches of more
-                // chunks than one poll of `FuturesUnordered` used to reach (32).
+                // once), before the next batch's; tests/cloud.rs checks the order a server sees.
                 let fetches = requests.into_iter().map(|request| {
                     let reads = reads.clone();
                     async move {
