@@ -245,3 +245,126 @@ fn pipelined_groups_decode_bit_identical_on_the_gpu() {
     let decoded = decoder.complete(pending).unwrap().into_host().unwrap();
     assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
 }
+
+/// True when `bytes` lie in page-locked host memory the CUDA driver knows of.
+#[cfg(feature = "cuda")]
+fn pinned(decoder: &GpuDecoder, bytes: &[u8]) -> bool {
+    use zarrpipe::codec::cudarc::driver::sys;
+    decoder.context().bind_to_thread().unwrap();
+    let mut kind = 0u32;
+    // SAFETY: the driver writes one `CUmemorytype` (a u32) for a host address it knows of,
+    // and only returns an error for others.
+    let status = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut kind as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            bytes.as_ptr() as sys::CUdeviceptr,
+        )
+    };
+    status == sys::CUresult::CUDA_SUCCESS && kind == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+}
+
+#[cfg(not(feature = "cuda"))]
+fn pinned(_: &GpuDecoder, _: &[u8]) -> bool {
+    unreachable!("no decoder without the `cuda` feature")
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
+fn chunks_read_into_pinned_memory_upload_unstaged_bit_identical() {
+    use zarrpipe::store::fetch_chunk_into;
+    let decoder = decoder(GpuOptions::default());
+    let memory = decoder.read_memory().expect("read memory by default");
+    let dir = tempfile::tempdir().unwrap();
+    write_cases(dir.path(), &cases(), 31);
+    let ordinary = open_all(dir.path());
+    // Every other chunk read into pinned memory, so a group's copies mix both kinds.
+    let mixed: Vec<EncodedChunk> = runtime().block_on(async {
+        let mut chunks = Vec::new();
+        for (number, chunk) in ordinary.iter().enumerate() {
+            let memory = (number % 2 == 0).then(|| memory.clone());
+            chunks.push(
+                fetch_chunk_into(chunk.request.clone(), memory)
+                    .await
+                    .unwrap(),
+            );
+        }
+        chunks
+    });
+    let mut in_pinned = 0;
+    for (number, (read, expected)) in mixed.iter().zip(&ordinary).enumerate() {
+        assert_eq!(read.bytes, expected.bytes, "{}", read.request);
+        let Some(bytes) = &read.bytes else { continue };
+        let is_pinned = pinned(&decoder, bytes);
+        assert_eq!(is_pinned, number % 2 == 0, "{}", read.request);
+        in_pinned += is_pinned as usize;
+    }
+    assert!(in_pinned > 10, "{in_pinned} chunks read into pinned memory");
+    let decoded = decode(&decoder, &mixed);
+    assert_eq!(compare_with_cpu(&mixed, &decoded), mixed.len());
+    // Pipelined groups of 256 KiB, every chunk pinned: copies of many groups in flight.
+    let grouped = decoder_with_groups();
+    let memory = grouped.read_memory().unwrap();
+    let pinned_all: Vec<EncodedChunk> = runtime().block_on(async {
+        let mut chunks = Vec::new();
+        for chunk in &ordinary {
+            let request = chunk.request.clone();
+            chunks.push(
+                fetch_chunk_into(request, Some(memory.clone()))
+                    .await
+                    .unwrap(),
+            );
+        }
+        chunks
+    });
+    let decoded = decode(&grouped, &pinned_all);
+    assert_eq!(compare_with_cpu(&pinned_all, &decoded), pinned_all.len());
+    println!(
+        "{in_pinned} of {} chunks read into pinned memory",
+        mixed.len()
+    );
+}
+
+fn decoder_with_groups() -> GpuDecoder {
+    decoder(GpuOptions {
+        group_bytes: 256 << 10,
+        ..GpuOptions::default()
+    })
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "cuda"),
+    ignore = "needs the `cuda` feature and a CUDA device"
+)]
+fn pinned_read_memory_reuses_slabs_once_free_and_declines_past_its_size() {
+    // One slab of 64 MiB.
+    let decoder = decoder(GpuOptions {
+        read_memory: 64 << 20,
+        ..GpuOptions::default()
+    });
+    let memory = decoder.read_memory().unwrap();
+    let first = memory.buffer(30 << 20).expect("room in the first slab");
+    let second = memory.buffer(30 << 20).expect("room in the first slab");
+    assert!(memory.buffer(30 << 20).is_none(), "past the one slab");
+    assert!(memory.buffer(65 << 20).is_none(), "larger than a slab");
+    assert!(pinned(&decoder, (*first).as_ref()));
+    let start = |buffer: &dyn zarrpipe::store::ReadBuffer| buffer.as_ref().as_ptr() as usize;
+    let (first_at, second_at) = (start(&*first), start(&*second));
+    assert!(second_at >= first_at + (30 << 20), "pieces do not overlap");
+    drop(first);
+    assert!(memory.buffer(30 << 20).is_none(), "the slab is still held");
+    drop(second);
+    let again = memory.buffer(30 << 20).expect("the slab, free again");
+    assert_eq!(start(&*again), first_at, "reused from its start");
+    assert!(GpuDecoder::new(GpuOptions {
+        read_memory: 0,
+        ..GpuOptions::default()
+    })
+    .unwrap()
+    .read_memory()
+    .is_none());
+}

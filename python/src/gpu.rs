@@ -50,6 +50,9 @@ pub(crate) async fn build(
                 if let Some(bytes) = config.gpu_pinned_memory {
                     options.pinned_memory = bytes;
                 }
+                if let Some(bytes) = config.gpu_read_memory {
+                    options.read_memory = bytes;
+                }
                 if let Some(streams) = config.gpu_decode_streams {
                     options.decode_streams = streams;
                 }

@@ -55,6 +55,9 @@ pub(crate) struct Config {
     pub gpu_tensor_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_pinned_memory: Option<usize>,
+    /// GPU pipelines: pinned memory chunk reads land in (`GpuOptions::read_memory`; 0: none).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub gpu_read_memory: Option<usize>,
     /// GPU pipelines: most batches decoding on the GPU at once (`GpuOptions::decode_streams`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_decode_streams: Option<usize>,
@@ -103,6 +106,7 @@ const KEYS: &[&str] = &[
     "processes_on_host",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
+    "gpu_read_memory",
     "gpu_decode_streams",
     "decode_on",
     "gpu_share",
@@ -277,6 +281,7 @@ impl Config {
             processes_on_host: get(options, "processes_on_host")?,
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
+            gpu_read_memory: get(options, "gpu_read_memory")?,
             gpu_decode_streams: get(options, "gpu_decode_streams")?,
             decode_on,
             channel_inputs: (None, None),

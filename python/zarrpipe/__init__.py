@@ -335,7 +335,9 @@ class Pipeline:
       are first shared among its ``LOCAL_WORLD_SIZE`` ranks).
       ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
       its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
-      device / of stored chunks staged in pinned memory at once. ``gpu_decode_streams``: most
+      device / of stored chunks staged in pinned memory at once; ``gpu_read_memory``: bytes
+      of pinned memory that chunk reads of a local store land in, so they upload unstaged
+      (default 4 GiB, allocated as needed; 0: none). ``gpu_decode_streams``: most
       batches decoding on the GPU at once (default 6; batches of many chunks decode 3 at a
       time): each holds its decoded output and nvCOMP's scratch memory in device memory, so
       fewer leave more to the model (W1 of 64 steps on the H100: 21.0 GiB at 6, 12.3 at 3).
@@ -389,6 +391,7 @@ class Pipeline:
         cpu_decode_threads: int | None = None,
         gpu_tensor_memory: int | None = None,
         gpu_pinned_memory: int | None = None,
+        gpu_read_memory: int | None = None,
         gpu_decode_streams: int | None = None,
         decode_on: str | None = None,
         gpu_share: float | None = None,
@@ -454,6 +457,7 @@ class Pipeline:
             "processes_on_host": _processes_on_host(),
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,
+            "gpu_read_memory": gpu_read_memory,
             "gpu_decode_streams": gpu_decode_streams,
             "decode_on": decode_on,
             "gpu_share": gpu_share,

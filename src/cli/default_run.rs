@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// memory), e.g. 2G; past it the next batch waits for older ones.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
     gpu_pinned_memory: String,
+    /// On the GPU, pinned host memory that reads of a local store land in, so chunks upload
+    /// without a staging copy (0: none; past it, reads go to ordinary memory).
+    #[arg(long, default_value = "4G", value_name = "SIZE")]
+    gpu_read_memory: String,
     /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU): the GPU the
     /// GPU stages run on, and the stages' default side (both on the GPU for cuda:N).
     #[arg(long, default_value = "auto")]
@@ -275,6 +279,7 @@ async fn gpu_passes(
         check_zstd_tables: !args.skip_zstd_table_checks,
         decode_streams: args.gpu_decode_streams,
         pinned_memory: super::store::parse_size(&args.gpu_pinned_memory)? as usize,
+        read_memory: super::store::parse_size(&args.gpu_read_memory)? as usize,
         ..Default::default()
     };
     let gpu = GpuDevice::open(options, 16 << 30)?;

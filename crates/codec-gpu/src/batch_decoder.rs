@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use zarrpipe_core::BatchStats;
-use zarrpipe_store::EncodedChunk;
+use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use crate::{ChunkDecoder, CpuDecoder, DecodePath, DecodedChunk, DeviceBatch, Result};
 
@@ -99,6 +99,13 @@ pub trait BatchDecoder: Send + Sync + std::fmt::Debug {
     /// Batches worth decoding at once to keep this decoder busy.
     fn batches_in_flight(&self) -> usize {
         2
+    }
+
+    /// Memory the fetch stage should read chunks into for this decoder
+    /// ([`FetchBatchesExt::fetch_batches_into`](zarrpipe_store::FetchBatchesExt)): a GPU
+    /// decoder's pinned memory, which its uploads read without staging. `None`: any.
+    fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
+        None
     }
 }
 

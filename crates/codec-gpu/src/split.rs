@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use zarrpipe_core::{Pace, PaceDelta};
-use zarrpipe_store::EncodedChunk;
+use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use crate::backlog::Backlog;
 use crate::occupancy::{Occupancy, PartStart};
@@ -512,6 +512,11 @@ impl BatchDecoder for SplitDecoder {
             })
         }
         .boxed()
+    }
+
+    /// The GPU side's: chunks the CPU side decodes read pinned memory as well as any.
+    fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
+        self.gpu.read_memory()
     }
 
     fn batches_in_flight(&self) -> usize {

@@ -437,8 +437,10 @@ impl<P: CollateOn> PipelineBuilder<P> {
         let (dataset, batcher, collate) = self.config.prepare().await?;
         let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
         let device = P::device(&gpu);
+        // A GPU decoder's pinned memory, when it has some: its chunks then upload unstaged.
+        let memory = decoder.read_memory();
         let chain = stream::iter(batcher.read_plans())
-            .fetch_batches(prefetch, reads)
+            .fetch_batches_into(prefetch, reads, memory)
             .decode_batches(decoder)
             .collate_batches(collator)
             .prefetch(prefetch);

@@ -13,7 +13,7 @@ use zarrpipe_core::InFlight;
 
 use crate::io::GetFailure;
 use crate::ranges::{merge_ranges, ShardLayout};
-use crate::{ChunkRequest, EncodedChunk, Error, Result};
+use crate::{ChunkRequest, EncodedChunk, Error, ReadMemory, Result};
 
 type FetchFuture = BoxFuture<'static, Result<EncodedChunk>>;
 type MakeFetch = fn(ChunkRequest) -> FetchFuture;
@@ -66,6 +66,16 @@ impl<St: Stream<Item = ChunkRequest>> FusedStream for Fetch<St> {
 /// cached) and then only those inner chunks, adjacent ones in one request, and hands back a
 /// compact shard holding just them.
 pub async fn fetch_chunk(request: ChunkRequest) -> Result<EncodedChunk> {
+    fetch_chunk_into(request, None).await
+}
+
+/// Like [`fetch_chunk`], reading a whole chunk of a local store into a buffer of `memory`
+/// (when it has one to give). Inner chunks of a shard are assembled into a compact shard in
+/// ordinary memory, so they are read as usual.
+pub async fn fetch_chunk_into(
+    request: ChunkRequest,
+    memory: Option<Arc<dyn ReadMemory>>,
+) -> Result<EncodedChunk> {
     let started = Instant::now();
     request.variable.check_chunk(&request.indices)?;
     let key = request.key();
@@ -74,7 +84,7 @@ pub async fn fetch_chunk(request: ChunkRequest) -> Result<EncodedChunk> {
             fetch_inner(&request, &key, sharding, inner).await?
         }
         _ => {
-            let bytes = get(&request, &key, None).await?;
+            let bytes = get(&request, &key, None, memory.as_ref()).await?;
             let io = request.variable.io();
             io.add_needed(bytes.as_ref().map_or(0, |b| b.len() as u64));
             bytes
@@ -88,22 +98,29 @@ pub async fn fetch_chunk(request: ChunkRequest) -> Result<EncodedChunk> {
 }
 
 /// One read with the variable's context on failure.
-async fn get(request: &ChunkRequest, key: &str, range: Option<GetRange>) -> Result<Option<Bytes>> {
+async fn get(
+    request: &ChunkRequest,
+    key: &str,
+    range: Option<GetRange>,
+    memory: Option<&Arc<dyn ReadMemory>>,
+) -> Result<Option<Bytes>> {
     let io = request.variable.io();
-    io.get(key, range).await.map_err(|failure| match failure {
-        GetFailure::Store(source) => Error::Fetch {
-            url: io.url.clone(),
-            variable: request.variable.name().to_string(),
-            key: key.to_string(),
-            source,
-        },
-        GetFailure::Timeout(after) => Error::FetchTimeout {
-            url: io.url.clone(),
-            variable: request.variable.name().to_string(),
-            key: key.to_string(),
-            after,
-        },
-    })
+    io.get_into(key, range, memory)
+        .await
+        .map_err(|failure| match failure {
+            GetFailure::Store(source) => Error::Fetch {
+                url: io.url.clone(),
+                variable: request.variable.name().to_string(),
+                key: key.to_string(),
+                source,
+            },
+            GetFailure::Timeout(after) => Error::FetchTimeout {
+                url: io.url.clone(),
+                variable: request.variable.name().to_string(),
+                key: key.to_string(),
+                after,
+            },
+        })
 }
 
 async fn fetch_inner(
@@ -122,7 +139,7 @@ async fn fetch_inner(
     let cell = io.index_cell(key);
     let index = cell
         .get_or_try_init(|| async {
-            let Some(encoded) = get(request, key, Some(sharding.index_range())).await? else {
+            let Some(encoded) = get(request, key, Some(sharding.index_range()), None).await? else {
                 return Ok(None);
             };
             let index = sharding.decode_index(&encoded).map_err(shard_error)?;
@@ -152,7 +169,7 @@ async fn fetch_inner(
         io.options.merge_gap,
     );
     let reads = merged.iter().map(|range| async move {
-        let bytes = get(request, key, Some(GetRange::Bounded(range.clone()))).await?;
+        let bytes = get(request, key, Some(GetRange::Bounded(range.clone())), None).await?;
         Ok::<_, Error>((range.start, bytes.unwrap_or_default()))
     });
     let fetched = futures::future::try_join_all(reads).await?;

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use tokio::sync::Semaphore;
 use zarrpipe_core::{StageStream, Staged};
 
-use crate::{fetch_chunk, ChunkRequest, EncodedChunk, Result};
+use crate::{fetch_chunk_into, ChunkRequest, EncodedChunk, ReadMemory, Result};
 
 /// Stream returned by [`FetchBatchesExt::fetch_batches`](crate::FetchBatchesExt::fetch_batches).
 pub type FetchBatches<St, M> = StageStream<St, Result<Staged<M, Vec<EncodedChunk>>>>;
@@ -22,6 +22,7 @@ pub(crate) fn fetch_batches<St, M>(
     batches: St,
     batches_at_once: usize,
     reads: usize,
+    memory: Option<Arc<dyn ReadMemory>>,
 ) -> FetchBatches<St, M>
 where
     St: Stream<Item = Staged<M, Vec<ChunkRequest>>>,
@@ -34,16 +35,17 @@ where
         batches_at_once,
         move |mut batch: Staged<M, Vec<ChunkRequest>>| {
             let reads = reads.clone();
+            let memory = memory.clone();
             async move {
                 let requests = std::mem::take(&mut batch.payload);
                 tracing::debug!(target: "zarrpipe::timeline", "batch {} fetching", batch.index);
                 // Every read of the batch queues at its first poll (which polls each future
                 // once), before the next batch's; tests/cloud.rs checks the order a server sees.
                 let fetches = requests.into_iter().map(|request| {
-                    let reads = reads.clone();
+                    let (reads, memory) = (reads.clone(), memory.clone());
                     async move {
                         let _read = reads.acquire_owned().await.expect("never closed");
-                        fetch_chunk(request).await
+                        fetch_chunk_into(request, memory).await
                     }
                 });
                 let chunks = futures::future::try_join_all(fetches).await?;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,8 +14,9 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::sync::Semaphore;
 
 use crate::cache::{DiskCache, Lookup};
+use crate::local_read::{key_path, read_local, LocalRead};
 use crate::ranges::ShardIndex;
-use crate::StoreOptions;
+use crate::{ReadMemory, StoreOptions};
 
 /// Why a read failed, after its retries.
 #[derive(Debug)]
@@ -64,6 +66,8 @@ pub(crate) struct StoreIo {
     pub options: StoreOptions,
     cache: Option<Arc<DiskCache>>,
     limiter: Option<Arc<Semaphore>>,
+    /// A local store's root directory: reads into [`ReadMemory`] go straight to its files.
+    local_root: Option<PathBuf>,
     /// Shard indexes read or being read, by shard key: batches in flight at once that need
     /// the same shard wait for one read of its index.
     indexes: Mutex<HashMap<String, Arc<IndexCell>>>,
@@ -82,6 +86,7 @@ impl StoreIo {
         options: StoreOptions,
         cache: Option<Arc<DiskCache>>,
         remote: bool,
+        local_root: Option<PathBuf>,
     ) -> Self {
         let limiter = remote.then(|| Arc::new(Semaphore::new(options.max_requests.max(1))));
         Self {
@@ -90,6 +95,7 @@ impl StoreIo {
             options,
             cache,
             limiter,
+            local_root,
             indexes: Mutex::new(HashMap::new()),
             counters: Counters::default(),
         }
@@ -120,6 +126,45 @@ impl StoreIo {
             indexes.clear();
         }
         indexes.entry(key.to_string()).or_default().clone()
+    }
+
+    /// Like [`Self::get`], into a buffer of `memory` when the store is a local directory
+    /// without a cache (elsewhere, or when `memory` has no buffer to give, as `get`).
+    pub(crate) async fn get_into(
+        &self,
+        key: &str,
+        range: Option<GetRange>,
+        memory: Option<&Arc<dyn ReadMemory>>,
+    ) -> Result<Option<Bytes>, GetFailure> {
+        let direct = match (memory, &self.local_root, &self.cache) {
+            (Some(memory), Some(root), None) => key_path(root, key).map(|path| (memory, path)),
+            _ => None,
+        };
+        let Some((memory, path)) = direct else {
+            return self.get(key, range).await;
+        };
+        let (memory, read_range) = (memory.clone(), range.clone());
+        let read =
+            tokio::task::spawn_blocking(move || read_local(&path, read_range.as_ref(), &*memory))
+                .await
+                .unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
+        add(&self.counters.requests, 1);
+        match read {
+            Ok(LocalRead::Read(bytes)) => {
+                add(&self.counters.bytes_fetched, bytes.len() as u64);
+                Ok(Some(bytes))
+            }
+            Ok(LocalRead::Missing) => Ok(None),
+            Ok(LocalRead::Declined) => {
+                // Counted again by the read that follows.
+                self.counters.requests.fetch_sub(1, Ordering::Relaxed);
+                self.get(key, range).await
+            }
+            Err(source) => Err(GetFailure::Store(object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(source),
+            })),
+        }
     }
 
     /// Reads an object or a range of it through the cache; `None` when the object does not

@@ -32,11 +32,15 @@ mod error;
 mod fetch;
 mod fetch_batches;
 mod io;
+mod local_read;
 mod location;
 mod metadata;
 mod options;
 mod ranges;
+mod read_memory;
 mod variable;
+
+use std::sync::Arc;
 
 use futures::Stream;
 use zarrpipe_core::Staged;
@@ -45,11 +49,12 @@ pub use cache::DiskCache;
 pub use chunk::{ChunkRequest, EncodedChunk};
 pub use dataset::Dataset;
 pub use error::{Error, Result};
-pub use fetch::{fetch_chunk, Fetch};
+pub use fetch::{fetch_chunk, fetch_chunk_into, Fetch};
 pub use fetch_batches::FetchBatches;
 pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
+pub use read_memory::{ReadBuffer, ReadMemory};
 pub use variable::{Variable, ZarrArray, MAX_CHUNK_BYTES};
 
 /// Stream adapters of the store stage.
@@ -73,7 +78,22 @@ pub trait FetchBatchesExt<M>: Stream<Item = Staged<M, Vec<ChunkRequest>>> + Size
     where
         M: Send + 'static,
     {
-        fetch_batches::fetch_batches(self, batches_at_once, reads)
+        fetch_batches::fetch_batches(self, batches_at_once, reads, None)
+    }
+
+    /// Like [`Self::fetch_batches`], reading whole chunks of a local store into buffers of
+    /// `memory` when it has them to give (a GPU decoder's pinned memory:
+    /// `BatchDecoder::read_memory` in `zarrpipe-codec-gpu`).
+    fn fetch_batches_into(
+        self,
+        batches_at_once: usize,
+        reads: usize,
+        memory: Option<Arc<dyn ReadMemory>>,
+    ) -> FetchBatches<Self, M>
+    where
+        M: Send + 'static,
+    {
+        fetch_batches::fetch_batches(self, batches_at_once, reads, memory)
     }
 }
 

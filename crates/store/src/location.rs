@@ -1,5 +1,6 @@
 //! Turning a dataset URL or path into an object store rooted at the dataset.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use object_store::local::LocalFileSystem;
@@ -33,15 +34,21 @@ impl Location {
     /// `http://` / `https://`, or a cloud bucket (`s3://`, `gs://`, `az://`, `abfs://`) with
     /// credentials from the environment and `options` on top. The scheme picks the backend.
     pub fn parse_with(url: &str, options: &StoreOptions) -> Result<Self> {
-        let (store, remote): (Arc<dyn ObjectStore>, bool) = match url.split_once("://") {
-            None => (local_store(url, url)?, false),
-            Some(("file", path)) => (local_store(url, path)?, false),
-            Some(("memory", _)) => (Arc::new(InMemory::new()), false),
+        let local = |path: &str| -> Result<(Arc<dyn ObjectStore>, Option<PathBuf>)> {
+            let store = local_store(url, path)?;
+            Ok((store, std::fs::canonicalize(path).ok()))
+        };
+        let (store, local_root): (Arc<dyn ObjectStore>, Option<PathBuf>) = match url
+            .split_once("://")
+        {
+            None => local(url)?,
+            Some(("file", path)) => local(path)?,
+            Some(("memory", _)) => (Arc::new(InMemory::new()), None),
             Some((scheme, _))
                 if scheme == "http" || scheme == "https" || is_cloud_scheme(scheme) =>
             {
                 let (store, context) = remote_store(url, options)?;
-                let mut location = Self::with_options(url, store, options, true)?;
+                let mut location = Self::with_options(url, store, options, true, None)?;
                 location.context = context;
                 return Ok(location);
             }
@@ -53,7 +60,7 @@ impl Location {
                 })
             }
         };
-        Self::with_options(url, store, options, remote)
+        Self::with_options(url, store, options, false, local_root)
     }
 
     /// Wraps an existing object store (rooted at the dataset) under a display name.
@@ -65,6 +72,7 @@ impl Location {
             StoreOptions::default(),
             None,
             false,
+            None,
         );
         Self {
             url,
@@ -80,7 +88,7 @@ impl Location {
         store: Arc<dyn ObjectStore>,
         options: &StoreOptions,
     ) -> Result<Self> {
-        Self::with_options(&url.into(), store, options, true)
+        Self::with_options(&url.into(), store, options, true, None)
     }
 
     fn with_options(
@@ -88,6 +96,7 @@ impl Location {
         store: Arc<dyn ObjectStore>,
         options: &StoreOptions,
         remote: bool,
+        local_root: Option<PathBuf>,
     ) -> Result<Self> {
         let cache = match &options.cache {
             Some(cache) => Some(Arc::new(DiskCache::open(&cache.dir, cache.max_bytes)?)),
@@ -99,6 +108,7 @@ impl Location {
             options.clone(),
             cache,
             remote,
+            local_root,
         );
         Ok(Self {
             url: url.to_string(),

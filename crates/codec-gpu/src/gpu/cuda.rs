@@ -12,14 +12,16 @@ use cudarc::driver::{
     result, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg,
 };
-use zarrpipe_store::EncodedChunk;
+use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use super::device_batches::{device_chunk, DeviceBatch, PendingBatch, PlannedBatch};
 use super::kernels::Kernels;
 use super::memory_pool::{keep_freed_memory_pooled, trim_memory_pool};
 use super::nvcomp::Nvcomp;
+use super::read_memory::{PinnedReadMemory, SLAB_BYTES};
 use super::slots::{grow, grow_pinned, Slot, SlotPool, SLOTS};
 use super::tables::{stage, Bases, DecompressGroup, KernelKind, Launch, Tables};
+use super::upload_runs::UploadRuns;
 use super::{BatchTimings, DeviceChunk, GpuOptions};
 use crate::batch::{groups, output_bytes, prepare, record_failures, Prepared};
 use crate::plan::{BatchPlan, Codec};
@@ -62,6 +64,8 @@ pub struct GpuDecoder {
     /// them (W1 of 64 steps on the H100 host: the first batch's staging took 108 ms beside
     /// six others, against 13-18 ms alone).
     preparing: Arc<tokio::sync::Semaphore>,
+    /// Pinned memory that a pipeline's reads land in, so chunks upload without staging.
+    read_memory: Arc<PinnedReadMemory>,
     /// Last: the device's pooled memory goes back to the driver once this decoder's buffers
     /// and every other holder are gone.
     memory: Arc<DeviceMemory>,
@@ -230,6 +234,7 @@ impl GpuDecoder {
             .map_err(cuda_error("creating a stream"))?;
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
+        let read_memory = Arc::new(PinnedReadMemory::new(context.clone(), options.read_memory));
         Ok(Self {
             context: context.clone(),
             lanes,
@@ -243,10 +248,18 @@ impl GpuDecoder {
             pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
             decoding: Arc::new(tokio::sync::Semaphore::new(DECODING_UNITS)),
             preparing: Arc::new(tokio::sync::Semaphore::new(1)),
+            read_memory,
             memory: Arc::new(DeviceMemory {
                 context: context.clone(),
             }),
         })
+    }
+
+    /// Pinned memory for a pipeline's chunk reads ([`GpuOptions::read_memory`]; `None` when
+    /// that is 0): chunks read into it upload without a staging copy.
+    pub fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
+        (self.options.read_memory >= SLAB_BYTES)
+            .then(|| self.read_memory.clone() as Arc<dyn ReadMemory>)
     }
 
     /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
@@ -652,11 +665,12 @@ impl GpuDecoder {
                 .map_err(cuda_error("allocating device buffers"))?;
         }
         let staging = grow_pinned(&self.context, &mut slot.staging, staging_len)?;
-        stage(plan, &tables, &bases, staging, table_start);
+        let slabs = self.read_memory.ranges();
+        let runs = stage(plan, &tables, &bases, staging, table_start, &slabs);
         Ok(Upload {
             table_base: bases.input + table_start as u64,
             input: bases.input,
-            staging_len,
+            runs,
             tables,
             results,
         })
@@ -664,23 +678,28 @@ impl GpuDecoder {
 
     /// Uploads a staged group on the copy stream; the decode stream waits for it.
     fn send(&self, upload: &Upload, slot: &mut Slot, stream: &Arc<CudaStream>) -> Result<()> {
-        let staging = slot
-            .staging
+        // Waits for the slot's earlier use (none pending: `finish` waited for it).
+        slot.staging
             .as_mut()
             .expect("staged")
             .as_mut_slice()
             .map_err(cuda_error("mapping pinned memory"))?;
-        // SAFETY: `staging` is pinned and not touched again until this group has finished
-        // (`finish` waits on its event before the slot is reused); `upload.input` holds
-        // `staging_len` bytes.
-        unsafe {
-            result::memcpy_htod_async(
-                upload.input,
-                &staging[..upload.staging_len],
-                self.copy_stream.cu_stream(),
-            )
+        for run in upload.runs.runs() {
+            // SAFETY: a run reads the slot's pinned staging buffer, not touched again until
+            // this group has finished (`finish` waits on its event before the slot is
+            // reused), or a slab of pinned read memory held by the group's chunks, which are
+            // kept until then too (dropping a pending batch waits for its groups); it writes
+            // inside `upload.input`, which holds the group's whole input and tables.
+            unsafe {
+                let source = std::slice::from_raw_parts(run.src as *const u8, run.len);
+                result::memcpy_htod_async(
+                    upload.input + run.dst as u64,
+                    source,
+                    self.copy_stream.cu_stream(),
+                )
+            }
+            .map_err(cuda_error("uploading the batch"))?;
         }
-        .map_err(cuda_error("uploading the batch"))?;
         let uploaded = self
             .copy_stream
             .record_event(None)
@@ -880,9 +899,9 @@ fn launch_table(
 struct Upload {
     tables: Tables,
     table_base: u64,
-    /// The device input buffer and how much of the staging buffer goes there.
+    /// The device input buffer and the copies that fill it.
     input: u64,
-    staging_len: usize,
+    runs: UploadRuns,
     results: u64,
 }
 

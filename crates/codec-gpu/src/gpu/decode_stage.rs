@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_store::EncodedChunk;
+use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use super::cuda::GpuDecoder;
 use crate::{BatchDecoder, DecodedChunks, Error, Result};
@@ -61,5 +61,9 @@ impl BatchDecoder for GpuDecoder {
     /// chunks are held to fewer ([`GpuOptions::chunks_in_flight`](crate::GpuOptions)).
     fn batches_in_flight(&self) -> usize {
         self.options().decode_streams.max(1) + 1
+    }
+
+    fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
+        GpuDecoder::read_memory(self)
     }
 }

@@ -20,11 +20,16 @@ mod memory_pool;
 #[cfg(feature = "cuda")]
 mod nvcomp;
 #[cfg(feature = "cuda")]
+mod read_memory;
+#[cfg(feature = "cuda")]
 mod slots;
 #[cfg(not(feature = "cuda"))]
 mod stand_in;
 #[cfg(feature = "cuda")]
 mod tables;
+// Plain arithmetic, built (and unit-tested) without the `cuda` feature too.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod upload_runs;
 
 #[cfg(feature = "cuda")]
 pub use cuda::{DeviceMemory, GpuDecoder};
@@ -69,6 +74,10 @@ pub struct GpuOptions {
     /// Most stored bytes of the batches being decoded at once, which sit in pinned host
     /// memory until their batch is decoded (one batch always goes through, however large).
     pub pinned_memory: usize,
+    /// Pinned host memory that a pipeline's chunk reads of a local store land in (in slabs
+    /// of 64 MiB, allocated as needed; 0: none), so those chunks upload without a staging
+    /// copy; with all of it in use, reads go to ordinary memory.
+    pub read_memory: usize,
 }
 
 impl Default for GpuOptions {
@@ -82,6 +91,7 @@ impl Default for GpuOptions {
             decode_streams: 6,
             chunks_in_flight: 1024,
             pinned_memory: 8 << 30,
+            read_memory: 4 << 30,
         }
     }
 }

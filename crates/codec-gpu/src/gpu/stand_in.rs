@@ -47,6 +47,11 @@ impl GpuDecoder {
         match self.never {}
     }
 
+    /// Pinned memory for a pipeline's chunk reads.
+    pub fn read_memory(&self) -> Option<std::sync::Arc<dyn zarrpipe_store::ReadMemory>> {
+        match self.never {}
+    }
+
     /// Where nvCOMP was loaded from.
     pub fn nvcomp_path(&self) -> &str {
         match self.never {}

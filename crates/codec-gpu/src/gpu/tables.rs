@@ -7,6 +7,8 @@ use rayon::prelude::*;
 
 use super::kernels::{self, MAX_DIMS};
 use super::nvcomp::status_name;
+use super::read_memory::SlabRanges;
+use super::upload_runs::{Source, UploadRuns};
 use crate::plan::{BatchPlan, Codec, Op, Region, Space};
 
 /// Device addresses of the plan's spaces.
@@ -224,13 +226,32 @@ pub(super) fn stage(
     bases: &Bases,
     staging: &mut [u8],
     table_start: usize,
-) {
+    slabs: &SlabRanges,
+) -> UploadRuns {
+    let staging_address = staging.as_ptr() as usize;
+    let mut runs = UploadRuns::default();
     let (uploads, table_area) = staging.split_at_mut(table_start);
-    // Hand each upload its own disjoint slice, then copy them on every core.
+    // Hand each upload not already in pinned memory its own disjoint slice, then copy them
+    // on every core; the others upload from where they were read.
     let mut rest = &mut uploads[..plan.input_len];
     let mut consumed = 0;
     let mut pieces = Vec::with_capacity(plan.uploads.len());
     for (bytes, offset) in &plan.uploads {
+        if let Some(slab) = slabs.slab_of(bytes) {
+            runs.push(
+                bytes.as_ptr() as usize,
+                *offset,
+                bytes.len(),
+                Source::Slab(slab),
+            );
+            continue;
+        }
+        runs.push(
+            staging_address + offset,
+            *offset,
+            bytes.len(),
+            Source::Staging,
+        );
         let (_, tail) = rest.split_at_mut(offset - consumed);
         let (piece, tail) = tail.split_at_mut(bytes.len());
         pieces.push((piece, bytes));
@@ -241,6 +262,12 @@ pub(super) fn stage(
         .into_par_iter()
         .with_min_len(4)
         .for_each(|(piece, bytes)| piece.copy_from_slice(bytes));
+    runs.push(
+        staging_address + table_start,
+        table_start,
+        tables.len,
+        Source::Staging,
+    );
 
     let put = |area: &mut [u8], at: usize, bytes: &[u8]| {
         area[at..at + bytes.len()].copy_from_slice(bytes)
@@ -277,6 +304,7 @@ pub(super) fn stage(
             put(table_area, launch.table, &bytes);
         }
     }
+    runs
 }
 
 /// The descriptor table of one launch, as bytes.

@@ -1,0 +1,84 @@
+//! Reads of a local store's files straight into [`ReadMemory`] buffers (object_store's local
+//! backend reads into memory of its own).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use object_store::GetRange;
+
+use crate::read_memory::into_bytes;
+use crate::ReadMemory;
+
+/// What a direct read found.
+pub(crate) enum LocalRead {
+    Read(Bytes),
+    /// No file at the key.
+    Missing,
+    /// Not a case for a direct read (no buffer, a range past the end, not a plain file):
+    /// read through the object store, which also gives its errors.
+    Declined,
+}
+
+/// The file of `key` under `root`, for keys made only of plain characters (what Zarr writes;
+/// object_store would encode others) and without `.` or `..` segments.
+pub(crate) fn key_path(root: &Path, key: &str) -> Option<PathBuf> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    let mut path = root.to_path_buf();
+    for segment in key.split('/') {
+        if segment.is_empty() || segment == "." || segment == ".." || !segment.chars().all(plain) {
+            return None;
+        }
+        path.push(segment);
+    }
+    Some(path)
+}
+
+/// Reads `range` (all of it: `None`) of the file at `path` into a buffer from `memory`.
+pub(crate) fn read_local(
+    path: &Path,
+    range: Option<&GetRange>,
+    memory: &dyn ReadMemory,
+) -> std::io::Result<LocalRead> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(LocalRead::Missing)
+        }
+        Err(error) => return Err(error),
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Ok(LocalRead::Declined);
+    }
+    let (start, len) = match range {
+        None => (0, metadata.len()),
+        Some(GetRange::Bounded(range))
+            if range.start <= range.end && range.end <= metadata.len() =>
+        {
+            (range.start, range.end - range.start)
+        }
+        Some(_) => return Ok(LocalRead::Declined),
+    };
+    let Ok(len) = usize::try_from(len) else {
+        return Ok(LocalRead::Declined);
+    };
+    let Some(mut buffer) = memory.buffer(len) else {
+        return Ok(LocalRead::Declined);
+    };
+    read_exact_at(&file, AsMut::<[u8]>::as_mut(&mut *buffer), start)?;
+    Ok(LocalRead::Read(into_bytes(buffer)))
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buffer, offset)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = file;
+    file.seek(SeekFrom::Start(offset))?;
+    file.read_exact(buffer)
+}

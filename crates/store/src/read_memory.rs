@@ -1,0 +1,34 @@
+//! Memory that reads of local chunk files land in. By default a read fills fresh heap memory;
+//! a GPU decoder hands out pinned host memory instead, so the chunk's bytes upload to the
+//! device as they are, without a staging copy.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+/// Hands out buffers for chunk reads ([`FetchBatchesExt::fetch_batches_into`]).
+///
+/// [`FetchBatchesExt::fetch_batches_into`]: crate::FetchBatchesExt::fetch_batches_into
+pub trait ReadMemory: Send + Sync + fmt::Debug {
+    /// A buffer of exactly `len` bytes to read into, or `None` to read into ordinary memory
+    /// (none left, or too large).
+    fn buffer(&self, len: usize) -> Option<Box<dyn ReadBuffer>>;
+}
+
+/// A buffer handed out by [`ReadMemory::buffer`]: written once by the read, then shared
+/// read-only as the chunk's [`Bytes`].
+pub trait ReadBuffer: AsRef<[u8]> + AsMut<[u8]> + Send + 'static {}
+
+/// Owns a filled buffer behind a [`Bytes`].
+struct Filled(Box<dyn ReadBuffer>);
+
+impl AsRef<[u8]> for Filled {
+    fn as_ref(&self) -> &[u8] {
+        AsRef::<[u8]>::as_ref(&*self.0)
+    }
+}
+
+/// The buffer's bytes, shared: the buffer is freed when the last clone or slice is dropped.
+pub(crate) fn into_bytes(buffer: Box<dyn ReadBuffer>) -> Bytes {
+    Bytes::from_owner(Filled(buffer))
+}
