@@ -514,9 +514,14 @@ impl BatchDecoder for SplitDecoder {
         .boxed()
     }
 
-    /// The GPU side's: chunks the CPU side decodes read pinned memory as well as any.
+    /// Split: the GPU side's (the CPU side decodes from pinned memory as well as from any).
+    /// Auto: none. Its CPU side decodes nearly every chunk, which pinned memory does not speed
+    /// up, and the host's pinned memory is left to the model's own loader work.
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
-        self.gpu.read_memory()
+        match self.policy {
+            SplitPolicy::Balanced => self.gpu.read_memory(),
+            SplitPolicy::Auto { .. } => None,
+        }
     }
 
     fn batches_in_flight(&self) -> usize {

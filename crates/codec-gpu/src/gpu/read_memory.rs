@@ -38,6 +38,8 @@ struct State {
     current: Option<(usize, usize)>,
     /// An allocation failed: use what there is.
     no_more: bool,
+    /// A slab is being allocated.
+    allocating: bool,
 }
 
 impl std::fmt::Debug for PinnedReadMemory {
@@ -67,39 +69,31 @@ impl PinnedReadMemory {
         SlabRanges(starts)
     }
 
-    /// A slab with room for `len` more bytes: the current one, a slab no chunk holds any more,
-    /// or a new one. Returns its index and where the piece starts.
-    fn room(&self, state: &mut State, len: usize) -> Option<(usize, usize)> {
-        if let Some((slab, used)) = state.current {
-            let start = used.next_multiple_of(PIECE_ALIGN);
-            if start + len <= SLAB_BYTES {
-                return Some((slab, start));
-            }
-        }
-        // `get_mut` succeeds only for a slab no piece holds, and orders this read after the
-        // last piece's drop.
-        if let Some(free) = state
-            .slabs
-            .iter_mut()
-            .position(|slab| Arc::get_mut(slab).is_some())
+    /// A new slab, allocated outside the lock (it takes milliseconds): reads meanwhile go to
+    /// ordinary memory rather than wait.
+    fn grow(&self) -> Option<Arc<Slab>> {
         {
-            return Some((free, 0));
-        }
-        if state.no_more || state.slabs.len() >= self.most_slabs {
-            return None;
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if state.allocating || state.no_more || state.slabs.len() >= self.most_slabs {
+                return None;
+            }
+            state.allocating = true;
         }
         // SAFETY: bytes are read by the host or the device only after a read wrote them.
         // Not write-combined (cudarc's default): the host reads chunks too (frame checks, CPU
         // decoding), and reading write-combined memory is uncached.
-        match unsafe { self.context.alloc_pinned_with_flags::<u8>(SLAB_BYTES, 0) } {
-            Ok(mut memory) => {
-                let base = memory.as_mut_ptr().ok()? as usize;
-                state.slabs.push(Arc::new(Slab {
+        let allocated = unsafe { self.context.alloc_pinned_with_flags::<u8>(SLAB_BYTES, 0) }
+            .and_then(|mut memory| {
+                let base = memory.as_mut_ptr()? as usize;
+                Ok(Arc::new(Slab {
                     _memory: memory,
                     base,
-                }));
-                Some((state.slabs.len() - 1, 0))
-            }
+                }))
+            });
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.allocating = false;
+        match allocated {
+            Ok(slab) => Some(slab),
             Err(error) => {
                 tracing::warn!("pinned memory for reads: {error:?}; reading into ordinary memory");
                 state.no_more = true;
@@ -109,19 +103,52 @@ impl PinnedReadMemory {
     }
 }
 
+impl State {
+    /// A slab with room for `len` more bytes: the current one or one no chunk holds any more.
+    /// Returns its index and where the piece starts.
+    fn room(&mut self, len: usize) -> Option<(usize, usize)> {
+        if let Some((slab, used)) = self.current {
+            let start = used.next_multiple_of(PIECE_ALIGN);
+            if start + len <= SLAB_BYTES {
+                return Some((slab, start));
+            }
+        }
+        // `get_mut` succeeds only for a slab no piece holds, and orders this read after the
+        // last piece's drop.
+        let free = self
+            .slabs
+            .iter_mut()
+            .position(|slab| Arc::get_mut(slab).is_some())?;
+        Some((free, 0))
+    }
+
+    /// Hands out `len` bytes of slab `slab` from `start`.
+    fn piece(&mut self, slab: usize, start: usize, len: usize) -> Box<dyn ReadBuffer> {
+        self.current = Some((slab, start + len));
+        Box::new(Piece {
+            slab: self.slabs[slab].clone(),
+            start,
+            len,
+        })
+    }
+}
+
 impl ReadMemory for PinnedReadMemory {
     fn buffer(&self, len: usize) -> Option<Box<dyn ReadBuffer>> {
         if len == 0 || len > SLAB_BYTES {
             return None;
         }
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((slab, start)) = state.room(len) {
+                return Some(state.piece(slab, start, len));
+            }
+        }
+        let slab = self.grow()?;
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let (slab, start) = self.room(&mut state, len)?;
-        state.current = Some((slab, start + len));
-        Some(Box::new(Piece {
-            slab: state.slabs[slab].clone(),
-            start,
-            len,
-        }))
+        state.slabs.push(slab);
+        let index = state.slabs.len() - 1;
+        Some(state.piece(index, 0, len))
     }
 }
 
