@@ -516,7 +516,7 @@ impl BatchDecoder for SplitDecoder {
 
     /// Split: the GPU side's (the CPU side decodes from pinned memory as well as from any).
     /// Auto: none. Its CPU side decodes nearly every chunk, which pinned memory does not speed
-    /// up, and the host's pinned memory is left to the model's own loader work.
+    /// up, so it leaves the host's pinned memory to the rest of the process.
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
         match self.policy {
             SplitPolicy::Balanced => self.gpu.read_memory(),
