@@ -62,7 +62,7 @@ pub enum SplitPolicy {
     },
 }
 
-/// Decodes each batch on both sides at once; see the [module](self) documentation.
+/// Decodes each batch on both sides at once; see the documentation of `split.rs`.
 pub struct SplitDecoder {
     cpu: Arc<dyn BatchDecoder>,
     gpu: Arc<dyn BatchDecoder>,
