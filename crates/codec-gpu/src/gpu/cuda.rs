@@ -1,5 +1,6 @@
-//! Running batch plans on a CUDA device: one pinned staging buffer and one upload per batch,
-//! then each round's ops as one nvCOMP call per codec and one launch per kernel kind, all on
+//! Running batch plans on a CUDA device: a group's bytes and tables staged in pinned memory
+//! (chunks already read into pinned memory are not) and uploaded as a few copies, then each
+//! round's ops as one nvCOMP call per codec and one launch per kernel kind, all on
 //! the decoder's stream; per-op statuses come back at the end.
 
 use std::collections::VecDeque;
