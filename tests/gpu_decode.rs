@@ -7,10 +7,11 @@
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use zarrpipe::codec::testing::{cases, chain, compare_with_cpu, fetch_all, write_cases, Case};
 use zarrpipe::codec::{DecodePath, DecodedChunk, GpuDecoder, GpuOptions};
-use zarrpipe::store::{Dataset, EncodedChunk};
+use zarrpipe::store::{fetch_chunk_into, Dataset, EncodedChunk, ReadMemory};
 
 /// The GPU decoder; fails the test, with the reason, where there is no device.
 fn decoder(options: GpuOptions) -> GpuDecoder {
@@ -228,12 +229,7 @@ fn strict_gpu_decoders_refuse_cpu_fallbacks() {
     ignore = "needs the `cuda` feature and a CUDA device"
 )]
 fn pipelined_groups_decode_bit_identical_on_the_gpu() {
-    // Groups of 256 KiB: a batch of generated cases runs as dozens of overlapped groups.
-    let options = GpuOptions {
-        group_bytes: 256 << 10,
-        ..GpuOptions::default()
-    };
-    let decoder = decoder(options);
+    let decoder = decoder_with_groups();
     let dir = tempfile::tempdir().unwrap();
     let chunks = large_float_cases(dir.path(), |_| true);
     let decoded = decode(&decoder, &chunks);
@@ -275,24 +271,14 @@ fn pinned(_: &GpuDecoder, _: &[u8]) -> bool {
     ignore = "needs the `cuda` feature and a CUDA device"
 )]
 fn chunks_read_into_pinned_memory_upload_unstaged_bit_identical() {
-    use zarrpipe::store::fetch_chunk_into;
     let decoder = decoder(GpuOptions::default());
     let memory = decoder.read_memory().expect("read memory by default");
     let dir = tempfile::tempdir().unwrap();
     write_cases(dir.path(), &cases(), 31);
     let ordinary = open_all(dir.path());
     // Every other chunk read into pinned memory, so a group's copies mix both kinds.
-    let mixed: Vec<EncodedChunk> = runtime().block_on(async {
-        let mut chunks = Vec::new();
-        for (number, chunk) in ordinary.iter().enumerate() {
-            let memory = (number % 2 == 0).then(|| memory.clone());
-            chunks.push(
-                fetch_chunk_into(chunk.request.clone(), memory)
-                    .await
-                    .unwrap(),
-            );
-        }
-        chunks
+    let mixed = read_again(&ordinary, |number| {
+        (number % 2 == 0).then(|| memory.clone())
     });
     let mut in_pinned = 0;
     for (number, (read, expected)) in mixed.iter().zip(&ordinary).enumerate() {
@@ -308,18 +294,7 @@ fn chunks_read_into_pinned_memory_upload_unstaged_bit_identical() {
     // Pipelined groups of 256 KiB, every chunk pinned: copies of many groups in flight.
     let grouped = decoder_with_groups();
     let memory = grouped.read_memory().unwrap();
-    let pinned_all: Vec<EncodedChunk> = runtime().block_on(async {
-        let mut chunks = Vec::new();
-        for chunk in &ordinary {
-            let request = chunk.request.clone();
-            chunks.push(
-                fetch_chunk_into(request, Some(memory.clone()))
-                    .await
-                    .unwrap(),
-            );
-        }
-        chunks
-    });
+    let pinned_all = read_again(&ordinary, |_| Some(memory.clone()));
     let decoded = decode(&grouped, &pinned_all);
     assert_eq!(compare_with_cpu(&pinned_all, &decoded), pinned_all.len());
     println!(
@@ -328,6 +303,22 @@ fn chunks_read_into_pinned_memory_upload_unstaged_bit_identical() {
     );
 }
 
+/// `chunks` read again one by one, chunk number `n` into `memory(n)` (`None`: ordinary memory).
+fn read_again(
+    chunks: &[EncodedChunk],
+    memory: impl Fn(usize) -> Option<Arc<dyn ReadMemory>>,
+) -> Vec<EncodedChunk> {
+    runtime().block_on(async {
+        let mut read = Vec::new();
+        for (number, chunk) in chunks.iter().enumerate() {
+            let request = chunk.request.clone();
+            read.push(fetch_chunk_into(request, memory(number)).await.unwrap());
+        }
+        read
+    })
+}
+
+/// Groups of 256 KiB: a batch of generated cases runs as dozens of overlapped groups.
 fn decoder_with_groups() -> GpuDecoder {
     decoder(GpuOptions {
         group_bytes: 256 << 10,

@@ -523,7 +523,7 @@ impl GpuDecoder {
                 let (region, _) = chunk.outcome.as_ref().ok()?;
                 Some((chunk.request.clone(), region.offset))
             }));
-            self.send(&upload, &mut slot, stream)?;
+            self.send(&upload, stream)?;
             if pending.begun.is_none() {
                 pending.begun = Some(timed_event(stream)?);
             }
@@ -678,13 +678,7 @@ impl GpuDecoder {
     }
 
     /// Uploads a staged group on the copy stream; the decode stream waits for it.
-    fn send(&self, upload: &Upload, slot: &mut Slot, stream: &Arc<CudaStream>) -> Result<()> {
-        // Waits for the slot's earlier use (none pending: `finish` waited for it).
-        slot.staging
-            .as_mut()
-            .expect("staged")
-            .as_mut_slice()
-            .map_err(cuda_error("mapping pinned memory"))?;
+    fn send(&self, upload: &Upload, stream: &Arc<CudaStream>) -> Result<()> {
         for run in upload.runs.runs() {
             // SAFETY: a run reads the slot's pinned staging buffer, not touched again until
             // this group has finished (`finish` waits on its event before the slot is
@@ -769,7 +763,7 @@ impl GpuDecoder {
             .map_err(cuda_error("allocating the batch output"))?;
         let output_base = output.device_ptr(stream).0;
         let upload = self.stage(&prepared.plan, &mut slot, output_base, stream)?;
-        self.send(&upload, &mut slot, stream)?;
+        self.send(&upload, stream)?;
         stream.synchronize().map_err(cuda_error("uploading"))?;
         let mut best = std::time::Duration::MAX;
         for _ in 0..repeats.max(1) {
