@@ -37,6 +37,7 @@ mod backlog;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod batch;
 mod batch_decoder;
+mod busy_time;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod chain;
 mod cpu;
@@ -51,7 +52,6 @@ mod frames;
 mod gpu;
 #[cfg(test)]
 mod interpret;
-mod occupancy;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 mod read;

@@ -6,13 +6,15 @@
 //! ([`SplitPolicy::Auto`]).
 //!
 //! A side's rate is its throughput, not one batch's latency: several batches are in flight
-//! on a side at once (the GPU's decode streams), and each takes longer for sharing the side
-//! with the others. A part's wall-clock time is divided by the mean number of parts in
-//! flight on its side meanwhile ([`Occupancy`]); timed by latency alone, the GPU of the
-//! lent H100 looked three times slower than it is, and the CPU side got three times the
-//! chunks it could decode (setup B of the training benchmark, docs/training.md).
+//! on a side at once (the GPU's decode streams, the CPU pool's queue), and each takes longer
+//! for waiting on the others. A part is timed by the side's busy time since the previous
+//! part finished ([`BusyTime`]). Timed by latency alone, the GPU of the lent H100 looked three
+//! times slower than it is (setup B of the training benchmark, docs/training.md); timed by
+//! latency over the parts in flight, the first of four parts queued on the CPU looked four
+//! times faster than it is, and the CPU side got a third of W1's next batches where it
+//! decodes a tenth.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +24,7 @@ use zarrpipe_core::{Pace, PaceDelta};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use crate::backlog::Backlog;
-use crate::occupancy::{Occupancy, PartStart};
+use crate::busy_time::{BusyTime, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
 /// The rates a kind's GPU share starts from, before both sides have decoded some of it:
@@ -35,8 +37,8 @@ const PRIOR_GPU_RATE: f64 = 20e9;
 const PRIOR_CPU_THREAD_RATE: f64 = 0.42e9;
 /// CPU threads assumed until [`SplitDecoder::with_cpu_threads`] says otherwise.
 const PRIOR_CPU_THREADS: usize = 16;
-/// Weight of the newest batch in the measured rates.
-const NEWEST: f64 = 0.5;
+/// A rate counts what a side decoded over about its last this many seconds of busy time.
+const RATE_WINDOW_SECONDS: f64 = 0.2;
 /// How far the CPU side's weight moves after a batch whose CPU part finished last (down) or
 /// first (up), and its bounds. At most 1: the weight takes chunks the CPU's measured rate would
 /// give it away from it, never adds more. Beside a training loop the GPU's first parts take
@@ -90,17 +92,39 @@ struct Kind {
     decoded_bytes: u64,
 }
 
-/// Decoded bytes per second of wall-clock time, per side (`None` until measured).
+/// Decoded bytes of a kind per second of a side's busy time, per side.
 #[derive(Clone, Copy, Debug, Default)]
 struct Rates {
-    cpu: Option<f64>,
-    gpu: Option<f64>,
+    cpu: Throughput,
+    gpu: Throughput,
+}
+
+/// Bytes decoded and the busy seconds they took, older parts fading out as the side works
+/// on: a ratio of sums, so parts that finished together (one with most of the time between
+/// finishes, the others with almost none) count as the one part they were.
+#[derive(Clone, Copy, Debug, Default)]
+struct Throughput {
+    bytes: f64,
+    seconds: f64,
+}
+
+impl Throughput {
+    fn add(&mut self, bytes: f64, seconds: f64) {
+        let kept = (-seconds / RATE_WINDOW_SECONDS).exp();
+        self.bytes = self.bytes * kept + bytes;
+        self.seconds = self.seconds * kept + seconds;
+    }
+
+    /// Bytes per second; `None` until measured.
+    fn rate(&self) -> Option<f64> {
+        (self.seconds > 0.0).then(|| self.bytes / self.seconds)
+    }
 }
 
 impl Rates {
     /// The measured `(cpu, gpu)` rates; `prior` until both sides are measured.
     fn or(&self, prior: (f64, f64)) -> (f64, f64) {
-        match (self.cpu, self.gpu) {
+        match (self.cpu.rate(), self.gpu.rate()) {
             (Some(cpu), Some(gpu)) if cpu + gpu > 0.0 => (cpu, gpu),
             _ => prior,
         }
@@ -125,8 +149,8 @@ fn prior_rates(cpu_threads: usize) -> (f64, f64) {
 #[derive(Debug)]
 struct SplitState {
     rates: HashMap<Kind, Rates>,
-    /// Parts in flight on each side: `[cpu, gpu]`.
-    occupancy: [Occupancy; 2],
+    /// Each side's parts in flight and busy time: `[cpu, gpu]`.
+    busy: [BusyTime; 2],
     /// Work shared out to each side and not yet finished.
     backlog: Backlog,
     /// Auto: the fraction of the balanced GPU share the GPU takes now (0 = CPU only).
@@ -170,10 +194,7 @@ impl SplitDecoder {
             pace: Arc::new(Pace::default()),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
-                occupancy: [
-                    Occupancy::new(Instant::now()),
-                    Occupancy::new(Instant::now()),
-                ],
+                busy: [BusyTime::new(Instant::now()), BusyTime::new(Instant::now())],
                 backlog: Backlog::default(),
                 throttle,
                 cpu_weight: 1.0,
@@ -310,26 +331,22 @@ impl SplitDecoder {
         shares
     }
 
-    /// Updates the rates of the kinds a side decoded in the part begun at `start`, from the
-    /// part's share of the side's time.
+    /// Updates the rates of the kinds a side decoded in the part begun at `start`, from what
+    /// the part cost the side.
     fn learn(&self, side: Side, chunks: &[Kind], start: PartStart, gpu_time: Duration) {
         let mut state = self.lock();
-        let time = state.occupancy[side as usize].finish(start, Instant::now());
+        let cost = state.busy[side as usize].finish(start, Instant::now());
         state.gpu_time += gpu_time;
-        if chunks.is_empty() || time.is_zero() {
-            return;
-        }
-        let bytes: u64 = chunks.iter().map(|kind| kind.decoded_bytes).sum();
-        let rate = bytes as f64 / time.as_secs_f64();
         tracing::debug!(
             ?side,
             chunks = chunks.len(),
             wall_ms = 1e3 * start.wall().as_secs_f64(),
-            share_of_side_ms = 1e3 * time.as_secs_f64(),
-            gb_per_s = rate / 1e9,
+            cost_ms = cost.map(|cost| 1e3 * cost.as_secs_f64()),
             "split: a part decoded"
         );
-        record(&mut state.rates, side, chunks, rate);
+        if let Some(cost) = cost {
+            record(&mut state.rates, side, chunks, cost.as_secs_f64());
+        }
     }
 
     /// Moves the CPU's weight after a batch, from when each side finished its part (`None`:
@@ -373,7 +390,7 @@ impl SplitDecoder {
     }
 }
 
-/// A part counted in its side's occupancy until it is learnt from, or, failed or cancelled
+/// A part counted in its side's busy time until it is learnt from, or, failed or cancelled
 /// (a stream dropped mid-epoch), until it is dropped.
 struct PartInFlight<'a> {
     split: &'a SplitDecoder,
@@ -383,7 +400,7 @@ struct PartInFlight<'a> {
 
 impl<'a> PartInFlight<'a> {
     fn start(split: &'a SplitDecoder, side: Side) -> Self {
-        let start = split.lock().occupancy[side as usize].start(Instant::now());
+        let start = split.lock().busy[side as usize].start(Instant::now());
         Self {
             split,
             side,
@@ -400,7 +417,7 @@ impl<'a> PartInFlight<'a> {
 impl Drop for PartInFlight<'_> {
     fn drop(&mut self) {
         if let Some(start) = self.start.take() {
-            self.split.lock().occupancy[self.side as usize].finish(start, Instant::now());
+            self.split.lock().busy[self.side as usize].finish(start, Instant::now());
         }
     }
 }
@@ -437,22 +454,24 @@ fn gpu_chunks(
     ((count as f64 * gpu_share * throttle).round() as usize).min(count)
 }
 
-/// Records a part's `rate` in the rates of the kinds its chunks had, once per kind: applied
-/// once per chunk, the newest part's weight compounded over its hundreds of chunks and the
-/// rates became that one part's. One GPU part that took 26 s beside the training loop's first
-/// steps then gave the CPU 92% of setup B's next batches.
-fn record(rates: &mut HashMap<Kind, Rates>, side: Side, chunks: &[Kind], rate: f64) {
-    let kinds: HashSet<&Kind> = chunks.iter().collect();
-    for kind in kinds {
+/// Records a part that cost its side `seconds` in the rates of the kinds its chunks had,
+/// the seconds shared out by their bytes.
+fn record(rates: &mut HashMap<Kind, Rates>, side: Side, chunks: &[Kind], seconds: f64) {
+    let total: u64 = chunks.iter().map(|kind| kind.decoded_bytes).sum();
+    if total == 0 {
+        return;
+    }
+    let mut bytes: HashMap<&Kind, u64> = HashMap::new();
+    for kind in chunks {
+        *bytes.entry(kind).or_default() += kind.decoded_bytes;
+    }
+    for (kind, bytes) in bytes {
         let rates = rates.entry(kind.clone()).or_default();
-        let slot = match side {
+        let throughput = match side {
             Side::Cpu => &mut rates.cpu,
             Side::Gpu => &mut rates.gpu,
         };
-        *slot = Some(match *slot {
-            Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
-            None => rate,
-        });
+        throughput.add(bytes as f64, seconds * bytes as f64 / total as f64);
     }
 }
 
@@ -467,7 +486,7 @@ fn lean(gpu_share: f64, cpu_weight: f64) -> f64 {
     }
 }
 
-/// A side of the split; its number indexes `SplitState::occupancy`.
+/// A side of the split; its number indexes `SplitState::busy`.
 #[derive(Clone, Copy, Debug)]
 enum Side {
     Cpu = 0,
@@ -587,27 +606,44 @@ mod tests {
         assert_eq!(prior_rates(0), prior_rates(1));
         // Measured rates replace the prior.
         let measured = Rates {
-            cpu: Some(1e9),
-            gpu: Some(3e9),
+            cpu: Throughput {
+                bytes: 1e9,
+                seconds: 1.0,
+            },
+            gpu: Throughput {
+                bytes: 3e9,
+                seconds: 1.0,
+            },
         };
         assert_eq!(measured.balanced_gpu_share(four.prior), 0.75);
     }
 
     #[test]
-    fn a_part_moves_its_kinds_rates_once_however_many_chunks_it_had() {
+    fn a_kinds_rate_is_its_bytes_over_its_share_of_the_sides_time() {
         let kind = |bytes| Kind {
             codecs: vec!["zstd".into()],
             decoded_bytes: bytes,
         };
+        let rate = |rates: &HashMap<Kind, Rates>, bytes| rates[&kind(bytes)].gpu.rate().unwrap();
         let mut rates = HashMap::new();
-        record(&mut rates, Side::Gpu, &[kind(8)], 10e9);
-        let slow_part = vec![kind(8); 500];
-        record(&mut rates, Side::Gpu, &slow_part, 0.1e9);
-        assert!((rates[&kind(8)].gpu.unwrap() - 5.05e9).abs() < 1e3);
-        record(&mut rates, Side::Cpu, &[kind(8), kind(4), kind(8)], 1e9);
-        assert_eq!(rates[&kind(4)].cpu, Some(1e9));
-        assert_eq!(rates[&kind(8)].cpu, Some(1e9));
-        assert_eq!(rates[&kind(4)].gpu, None);
+        // Three parts of 1000 chunks of 1 MB that finished together cost 0.3 s between them.
+        for seconds in [0.3, 0.0, 0.0] {
+            record(&mut rates, Side::Gpu, &vec![kind(1_000_000); 1000], seconds);
+        }
+        assert!((rate(&rates, 1_000_000) - 10e9).abs() < 1e3);
+        // A slow part counts by its seconds (the older ones keep e^-0.5 of theirs), and fades
+        // as the side works on.
+        record(&mut rates, Side::Gpu, &[kind(1_000_000)], 0.1);
+        let kept = (-0.5f64).exp();
+        let expected = (3e9 * kept + 1e6) / (0.3 * kept + 0.1);
+        assert!((rate(&rates, 1_000_000) - expected).abs() < 1e3);
+        record(&mut rates, Side::Gpu, &vec![kind(1_000_000); 4000], 0.4);
+        assert!(rate(&rates, 1_000_000) > 9e9);
+        // A part of two kinds shares its time out by their bytes.
+        record(&mut rates, Side::Cpu, &[kind(3), kind(1), kind(3)], 7.0);
+        assert_eq!(rates[&kind(1)].cpu.rate(), Some(1.0 / 1.0));
+        assert_eq!(rates[&kind(3)].cpu.rate(), Some(6.0 / 6.0));
+        assert_eq!(rates[&kind(1)].gpu.rate(), None);
     }
 
     #[test]
