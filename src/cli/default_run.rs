@@ -89,6 +89,10 @@ pub struct RunArgs {
     /// batches; each stream in use holds its own nvCOMP scratch memory).
     #[arg(long, default_value_t = 6)]
     gpu_decode_streams: usize,
+    /// On the GPU, chunks to keep decoding at once: batches of fewer chunks let more batches
+    /// decode beside them (at least 3, at most --gpu-decode-streams).
+    #[arg(long, default_value_t = 1024)]
+    gpu_chunks_in_flight: usize,
     #[command(flatten)]
     values: CollateArgs,
 }
@@ -278,6 +282,7 @@ async fn gpu_passes(
         device: stages.ordinal,
         check_zstd_tables: !args.skip_zstd_table_checks,
         decode_streams: args.gpu_decode_streams,
+        chunks_in_flight: args.gpu_chunks_in_flight,
         pinned_memory: super::store::parse_size(&args.gpu_pinned_memory)? as usize,
         read_memory: super::store::parse_size(&args.gpu_read_memory)? as usize,
         ..Default::default()

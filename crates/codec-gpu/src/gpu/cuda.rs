@@ -311,7 +311,7 @@ impl GpuDecoder {
             .expect("the semaphore is never closed")
     }
 
-    /// Waits for the batches that came earlier to be staged: dropping the permit
+    /// Waits for the batches that came earlier to be planned and staged: dropping the permit
     /// lets the next one in (tokio's semaphore serves waiters in order).
     pub(crate) async fn reserve_preparing(&self) -> tokio::sync::OwnedSemaphorePermit {
         self.preparing

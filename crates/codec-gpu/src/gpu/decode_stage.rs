@@ -1,7 +1,7 @@
-//! [`GpuDecoder`] as the decode stage: each batch is planned, then staged, uploaded and
-//! decoded, on blocking threads of Tokio's pool (several batches at once, more when they have
-//! fewer chunks; planned side by side, staged one at a time, in order), and handed on once the
-//! device is done with it, its chunks checked.
+//! [`GpuDecoder`] as the decode stage: each batch is planned, staged, uploaded and decoded on
+//! a blocking thread of Tokio's pool (several batches at once, more when they have fewer
+//! chunks; one at a time planned and staged, in order), and handed on once the device is done
+//! with it, its chunks checked.
 
 use std::sync::Arc;
 
@@ -22,17 +22,10 @@ impl BatchDecoder for GpuDecoder {
             // The batch's stored bytes sit in pinned staging memory until it is decoded.
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;
-            let count = chunks.len();
-            // Planned (frames checked, on rayon's pool) while earlier batches are staged and
-            // submitted; its place in the submission queue is taken meanwhile, in order.
-            let planner = Arc::clone(&self);
-            let planning = tokio::task::spawn_blocking(move || planner.plan(chunks));
-            let (planned, preparing) = tokio::join!(planning, self.reserve_preparing());
-            let planned = planned.map_err(|source| Error::StageTask {
-                stage: "GPU decode planning",
-                source,
-            })?;
+            let preparing = self.reserve_preparing().await;
             let decoded = tokio::task::spawn_blocking(move || {
+                let count = chunks.len();
+                let planned = self.plan(chunks);
                 let pending = self.submit_planned(planned);
                 drop(preparing);
                 let pending = pending?;
