@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import shutil
+import signal
 import threading
 import time
 import _thread
@@ -101,12 +102,16 @@ def test_ctrl_c_stops_an_epoch_that_waits():
     )
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    previous = signal.getsignal(signal.SIGINT)
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         # missing="ignore": looking for missing steps reads the time coordinate, whose chunk
         # this server never serves.
         pipe = zarrpipe.Pipeline(url, variables=["t2m"], batch_size=2, missing="ignore",
                                  store_options={"allow_http": True})
+        # A shell without job control starts background jobs with SIGINT ignored, and then
+        # interrupt_main does nothing: Python's own handler, as in a terminal.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Timer(0.5, _thread.interrupt_main).start()
         started = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
@@ -114,6 +119,7 @@ def test_ctrl_c_stops_an_epoch_that_waits():
                 pass
         assert time.monotonic() - started < 3, "Ctrl-C took too long"
     finally:
+        signal.signal(signal.SIGINT, previous)
         server.shutdown()
 
 
