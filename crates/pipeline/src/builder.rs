@@ -439,6 +439,12 @@ impl<P: CollateOn> PipelineBuilder<P> {
         let device = P::device(&gpu);
         // A GPU decoder's pinned memory, when it has some: its chunks then upload unstaged.
         let memory = decoder.read_memory();
+        if let Some(memory) = &memory {
+            let batches_held = prefetch + decoder.batches_in_flight() + 1;
+            memory
+                .clone()
+                .expect_held(most_read_bytes(&batcher, batches_held));
+        }
         let chain = stream::iter(batcher.read_plans())
             .fetch_batches_into(prefetch, reads, memory)
             .decode_batches(decoder)
@@ -543,6 +549,19 @@ fn cpu_decode_threads_of(cores: usize, on: DecodeOn, processes: usize) -> usize 
             (cores.saturating_sub(2) / processes).max(1)
         }
     }
+}
+
+/// The most decoded bytes that `batches` batches in a row of the epoch's first ones read (an
+/// upper bound for their stored bytes): what a pipeline holding that many batches' chunks at
+/// once holds at most, judged by the start of the epoch.
+fn most_read_bytes(batcher: &Batcher, batches: usize) -> u64 {
+    batcher
+        .read_plans()
+        .take(2 * batches)
+        .map(|plan| plan.payload.iter().map(|chunk| chunk.decoded_bytes()).sum::<u64>())
+        .max()
+        .unwrap_or(0)
+        .saturating_mul(batches as u64)
 }
 
 /// The GPU the stages use, if any.

@@ -3,6 +3,7 @@
 //! device as they are, without a staging copy.
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -13,6 +14,13 @@ pub trait ReadMemory: Send + Sync + fmt::Debug {
     /// A buffer of exactly `len` bytes to read into, or `None` to read into ordinary memory
     /// (none left, or too large).
     fn buffer(&self, len: usize) -> Option<Box<dyn ReadBuffer>>;
+
+    /// A pipeline will hold up to about `bytes` of reads at once (the batches it reads
+    /// ahead and decodes): memory that is slow to set aside may be prepared now, in the
+    /// background. By default nothing is.
+    fn expect_held(self: Arc<Self>, bytes: u64) {
+        let _ = bytes;
+    }
 }
 
 /// A buffer handed out by [`ReadMemory::buffer`]: written once by the read, then shared

@@ -257,10 +257,17 @@ impl GpuDecoder {
     }
 
     /// Pinned memory for a pipeline's chunk reads ([`GpuOptions::read_memory`]; `None` when
-    /// that is 0): chunks read into it upload without a staging copy.
+    /// that is under a slab): chunks read into it upload without a staging copy.
     pub fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
-        (self.options.read_memory >= SLAB_BYTES)
-            .then(|| self.read_memory.clone() as Arc<dyn ReadMemory>)
+        (!self.read_memory.is_empty()).then(|| self.read_memory.clone() as Arc<dyn ReadMemory>)
+    }
+
+    /// Waits until the pinned read memory that pipelines asked for ahead
+    /// ([`ReadMemory::expect_held`]) is allocated, or no more can be; returns the bytes
+    /// allocated. For benchmarks, which time passes once the setup is done.
+    pub fn wait_for_read_memory(&self) -> usize {
+        self.read_memory.wait_prepared();
+        self.read_memory.slabs() * SLAB_BYTES
     }
 
     /// The device's name, e.g. "NVIDIA H100 80GB HBM3".
@@ -679,6 +686,7 @@ impl GpuDecoder {
 
     /// Uploads a staged group on the copy stream; the decode stream waits for it.
     fn send(&self, upload: &Upload, stream: &Arc<CudaStream>) -> Result<()> {
+        let sending = Instant::now();
         for run in upload.runs.runs() {
             // SAFETY: a run reads the slot's pinned staging buffer, not touched again until
             // this group has finished (`finish` waits on its event before the slot is
@@ -695,6 +703,13 @@ impl GpuDecoder {
             }
             .map_err(cuda_error("uploading the batch"))?;
         }
+        tracing::debug!(
+            target: "zarrpipe::gpu",
+            "upload of {} copies ({} bytes staged) enqueued in {:.2} ms",
+            upload.runs.runs().len(),
+            upload.runs.staged_bytes(),
+            sending.elapsed().as_secs_f64() * 1e3
+        );
         let uploaded = self
             .copy_stream
             .record_event(None)

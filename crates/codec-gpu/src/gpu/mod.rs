@@ -75,8 +75,9 @@ pub struct GpuOptions {
     /// memory until their batch is decoded (one batch always goes through, however large).
     pub pinned_memory: usize,
     /// Pinned host memory that a pipeline's chunk reads of a local store land in (in slabs
-    /// of 64 MiB, allocated as needed; 0: none), so those chunks upload without a staging
-    /// copy; with all of it in use, reads go to ordinary memory.
+    /// of 64 MiB; 0: none), so those chunks upload without a staging copy; with all of it in
+    /// use, reads go to ordinary memory. A pipeline has the slabs it will hold allocated
+    /// ahead, on a thread of their own, from when it is built.
     pub read_memory: usize,
 }
 

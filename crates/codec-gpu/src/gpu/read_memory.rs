@@ -5,10 +5,16 @@
 //! The memory is cut from slabs, each handed out front to back; a slab is reused once every
 //! chunk read into it has been dropped (a batch keeps its chunks until the device has copied
 //! them). With every slab in use, reads go to ordinary memory and are staged as before.
+//!
+//! `cudaHostAlloc` is slow (19-214 ms a slab on the H100 host) and holds up every other CUDA
+//! call of the process meanwhile: an upload call that takes 5 us waited 30 ms (median) beside
+//! it (`benches/pinned_allocation_probe.py`). So the slabs a pipeline will need are allocated
+//! ahead, on a thread of their own, from when it is built ([`ReadMemory::expect_held`]); a read
+//! finding no room allocates one more itself, unless an allocation is under way.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 
-use cudarc::driver::{CudaContext, PinnedHostSlice};
+use cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
 use zarrpipe_store::{ReadBuffer, ReadMemory};
 
 /// Bytes of one slab: many chunks each, few slabs to look through.
@@ -29,6 +35,10 @@ pub(crate) struct PinnedReadMemory {
     context: Arc<CudaContext>,
     most_slabs: usize,
     state: Mutex<State>,
+    /// Held through each allocation: one at a time.
+    allocation: Mutex<()>,
+    /// Signalled when the allocating thread stops.
+    prepared: Condvar,
 }
 
 #[derive(Default)]
@@ -36,10 +46,12 @@ struct State {
     slabs: Vec<Arc<Slab>>,
     /// The slab being handed out, and how much of it is.
     current: Option<(usize, usize)>,
+    /// Slabs to allocate ahead ([`ReadMemory::expect_held`]).
+    wanted: usize,
+    /// The allocating thread runs.
+    allocating_ahead: bool,
     /// An allocation failed: use what there is.
     no_more: bool,
-    /// A slab is being allocated.
-    allocating: bool,
 }
 
 impl std::fmt::Debug for PinnedReadMemory {
@@ -51,61 +63,127 @@ impl std::fmt::Debug for PinnedReadMemory {
 }
 
 impl PinnedReadMemory {
-    /// Up to `bytes` of pinned memory (rounded down to slabs; 0: none), allocated as needed.
+    /// Up to `bytes` of pinned memory (rounded down to slabs; 0: none), allocated ahead once
+    /// a pipeline says how much it will hold, and as reads need it.
     pub(crate) fn new(context: Arc<CudaContext>, bytes: usize) -> Self {
         Self {
             context,
             most_slabs: bytes / SLAB_BYTES,
             state: Mutex::new(State::default()),
+            allocation: Mutex::new(()),
+            prepared: Condvar::new(),
         }
+    }
+
+    /// Whether there is no memory to read into (less than a slab was asked for).
+    pub(super) fn is_empty(&self) -> bool {
+        self.most_slabs == 0
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The address ranges of the slabs so far: a chunk's bytes inside one of them were read
     /// here ([`SlabRanges::slab_of`]).
     pub(super) fn ranges(&self) -> SlabRanges {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut starts: Vec<usize> = state.slabs.iter().map(|slab| slab.base).collect();
+        let mut starts: Vec<usize> = self.state().slabs.iter().map(|slab| slab.base).collect();
         starts.sort_unstable();
         SlabRanges(starts)
     }
 
-    /// A new slab, allocated outside the lock (it takes milliseconds): reads meanwhile go to
-    /// ordinary memory rather than wait.
-    fn grow(&self) -> Option<Arc<Slab>> {
-        {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if state.allocating || state.no_more || state.slabs.len() >= self.most_slabs {
-                return None;
+    /// Slabs allocated so far.
+    pub(super) fn slabs(&self) -> usize {
+        self.state().slabs.len()
+    }
+
+    /// Waits until the slabs asked for ahead are allocated (or an allocation failed).
+    pub(super) fn wait_prepared(&self) {
+        let state = self.state();
+        let _state = self
+            .prepared
+            .wait_while(state, |state| state.allocating_ahead)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+
+    /// Allocates one more slab, waiting for one under way when `wait`, else giving up.
+    /// Returns whether it did.
+    fn allocate_slab(&self, wait: bool) -> bool {
+        let _one_at_a_time = match wait {
+            true => self.allocation.lock().unwrap_or_else(PoisonError::into_inner),
+            false => match self.allocation.try_lock() {
+                Ok(guard) => guard,
+                Err(std::sync::TryLockError::Poisoned(poison)) => poison.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+            },
+        };
+        let had = {
+            let state = self.state();
+            if state.no_more || state.slabs.len() >= self.most_slabs {
+                return false;
             }
-            state.allocating = true;
+            state.slabs.len()
+        };
+        // Outside the state's lock: reads go on meanwhile.
+        match self.new_slab() {
+            Ok(slab) => {
+                self.state().slabs.push(slab);
+                true
+            }
+            Err(error) => {
+                tracing::warn!(
+                    "pinned memory for reads: {error:?} after {had} slabs of {SLAB_BYTES} bytes; \
+                     the rest of the reads go to ordinary memory"
+                );
+                self.state().no_more = true;
+                false
+            }
         }
+    }
+
+    fn new_slab(&self) -> Result<Arc<Slab>, DriverError> {
         // SAFETY: bytes are read by the host or the device only after a read wrote them.
         // Not write-combined (cudarc's default): the host reads chunks too (frame checks, CPU
         // decoding), and reading write-combined memory is uncached.
-        let allocated = unsafe { self.context.alloc_pinned_with_flags::<u8>(SLAB_BYTES, 0) }
-            .and_then(|mut memory| {
-                let base = memory.as_mut_ptr()? as usize;
-                Ok(Arc::new(Slab {
-                    _memory: memory,
-                    base,
-                }))
-            });
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.allocating = false;
-        match allocated {
-            Ok(slab) => Some(slab),
-            Err(error) => {
-                tracing::warn!("pinned memory for reads: {error:?}; reading into ordinary memory");
-                state.no_more = true;
-                None
-            }
+        let mut memory = unsafe { self.context.alloc_pinned_with_flags::<u8>(SLAB_BYTES, 0) }?;
+        let base = memory.as_mut_ptr()? as usize;
+        Ok(Arc::new(Slab {
+            _memory: memory,
+            base,
+        }))
+    }
+}
+
+/// Allocates slabs into `memory` until it has the slabs wanted, is dropped, or can have no
+/// more.
+fn allocate_ahead(memory: &Weak<PinnedReadMemory>) {
+    while let Some(memory) = memory.upgrade() {
+        let more = {
+            let state = memory.state();
+            state.slabs.len() < state.wanted
+        };
+        if !(more && memory.allocate_slab(true)) {
+            memory.state().allocating_ahead = false;
+            memory.prepared.notify_all();
+            return;
         }
     }
 }
 
 impl State {
-    /// A slab with room for `len` more bytes: the current one or one no chunk holds any more.
-    /// Returns its index and where the piece starts.
+    /// `len` bytes of a slab with room for them: the current one or one no chunk holds any
+    /// more.
+    fn piece_with_room(&mut self, len: usize) -> Option<Box<dyn ReadBuffer>> {
+        let (slab, start) = self.room(len)?;
+        self.current = Some((slab, start + len));
+        Some(Box::new(Piece {
+            slab: self.slabs[slab].clone(),
+            start,
+            len,
+        }))
+    }
+
+    /// Where a piece of `len` bytes fits: a slab's index and the piece's start.
     fn room(&mut self, len: usize) -> Option<(usize, usize)> {
         if let Some((slab, used)) = self.current {
             let start = used.next_multiple_of(PIECE_ALIGN);
@@ -121,16 +199,6 @@ impl State {
             .position(|slab| Arc::get_mut(slab).is_some())?;
         Some((free, 0))
     }
-
-    /// Hands out `len` bytes of slab `slab` from `start`.
-    fn piece(&mut self, slab: usize, start: usize, len: usize) -> Box<dyn ReadBuffer> {
-        self.current = Some((slab, start + len));
-        Box::new(Piece {
-            slab: self.slabs[slab].clone(),
-            start,
-            len,
-        })
-    }
 }
 
 impl ReadMemory for PinnedReadMemory {
@@ -138,17 +206,39 @@ impl ReadMemory for PinnedReadMemory {
         if len == 0 || len > SLAB_BYTES {
             return None;
         }
-        {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((slab, start)) = state.room(len) {
-                return Some(state.piece(slab, start, len));
-            }
+        if let Some(piece) = self.state().piece_with_room(len) {
+            return Some(piece);
         }
-        let slab = self.grow()?;
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.slabs.push(slab);
-        let index = state.slabs.len() - 1;
-        Some(state.piece(index, 0, len))
+        // Another reader may take the new slab first: then this read goes to ordinary memory.
+        self.allocate_slab(false)
+            .then(|| self.state().piece_with_room(len))
+            .flatten()
+    }
+
+    /// Allocates ahead, on a thread of its own, the slabs that `bytes` of reads take: a
+    /// quarter more (a slab is reused only once all of it is free) and one, up to the most.
+    fn expect_held(self: Arc<Self>, bytes: u64) {
+        let slabs = usize::try_from(bytes + bytes / 4)
+            .unwrap_or(usize::MAX)
+            .div_ceil(SLAB_BYTES)
+            .saturating_add(1)
+            .min(self.most_slabs);
+        let mut state = self.state();
+        state.wanted = state.wanted.max(slabs);
+        if state.allocating_ahead || state.slabs.len() >= state.wanted {
+            return;
+        }
+        state.allocating_ahead = true;
+        drop(state);
+        let memory = Arc::downgrade(&self);
+        let started = std::thread::Builder::new()
+            .name("zarrpipe-pinned-reads".into())
+            .spawn(move || allocate_ahead(&memory));
+        if let Err(error) = started {
+            tracing::warn!("pinned memory for reads: no thread to allocate it ahead ({error})");
+            self.state().allocating_ahead = false;
+            self.prepared.notify_all();
+        }
     }
 }
 

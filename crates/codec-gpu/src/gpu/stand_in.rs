@@ -52,6 +52,11 @@ impl GpuDecoder {
         match self.never {}
     }
 
+    /// Waits for the pinned read memory asked for ahead; returns its bytes.
+    pub fn wait_for_read_memory(&self) -> usize {
+        match self.never {}
+    }
+
     /// Where nvCOMP was loaded from.
     pub fn nvcomp_path(&self) -> &str {
         match self.never {}

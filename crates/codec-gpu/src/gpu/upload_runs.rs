@@ -62,6 +62,15 @@ impl UploadRuns {
     pub(super) fn runs(&self) -> &[Run] {
         &self.0
     }
+
+    /// Bytes copied from the staging buffer (chunks not read into pinned memory, and tables).
+    pub(super) fn staged_bytes(&self) -> usize {
+        self.0
+            .iter()
+            .filter(|run| run.from == Source::Staging)
+            .map(|run| run.len)
+            .sum()
+    }
 }
 
 #[cfg(test)]
