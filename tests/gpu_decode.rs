@@ -314,14 +314,25 @@ fn pinned_read_memory_is_allocated_ahead_as_pipelines_expect_up_to_its_size() {
         ..GpuOptions::default()
     });
     let memory = decoder.read_memory().unwrap();
-    assert_eq!(decoder.wait_for_read_memory(), 0, "nothing before it is asked for");
+    assert_eq!(
+        decoder.wait_for_read_memory(),
+        0,
+        "nothing before it is asked for"
+    );
     // 100 MiB held: a quarter more, rounded up to slabs of 64 MiB, and one more.
     memory.clone().expect_held(100 << 20);
     assert_eq!(decoder.wait_for_read_memory(), 192 << 20);
     memory.clone().expect_held(10 << 30);
-    assert_eq!(decoder.wait_for_read_memory(), 256 << 20, "no more than its size");
+    assert_eq!(
+        decoder.wait_for_read_memory(),
+        256 << 20,
+        "no more than its size"
+    );
     let pieces: Vec<_> = (0..8).map(|_| memory.buffer(32 << 20)).collect();
-    assert!(pieces.iter().all(Option::is_some), "8 pieces of 32 MiB in 4 slabs");
+    assert!(
+        pieces.iter().all(Option::is_some),
+        "8 pieces of 32 MiB in 4 slabs"
+    );
     assert!(pinned(&decoder, pieces[7].as_deref().unwrap().as_ref()));
     assert!(memory.buffer(32 << 20).is_none(), "past its size");
 }

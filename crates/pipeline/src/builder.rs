@@ -558,7 +558,12 @@ fn most_read_bytes(batcher: &Batcher, batches: usize) -> u64 {
     batcher
         .read_plans()
         .take(2 * batches)
-        .map(|plan| plan.payload.iter().map(|chunk| chunk.decoded_bytes()).sum::<u64>())
+        .map(|plan| {
+            plan.payload
+                .iter()
+                .map(|chunk| chunk.decoded_bytes())
+                .sum::<u64>()
+        })
         .max()
         .unwrap_or(0)
         .saturating_mul(batches as u64)

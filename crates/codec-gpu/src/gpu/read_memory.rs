@@ -110,7 +110,10 @@ impl PinnedReadMemory {
     /// Returns whether it did.
     fn allocate_slab(&self, wait: bool) -> bool {
         let _one_at_a_time = match wait {
-            true => self.allocation.lock().unwrap_or_else(PoisonError::into_inner),
+            true => self
+                .allocation
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
             false => match self.allocation.try_lock() {
                 Ok(guard) => guard,
                 Err(std::sync::TryLockError::Poisoned(poison)) => poison.into_inner(),
