@@ -5,7 +5,7 @@ CUDA runtime through ctypes, which lets go of the GIL during each call.
 
     python3 benches/pinned_allocation_probe.py
 
-docs/benchmarks.md (session 16) has the H100 host's figures.
+docs/benchmarks.md (session 16) has an H200 host's figures.
 """
 
 import ctypes

@@ -93,6 +93,10 @@ pub struct RunArgs {
     /// decode beside them (at least 3, at most --gpu-decode-streams).
     #[arg(long, default_value_t = 1024)]
     gpu_chunks_in_flight: usize,
+    /// On the GPU, decoded bytes per pipelined group of a batch (one uploads while another
+    /// decodes), e.g. 256M.
+    #[arg(long, default_value = "1G")]
+    gpu_group_bytes: String,
     #[command(flatten)]
     values: CollateArgs,
 }
@@ -283,6 +287,7 @@ async fn gpu_passes(
         check_zstd_tables: !args.skip_zstd_table_checks,
         decode_streams: args.gpu_decode_streams,
         chunks_in_flight: args.gpu_chunks_in_flight,
+        group_bytes: super::store::parse_size(&args.gpu_group_bytes)? as usize,
         pinned_memory: super::store::parse_size(&args.gpu_pinned_memory)? as usize,
         read_memory: super::store::parse_size(&args.gpu_read_memory)? as usize,
         ..Default::default()

@@ -123,9 +123,15 @@ impl Staging {
             .min_by_key(|&i| buffers[i].0.len());
         match reusable {
             Some(index) => Ok(buffers.swap_remove(index).0),
+            // A power of two: uploads of CPU-decoded chunks vary in size from batch to batch,
+            // and each new size allocated would hold up every CUDA call of the process for
+            // tens of milliseconds (`cudaHostAlloc`; benches/pinned_allocation_probe.py).
             // SAFETY: host memory; every byte uploaded is written first.
-            None => unsafe { self.context.alloc_pinned::<u8>(len.max(1 << 16)) }
-                .map_err(cuda_error("allocating pinned memory")),
+            None => unsafe {
+                self.context
+                    .alloc_pinned::<u8>(len.next_power_of_two().max(1 << 16))
+            }
+            .map_err(cuda_error("allocating pinned memory")),
         }
     }
 }
