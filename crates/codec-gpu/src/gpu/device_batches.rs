@@ -54,8 +54,9 @@ pub struct PendingBatch {
     /// group's work (the batch's device time lies between).
     pub(super) begun: Option<CudaEvent>,
     pub(super) ended: Option<CudaEvent>,
-    /// The lane the batch decodes on, free again once the batch is completed or dropped.
-    pub(super) _lane: LaneHold,
+    /// The lanes the batch decodes on (its own first, then its later groups'), free again
+    /// once the batch is completed or dropped.
+    pub(super) lanes: Vec<LaneHold>,
 }
 
 /// A batch planned on the CPU ([`GpuDecoder::plan`]): frames read and checked, CPU
