@@ -122,6 +122,12 @@ fn generate_then_run_streams_an_epoch() {
     assert_eq!(summary["samples"], 12);
     assert_eq!(summary["batches"], 4);
     assert_eq!(summary["delivered_bytes"], 12 * (4 + 3 * 2) * 8 * 16 * 4);
+    // `run` times its one epoch; `bench` times passes after a warm-up, which it reports too.
+    assert_eq!(summary["warm_up_s"], serde_json::Value::Null);
+    let bench = zarrpipe(&[&["bench", path, "--device", "cpu", "--json"][..], &window].concat());
+    let bench: serde_json::Value = serde_json::from_str(&stdout(&bench)).unwrap();
+    assert_eq!(bench["samples"], 12);
+    assert!(bench["warm_up_s"].as_f64().unwrap() > 0.0, "{bench}");
     let plan = zarrpipe(&[&["plan", path, "--json"][..], &window].concat());
     let plan: serde_json::Value = serde_json::from_str(&stdout(&plan)).unwrap();
     assert_eq!(plan["samples"], 12);

@@ -250,27 +250,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         true => gpu_passes(&args, dataset.clone(), stages).await?,
     };
-    let (seconds, metrics, checksum) = report;
     if args.json {
-        print_json(
-            &url,
-            stages,
-            seconds,
-            &metrics,
-            checksum,
-            dataset.io_stats(),
-        );
+        print_json(&url, stages, &report, dataset.io_stats());
     } else {
-        summarise(&metrics, seconds);
-        if let Some(checksum) = checksum {
+        summarise(&report.metrics, report.seconds);
+        if let Some(warm_up) = report.warm_up_seconds {
+            println!("warm-up epoch, with the setup it waited for: {warm_up:.2} s");
+        }
+        if let Some(checksum) = report.checksum {
             println!("checksum (sum of every delivered value, NaN skipped): {checksum}");
         }
     }
     Ok(())
 }
 
-/// Seconds of the best pass, its counters, and the checksum when asked for.
-type Report = (f64, MetricsSnapshot, Option<f64>);
+/// What the passes measured.
+struct Report {
+    /// Seconds of the best timed pass, and its counters.
+    seconds: f64,
+    metrics: MetricsSnapshot,
+    /// The warm-up epoch's seconds and the setup waited for after it (pinned read memory):
+    /// what a training loop's first epoch costs beyond the steady state's.
+    warm_up_seconds: Option<f64>,
+    checksum: Option<f64>,
+}
 
 /// Passes with at least one stage on the GPU.
 #[cfg(feature = "cuda")]
@@ -358,6 +361,7 @@ where
         None => None,
     };
     let mut best: Option<(f64, MetricsSnapshot)> = None;
+    let mut warm_up_seconds = None;
     let mut layout = None;
     for pass in 0..warm_up + timed {
         // An epoch as a training loop sees it, and as the peer harness times every peer's
@@ -378,6 +382,7 @@ where
         let seconds = started.elapsed().as_secs_f64();
         if pass + 1 == warm_up {
             settle();
+            warm_up_seconds = Some(started.elapsed().as_secs_f64());
         }
         let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
         if pass >= warm_up && faster {
@@ -397,7 +402,12 @@ where
     } else {
         None
     };
-    Ok((seconds, metrics, checksum))
+    Ok(Report {
+        seconds,
+        metrics,
+        warm_up_seconds,
+        checksum,
+    })
 }
 
 fn host_sum(batch: &Batch) -> anyhow::Result<f64> {
@@ -477,14 +487,13 @@ async fn run_epoch<P: Place>(
     Ok(batches.metrics())
 }
 
-fn print_json(
-    url: &str,
-    stages: Stages,
-    seconds: f64,
-    metrics: &MetricsSnapshot,
-    checksum: Option<f64>,
-    io: IoStats,
-) {
+fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats) {
+    let Report {
+        seconds,
+        ref metrics,
+        warm_up_seconds,
+        checksum,
+    } = *report;
     let device = stages.device();
     let summary = serde_json::json!({
         "tool": format!("zarrpipe {} ({device})", env!("CARGO_PKG_VERSION")),
@@ -493,6 +502,7 @@ fn print_json(
         "collate": stages.collate.to_string().to_lowercase(),
         "url": url,
         "seconds": seconds,
+        "warm_up_s": warm_up_seconds,
         "samples": metrics.samples,
         "samples_per_s": metrics.samples as f64 / seconds.max(1e-9),
         "batches": metrics.batches,
