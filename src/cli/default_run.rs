@@ -338,8 +338,8 @@ fn gpu_share(value: &str) -> anyhow::Result<Option<f64>> {
 }
 
 /// One untimed warm-up epoch, `settle`, and `--passes` timed ones (or one timed epoch), then
-/// the checksum epoch when asked for. `build` makes an epoch's stream, given the layout the first
-/// one resolved (as a training loop keeps it: no epoch after the first lists the store).
+/// the checksum epoch when asked for. `build` makes an epoch's stream, given the layout the
+/// first one resolved (as a training loop keeps it: no epoch after the first lists the store).
 async fn timed_passes<P, Build, Built>(
     args: &RunArgs,
     build: Build,

@@ -551,9 +551,9 @@ fn cpu_decode_threads_of(cores: usize, on: DecodeOn, processes: usize) -> usize 
     }
 }
 
-/// The most decoded bytes that `batches` batches in a row of the epoch's first ones read (an
-/// upper bound for their stored bytes): what a pipeline holding that many batches' chunks at
-/// once holds at most, judged by the start of the epoch.
+/// `batches` times the most decoded bytes one of the epoch's first batches reads (an upper
+/// bound for their stored bytes): what a pipeline holding that many batches' chunks at once
+/// holds at most, judged by the start of the epoch.
 fn most_read_bytes(batcher: &Batcher, batches: usize) -> u64 {
     batcher
         .read_plans()

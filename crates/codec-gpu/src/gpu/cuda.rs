@@ -555,15 +555,16 @@ impl GpuDecoder {
             let output_start = prepared.plan.output_len;
             let following = groups.next();
             // The next group's lane, known before it is staged (its buffers grow there).
-            let following_lane = match following.is_some().then(|| self.take_free_lane()) {
-                Some(Some((free, hold))) => {
+            let free_lane = following.as_ref().and_then(|_| self.take_free_lane());
+            let following_lane = match free_lane {
+                Some((free, hold)) => {
                     free.stream
                         .wait(&output_allocated)
                         .map_err(cuda_error("waiting for the batch's output"))?;
                     pending.lanes.push(hold);
                     free
                 }
-                _ => lane,
+                None => lane,
             };
             let (following, done) = std::thread::scope(|scope| {
                 let staging = following.map(|group| {

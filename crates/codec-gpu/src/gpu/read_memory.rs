@@ -8,9 +8,10 @@
 //!
 //! `cudaHostAlloc` is slow (19-214 ms a slab on an H100 host, 35 ms median on an H200 host)
 //! and holds up every other CUDA call of the process meanwhile: on the H200 host an upload
-//! call that takes 5 us waited 30 ms (median) beside it (`benches/pinned_allocation_probe.py`). So the slabs a pipeline will need are allocated
-//! ahead, on a thread of their own, from when it is built ([`ReadMemory::expect_held`]); a read
-//! finding no room allocates one more itself, unless an allocation is under way.
+//! call that takes 5 us waited 30 ms (median) beside it (`benches/pinned_allocation_probe.py`).
+//! So the slabs a pipeline will need are allocated ahead, on a thread of their own, from when
+//! it is built ([`ReadMemory::expect_held`]); a read finding no room allocates one more
+//! itself, unless an allocation is under way.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -161,11 +162,18 @@ impl PinnedReadMemory {
 /// more.
 fn allocate_ahead(memory: &Weak<PinnedReadMemory>) {
     while let Some(memory) = memory.upgrade() {
-        let more = {
-            let state = memory.state();
-            state.slabs.len() < state.wanted
-        };
-        if !(more && memory.allocate_slab(true)) {
+        {
+            // Decided and marked under one lock: `expect_held` raising `wanted` meanwhile
+            // either is seen here or starts a new thread.
+            let mut state = memory.state();
+            if state.slabs.len() >= state.wanted {
+                state.allocating_ahead = false;
+                memory.prepared.notify_all();
+                return;
+            }
+        }
+        if !memory.allocate_slab(true) {
+            // No more can be had (the most, or an allocation failed).
             memory.state().allocating_ahead = false;
             memory.prepared.notify_all();
             return;
