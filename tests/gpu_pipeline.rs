@@ -256,6 +256,27 @@ mod on_gpu {
         });
     }
 
+    /// One stream of three shuffled epochs, decoded on the GPU, split or auto, into device
+    /// tensors: epoch by epoch the CPU pipeline's epochs built apart, bit for bit.
+    #[test]
+    fn epochs_in_a_row_equal_the_cpu_pipeline_epoch_by_epoch() {
+        let _gpu = share_gpu();
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            let url = store(&dir.path().join("zstd"), Compression::Zstd, None);
+            let mut cpu = Vec::new();
+            for epoch in 0..3 {
+                cpu.extend(cpu_batches(patches(&url).epoch(epoch), |v| v).await);
+            }
+            let auto = DecodeOn::Auto { gpu_share: None };
+            for decode in [DecodeOn::Gpu, DecodeOn::Split, auto] {
+                eprintln!("  {decode:?}");
+                let gpu = gpu_batches(patches(&url).epochs(3), decode).await;
+                same_batches(&gpu, &cpu);
+            }
+        });
+    }
+
     /// The xarray gap stores (tests/missing.rs): samples left out (`skip`, shuffled) and gap
     /// steps filled with NaN (`fill`, with the NaN mask and a NaN fill), on every combination
     /// of stages, bit for bit.

@@ -346,6 +346,81 @@ async fn a_resumed_epoch_delivers_exactly_the_rest() {
     assert!(error.to_string().contains("spec"), "{error}");
 }
 
+/// (epoch, batch number, sample numbers, inputs) of each batch.
+type Delivered = Vec<(u64, u64, Vec<u64>, Vec<f32>)>;
+
+fn described(batches: &[Batch]) -> Delivered {
+    batches
+        .iter()
+        .map(|batch| {
+            let samples = batch.samples.iter().map(|s| s.index).collect();
+            let inputs = batch.inputs.iter().copied().collect();
+            (batch.epoch, batch.index, samples, inputs)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn epochs_in_a_row_equal_epochs_apart_and_resume_across_their_boundary() {
+    use zarrpipe::batcher::Shuffle;
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), &tiny(Compression::Zstd, None));
+    let shuffled = || patches(&url).shuffle(Shuffle::Full).seed(3);
+    let mut apart = Vec::new();
+    for epoch in 1..4 {
+        let batches: Vec<Batch> = shuffled()
+            .epoch(epoch)
+            .build()
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        apart.extend(described(&batches));
+    }
+    assert_eq!(apart.len(), 15, "5 batches in each of 3 epochs");
+
+    let mut stream = shuffled().epoch(1).epochs(3).build().await.unwrap();
+    assert_eq!((stream.epoch(), stream.epochs_after()), (1, 2));
+    let mut in_a_row = Vec::new();
+    for _ in 0..5 {
+        in_a_row.push(stream.try_next().await.unwrap().unwrap());
+    }
+    // The first epoch delivered whole: the position is the next one's start.
+    assert_eq!((stream.epoch(), stream.batches_left_in_epoch()), (2, 5));
+    let state = stream.state();
+    assert_eq!((state.epoch, state.position), (2, 0));
+    assert_eq!(stream.epoch_metrics().batches, 5);
+    in_a_row.push(stream.try_next().await.unwrap().unwrap());
+    in_a_row.push(stream.try_next().await.unwrap().unwrap());
+    let (metrics, epoch_metrics) = (stream.metrics(), stream.epoch_metrics());
+    assert_eq!((metrics.batches, epoch_metrics.batches), (7, 2));
+    assert_eq!(epoch_metrics.samples, 8);
+    let state = stream.state();
+    assert_eq!((state.epoch, state.position), (2, 2));
+    while let Some(batch) = stream.try_next().await.unwrap() {
+        in_a_row.push(batch);
+    }
+    assert_eq!(stream.epochs_after(), 0);
+    assert_eq!(
+        described(&in_a_row),
+        apart,
+        "the same batches, epoch by epoch"
+    );
+
+    // Resumed mid-epoch 2 for two epochs: the rest of epoch 2, then epoch 3 whole.
+    let resumed: Vec<Batch> = shuffled()
+        .resume(state)
+        .epochs(2)
+        .build()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(described(&resumed), apart[7..]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn edges_drop_shift_or_pad_with_a_mask() {
     use zarrpipe::batcher::{Edge, WindowSpec};

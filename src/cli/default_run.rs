@@ -68,6 +68,13 @@ pub struct RunArgs {
     /// `run`; 2 for `bench`); the best is reported.
     #[arg(long)]
     pub(crate) passes: Option<u32>,
+    /// Every epoch from one stream, as a training loop of many epochs takes them: the next
+    /// epoch's first batches load while this one's last are consumed. An epoch is timed from
+    /// the end of the one before (the first from building the stream); with --passes, two
+    /// untimed warm-up epochs. Default: each epoch a stream of its own, started empty, as
+    /// the peers are timed.
+    #[arg(long)]
+    epochs_in_a_row: bool,
     /// Stand in for a training loop that takes batch tensors at this many bytes per second
     /// (e.g. 3.2G): after each batch the consumer is busy for the batch's bytes over this rate.
     /// Shows what the loader needs of the CPU and GPU beside such a consumer.
@@ -241,8 +248,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let report = match stages.uses_gpu() {
         false => {
             let (args, dataset) = (&args, &dataset);
-            let build = |layout| async move {
+            let build = |layout, epochs| async move {
                 Ok(pipeline(args, dataset.clone(), Decode::Cpu, layout)?
+                    .epochs(epochs)
                     .build()
                     .await?)
             };
@@ -251,7 +259,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         true => gpu_passes(&args, dataset.clone(), stages).await?,
     };
     if args.json {
-        print_json(&url, stages, &report, dataset.io_stats());
+        print_json(
+            &url,
+            stages,
+            &report,
+            dataset.io_stats(),
+            args.epochs_in_a_row,
+        );
     } else {
         summarise(&report.metrics, report.seconds);
         if let Some(warm_up) = report.warm_up_seconds {
@@ -302,15 +316,19 @@ async fn gpu_passes(
         let bytes = gpu.decoder().wait_for_read_memory();
         tracing::debug!(target: "zarrpipe::timeline", "{bytes} bytes of pinned read memory");
     };
-    let builder = |layout| -> anyhow::Result<PipelineBuilder> {
-        Ok(pipeline(args, dataset.clone(), stages.decode, layout)?.gpu(gpu.clone()))
+    let builder = |layout, epochs| -> anyhow::Result<PipelineBuilder> {
+        Ok(pipeline(args, dataset.clone(), stages.decode, layout)?
+            .epochs(epochs)
+            .gpu(gpu.clone()))
     };
     let builder = &builder;
     if stages.collate == Side::Cpu {
-        let build = |layout| async move { Ok(builder(layout)?.build().await?) };
+        let build = |layout, epochs| async move { Ok(builder(layout, epochs)?.build().await?) };
         return timed_passes(args, build, settle, |_| Ok(()), host_sum).await;
     }
-    let build = |layout| async move { Ok(builder(layout)?.collate_on_gpu().build().await?) };
+    let build = |layout, epochs| async move {
+        Ok(builder(layout, epochs)?.collate_on_gpu().build().await?)
+    };
     // A batch counts as delivered once its tensors are complete on the device.
     let ready = |batch: &GpuBatch| Ok(batch.synchronize()?);
     let sum = |batch: &GpuBatch| -> anyhow::Result<f64> {
@@ -338,8 +356,9 @@ fn gpu_share(value: &str) -> anyhow::Result<Option<f64>> {
 }
 
 /// One untimed warm-up epoch, `settle`, and `--passes` timed ones (or one timed epoch), then
-/// the checksum epoch when asked for. `build` makes an epoch's stream, given the layout the
-/// first one resolved (as a training loop keeps it: no epoch after the first lists the store).
+/// the checksum epoch when asked for. `build` makes a stream of as many epochs as it is
+/// given, with the layout the first one resolved (as a training loop keeps it: no epoch after
+/// the first lists the store): one per epoch, or with `--epochs-in-a-row` one for them all.
 async fn timed_passes<P, Build, Built>(
     args: &RunArgs,
     build: Build,
@@ -349,13 +368,16 @@ async fn timed_passes<P, Build, Built>(
 ) -> anyhow::Result<Report>
 where
     P: Place,
-    Build: Fn(Option<Arc<SampleLayout>>) -> Built,
+    Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
     Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
 {
+    let in_a_row = args.epochs_in_a_row;
+    // In a row, the epoch after `settle` starts with batches loaded during it: untimed too.
     let (warm_up, timed) = match args.passes {
-        Some(passes) => (1, passes.max(1)),
+        Some(passes) => (if in_a_row { 2 } else { 1 }, passes.max(1)),
         None => (0, 1),
     };
+    let epochs = u64::from(warm_up + timed);
     let consumer_rate = match &args.consumer_rate {
         Some(rate) => Some(super::store::parse_size(rate)? as f64),
         None => None,
@@ -363,13 +385,21 @@ where
     let mut best: Option<(f64, MetricsSnapshot)> = None;
     let mut warm_up_seconds = None;
     let mut layout = None;
+    let mut in_flight: Option<BatchStream<P>> = None;
+    let mut started = Instant::now();
     for pass in 0..warm_up + timed {
         // An epoch as a training loop sees it, and as the peer harness times every peer's
         // pass (benches/peers/peers.py, `measure`): from building its stream, through the
-        // first batch's wait, to the stream dropped after the last batch.
-        let started = Instant::now();
+        // first batch's wait, to the stream dropped after the last batch. In a row: from the
+        // end of the epoch before.
+        if !in_a_row {
+            started = Instant::now();
+        }
         tracing::debug!(target: "zarrpipe::timeline", "pass {pass} starting");
-        let mut batches = build(layout.clone()).await?;
+        let mut batches = match in_flight.take() {
+            Some(batches) => batches,
+            None => build(layout.clone(), if in_a_row { epochs } else { 1 }).await?,
+        };
         if batches.num_batches() == 0 {
             anyhow::bail!("{}", empty_epoch(&batches));
         }
@@ -378,20 +408,24 @@ where
         }
         layout.get_or_insert_with(|| batches.layout().clone());
         let metrics = run_epoch(&mut batches, !args.json, consumer_rate, &consume).await?;
-        drop(batches);
+        if in_a_row {
+            in_flight = Some(batches);
+        }
         let seconds = started.elapsed().as_secs_f64();
-        if pass + 1 == warm_up {
+        if pass == 0 && warm_up > 0 {
             settle();
             warm_up_seconds = Some(started.elapsed().as_secs_f64());
         }
+        started = Instant::now();
         let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
         if pass >= warm_up && faster {
             best = Some((seconds, metrics));
         }
     }
+    drop(in_flight);
     let (seconds, metrics) = best.expect("at least one timed pass");
     let checksum = if args.checksum {
-        let mut batches = build(layout).await?;
+        let mut batches = build(layout, 1).await?;
         let total = std::cell::Cell::new(0f64);
         run_epoch(&mut batches, false, None, |batch| {
             total.set(total.get() + sum(batch)?);
@@ -458,22 +492,27 @@ fn pipeline(
     Ok(builder)
 }
 
-/// Streams one epoch, handing each batch to `consume`; returns its counters.
+/// Streams the batches left in the stream's epoch, handing each to `consume`; returns the
+/// epoch's counters.
 async fn run_epoch<P: Place>(
     batches: &mut BatchStream<P>,
     progress: bool,
     consumer_rate: Option<f64>,
     mut consume: impl FnMut(&Batch<P>) -> anyhow::Result<()>,
 ) -> anyhow::Result<MetricsSnapshot> {
+    let (epoch, count) = (batches.epoch(), batches.batches_left_in_epoch());
     let bar = if progress {
-        ProgressBar::new(batches.num_batches())
+        ProgressBar::new(count)
     } else {
         ProgressBar::hidden()
     };
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} batches {per_sec} [{elapsed_precise}]",
     )?);
-    while let Some(batch) = batches.try_next().await? {
+    for delivered in 0..count {
+        let Some(batch) = batches.try_next().await? else {
+            anyhow::bail!("epoch {epoch} ended after {delivered} of its {count} batches");
+        };
         // A training step would consume `batch.inputs` here.
         consume(std::hint::black_box(&batch))?;
         tracing::debug!(target: "zarrpipe::timeline", "batch {} delivered", batch.index);
@@ -484,10 +523,10 @@ async fn run_epoch<P: Place>(
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(batches.metrics())
+    Ok(batches.epoch_metrics())
 }
 
-fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats) {
+fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row: bool) {
     let Report {
         seconds,
         ref metrics,
@@ -503,6 +542,7 @@ fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats) {
         "url": url,
         "seconds": seconds,
         "warm_up_s": warm_up_seconds,
+        "epochs_in_a_row": in_a_row,
         "samples": metrics.samples,
         "samples_per_s": metrics.samples as f64 / seconds.max(1e-9),
         "batches": metrics.batches,

@@ -109,6 +109,38 @@ impl Batcher {
         }
     }
 
+    /// The epoch's number.
+    pub fn epoch(&self) -> u64 {
+        self.sampler.epoch()
+    }
+
+    /// The whole epoch after this one (reshuffled with its own seed), from its first batch;
+    /// `None` after epoch `u64::MAX`.
+    pub fn next_epoch(&self) -> Option<Self> {
+        Some(Self {
+            layout: self.layout.clone(),
+            sampler: Arc::new(self.sampler.next_epoch()?),
+            first: 0,
+        })
+    }
+
+    /// This epoch's batches still to deliver, then those of the `more` epochs after it, each
+    /// with its number and epoch and the chunks it needs: the head of a chain that carries
+    /// epochs in a row, so the next epoch's first batches load while this one's last are used.
+    pub fn read_plans_with_epochs_after(
+        &self,
+        more: u64,
+    ) -> impl Iterator<Item = Staged<Vec<Sample>, Vec<ChunkRequest>>> + Send + 'static {
+        let epochs = std::iter::successors(Some(self.clone()), Batcher::next_epoch);
+        epochs
+            .take(
+                usize::try_from(more)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(1),
+            )
+            .flat_map(|batcher| batcher.read_plans())
+    }
+
     /// Batches in this rank's epoch, those already delivered before a resume included.
     pub fn num_batches(&self) -> u64 {
         self.sampler.num_batches()
@@ -144,10 +176,10 @@ impl Batcher {
     pub fn read_plans(
         &self,
     ) -> impl Iterator<Item = Staged<Vec<Sample>, Vec<ChunkRequest>>> + Send + 'static {
-        let layout = self.layout.clone();
+        let (layout, epoch) = (self.layout.clone(), self.epoch());
         self.batches().map(move |(index, samples)| {
             let requests = layout.read_plan(&samples);
-            Staged::new(index, samples, requests)
+            Staged::new(index, samples, requests).in_epoch(epoch)
         })
     }
 

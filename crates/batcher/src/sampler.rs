@@ -413,6 +413,13 @@ impl EpochSampler {
         }
     }
 
+    /// The epoch after this one, under the same spec (checked when this one was made); `None`
+    /// after epoch `u64::MAX`.
+    pub fn next_epoch(&self) -> Option<Self> {
+        let epoch = self.epoch.checked_add(1)?;
+        Some(Self::plan(self.spec.clone(), self.spec_hash, epoch))
+    }
+
     /// The spec this sampler was planned from.
     pub fn spec(&self) -> &SamplerSpec {
         &self.spec

@@ -186,6 +186,32 @@ fn batches_cover_the_epoch_once() {
 }
 
 #[test]
+fn read_plans_carry_epochs_in_a_row_up_to_the_last_epoch_number() {
+    use crate::EpochOptions;
+    let layout = Arc::new(SampleLayout::new(&dataset(), &["a", "b"], &WindowSpec::new()).unwrap());
+    let from = |epoch| {
+        let options = EpochOptions {
+            epoch,
+            ..EpochOptions::default()
+        };
+        Batcher::with_options(layout.clone(), 2, &options).unwrap()
+    };
+    let numbered = |batcher: &Batcher, more| -> Vec<(u64, u64)> {
+        let plans = batcher.read_plans_with_epochs_after(more);
+        plans.map(|plan| (plan.epoch, plan.index)).collect()
+    };
+    assert_eq!(
+        numbered(&from(4), 2),
+        [(4, 0), (4, 1), (5, 0), (5, 1), (6, 0), (6, 1)]
+    );
+    // No epoch after u64::MAX, however many are asked for.
+    assert!(from(u64::MAX).next_epoch().is_none());
+    let last = numbered(&from(u64::MAX - 1), u64::MAX);
+    assert_eq!(last.len(), 4);
+    assert_eq!(last[3], (u64::MAX, 1));
+}
+
+#[test]
 fn bad_specifications_are_refused() {
     let dataset = dataset();
     let refuse = |variables: &[&str], spec: WindowSpec| {

@@ -39,6 +39,8 @@ impl Place for Host {
 pub struct Batch<P: Place = Host> {
     /// The batch's number in the epoch.
     pub index: u64,
+    /// The epoch it belongs to (a stream may deliver several in a row).
+    pub epoch: u64,
     /// `[batch, channel, window...]`, float32 on the host; on the GPU in the collator's type
     /// (f32, bf16 or f16).
     pub inputs: P::Tensor,
@@ -73,6 +75,7 @@ impl Clone for Batch<Host> {
     fn clone(&self) -> Self {
         Self {
             index: self.index,
+            epoch: self.epoch,
             inputs: self.inputs.clone(),
             targets: self.targets.clone(),
             mask: self.mask.clone(),

@@ -61,6 +61,7 @@ impl HostCollator {
     pub fn collate(&self, batch: DecodedBatch) -> Result<Batch> {
         let DecodedBatch {
             index: batch_index,
+            epoch,
             samples,
             payload,
             stats,
@@ -88,6 +89,7 @@ impl HostCollator {
         };
         Ok(Batch {
             index: batch_index,
+            epoch,
             inputs: tensor,
             targets,
             mask,

@@ -12,6 +12,8 @@ use std::time::Duration;
 pub struct Staged<M, T> {
     /// The batch's number in the epoch.
     pub index: u64,
+    /// The epoch it belongs to (a chain may carry several epochs in a row).
+    pub epoch: u64,
     /// What the batch holds (in a pipeline, its samples).
     pub samples: M,
     /// The previous stage's output.
@@ -22,20 +24,28 @@ pub struct Staged<M, T> {
 }
 
 impl<M, T> Staged<M, T> {
-    /// A batch entering the chain.
+    /// A batch entering the chain (in epoch 0; see [`in_epoch`](Self::in_epoch)).
     pub fn new(index: u64, samples: M, payload: T) -> Self {
         Self {
             index,
+            epoch: 0,
             samples,
             payload,
             stats: BatchStats::default(),
         }
     }
 
+    /// The same batch, of epoch `epoch`.
+    pub fn in_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
     /// The same batch with the next stage's output.
     pub fn with_payload<U>(self, payload: U) -> Staged<M, U> {
         Staged {
             index: self.index,
+            epoch: self.epoch,
             samples: self.samples,
             payload,
             stats: self.stats,

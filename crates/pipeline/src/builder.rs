@@ -65,6 +65,8 @@ struct Config {
     spec: WindowSpec,
     batch_size: usize,
     epoch: EpochOptions,
+    /// Epochs delivered in a row by one stream.
+    epochs: u64,
     resume: Option<SamplerState>,
     prefetch: usize,
     fetch_concurrency: usize,
@@ -114,6 +116,7 @@ impl PipelineBuilder {
             spec: WindowSpec::new(),
             batch_size: 4,
             epoch: EpochOptions::default(),
+            epochs: 1,
             resume: None,
             prefetch: 4,
             fetch_concurrency: 64,
@@ -252,6 +255,17 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// The epoch number (default 0).
     pub fn epoch(mut self, epoch: u64) -> Self {
         self.config.epoch.epoch = epoch;
+        self
+    }
+
+    /// Epochs the stream delivers in a row (default 1), from [`epoch`](Self::epoch) (or the
+    /// resumed one) on, each shuffled with its own seed. The chain then reads and decodes the
+    /// next epoch's first batches while the consumer still trains on this one's last, so no
+    /// epoch after the first starts from an empty chain;
+    /// [`Batch::epoch`](zarrpipe_collate::Batch::epoch) tells them apart and
+    /// [`BatchStream::epoch_metrics`] counts each. Memory stays bounded by the prefetch.
+    pub fn epochs(mut self, count: u64) -> Self {
+        self.config.epochs = count.max(1);
         self
     }
 
@@ -434,6 +448,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
         let gpu = self.open_gpu_if_used()?;
         let (decoder, pace) = self.stage_decoder(&gpu)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
+        let epochs = self.config.epochs;
         let (dataset, batcher, collate) = self.config.prepare().await?;
         let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
         let device = P::device(&gpu);
@@ -445,12 +460,14 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 .clone()
                 .expect_held(most_read_bytes(&batcher, batches_held));
         }
-        let chain = stream::iter(batcher.read_plans())
+        let chain = stream::iter(batcher.read_plans_with_epochs_after(epochs - 1))
             .fetch_batches_into(prefetch, reads, memory)
             .decode_batches(decoder)
             .collate_batches(collator)
             .prefetch(prefetch);
-        Ok(BatchStream::new(chain, dataset, batcher, device).with_pace(pace))
+        Ok(BatchStream::new(chain, dataset, batcher, device)
+            .epochs(epochs)
+            .with_pace(pace))
     }
 
     /// The GPU, when a stage runs there: the one given, or opened on `device`.

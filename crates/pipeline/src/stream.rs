@@ -1,6 +1,7 @@
 //! [`BatchStream`]: the end of a chain, whether the builder made it or a user composed it. It
 //! counts what the consumer receives into [`Metrics`] (each batch carries what its stages
-//! cost) and knows the epoch's position, so any chain gets metrics and a resumable state.
+//! cost) and knows the epoch's position, so any chain gets metrics and a resumable state. A
+//! chain may carry several epochs in a row; the stream then follows their boundaries.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,18 +16,25 @@ use zarrpipe_store::Dataset;
 
 use crate::{Error, Metrics, MetricsSnapshot, Result};
 
-/// The stream of batches of one epoch. Dropping it stops the chain behind it.
+/// The stream of batches of one epoch, or of several in a row
+/// ([`PipelineBuilder::epochs`](crate::PipelineBuilder::epochs)). Dropping it stops the chain
+/// behind it.
 #[must_use = "streams do nothing unless polled"]
 pub struct BatchStream<P: Place = Host> {
     inner: BoxStream<'static, Result<Batch<P>>>,
     dataset: Arc<Dataset>,
     layout: Arc<SampleLayout>,
+    /// The epoch whose batches come next (the last one's once all are delivered).
     batcher: Batcher,
-    /// Batches of the epoch delivered so far (a resumed epoch starts past zero).
+    /// Batches of that epoch delivered so far (a resumed epoch starts past zero).
     delivered: u64,
-    num_batches: u64,
+    /// Epochs the chain carries after `batcher`'s.
+    epochs_after: u64,
     device: Device,
     metrics: Arc<Metrics>,
+    /// The counters of the epoch of the last batch delivered, and that epoch.
+    epoch_metrics: Metrics,
+    epoch_metrics_of: Option<u64>,
     pace: Arc<Pace>,
     waiting_since: Option<Instant>,
     done: bool,
@@ -37,8 +45,10 @@ impl<P: Place> std::fmt::Debug for BatchStream<P> {
         f.debug_struct("BatchStream")
             .field("dataset", &self.dataset.url())
             .field("device", &self.device)
-            .field("num_batches", &self.num_batches)
+            .field("epoch", &self.batcher.epoch())
+            .field("num_batches", &self.num_batches())
             .field("delivered", &self.delivered)
+            .field("epochs_after", &self.epochs_after)
             .finish_non_exhaustive()
     }
 }
@@ -55,15 +65,25 @@ impl<P: Place> BatchStream<P> {
             inner: batches.map(|batch| batch.map_err(Into::into)).boxed(),
             dataset,
             layout: batcher.layout().clone(),
-            num_batches: batcher.num_batches(),
             delivered: batcher.first_batch(),
             batcher,
+            epochs_after: 0,
             device,
             metrics: Arc::new(Metrics::default()),
+            epoch_metrics: Metrics::default(),
+            epoch_metrics_of: None,
             pace: Arc::new(Pace::default()),
             waiting_since: None,
             done: false,
         }
+    }
+
+    /// For a chain that delivers `count` epochs in a row, the batcher's and those after it (as
+    /// [`Batcher::read_plans_with_epochs_after`] plans them; at least one).
+    pub fn epochs(mut self, count: u64) -> Self {
+        self.epochs_after = count.max(1) - 1;
+        self.roll_over_finished_epoch();
+        self
     }
 
     /// Records in `pace` whether the consumer waited for each batch, for the stages that
@@ -83,14 +103,30 @@ impl<P: Place> BatchStream<P> {
         &self.layout
     }
 
-    /// Batches in this rank's epoch (those delivered before a resume included).
+    /// Batches in this rank's epoch (those delivered before a resume included); every epoch
+    /// has as many.
     pub fn num_batches(&self) -> u64 {
-        self.num_batches
+        self.batcher.num_batches()
     }
 
-    /// What to save to resume this epoch later with exactly the batches not yet delivered
-    /// (pass it to [`PipelineBuilder::resume`](crate::PipelineBuilder::resume) or
-    /// [`Batcher::resume`]).
+    /// The epoch whose batches come next (once the stream is over, its last epoch).
+    pub fn epoch(&self) -> u64 {
+        self.batcher.epoch()
+    }
+
+    /// Batches of [`epoch`](Self::epoch) not yet delivered.
+    pub fn batches_left_in_epoch(&self) -> u64 {
+        self.batcher.num_batches().saturating_sub(self.delivered)
+    }
+
+    /// Epochs still to come after [`epoch`](Self::epoch)'s.
+    pub fn epochs_after(&self) -> u64 {
+        self.epochs_after
+    }
+
+    /// What to save to resume later with exactly the batches not yet delivered: those of
+    /// [`epoch`](Self::epoch) (pass it to
+    /// [`PipelineBuilder::resume`](crate::PipelineBuilder::resume) or [`Batcher::resume`]).
     pub fn state(&self) -> SamplerState {
         self.batcher.state(self.delivered)
     }
@@ -100,14 +136,59 @@ impl<P: Place> BatchStream<P> {
         self.device
     }
 
-    /// The counters so far.
+    /// The counters so far, over every epoch delivered.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// The counters of the epoch of the last batch delivered (its first batch's wait
+    /// included, which with epochs in a row overlaps the epoch before).
+    pub fn epoch_metrics(&self) -> MetricsSnapshot {
+        self.epoch_metrics.snapshot()
     }
 
     /// The live counters, which outlive the stream.
     pub fn metrics_handle(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+}
+
+impl<P: Place> BatchStream<P> {
+    /// Counts a delivered batch into the stream's and its epoch's counters, and moves the
+    /// position past it.
+    fn count_batch(&mut self, batch: &Batch<P>, waited: std::time::Duration) {
+        if self.epoch_metrics_of != Some(batch.epoch) {
+            self.epoch_metrics = Metrics::default();
+            self.epoch_metrics_of = Some(batch.epoch);
+        }
+        let (samples, bytes) = (batch.samples.len(), batch.tensor_bytes());
+        for metrics in [&*self.metrics, &self.epoch_metrics] {
+            metrics.add_batch(&batch.stats, samples, bytes, waited);
+        }
+        // A composed chain may skip ahead; the builder's delivers every epoch in order.
+        while batch.epoch > self.batcher.epoch() && self.next_epoch() {}
+        self.delivered = batch.index + 1;
+        self.roll_over_finished_epoch();
+    }
+
+    /// Once an epoch is delivered whole and another follows, the position is that one's start.
+    fn roll_over_finished_epoch(&mut self) {
+        if self.delivered >= self.batcher.num_batches() {
+            self.next_epoch();
+        }
+    }
+
+    /// Moves to the next epoch the chain carries, if any.
+    fn next_epoch(&mut self) -> bool {
+        let next = match self.epochs_after {
+            0 => None,
+            _ => self.batcher.next_epoch(),
+        };
+        let Some(next) = next else { return false };
+        self.batcher = next;
+        self.delivered = 0;
+        self.epochs_after -= 1;
+        true
     }
 }
 
@@ -129,13 +210,7 @@ impl<P: Place> Stream for BatchStream<P> {
                     if self.metrics.snapshot().batches > 0 {
                         self.pace.record(waited);
                     }
-                    self.delivered = batch.index + 1;
-                    self.metrics.add_batch(
-                        &batch.stats,
-                        batch.samples.len(),
-                        batch.tensor_bytes(),
-                        waited,
-                    );
+                    self.count_batch(batch, waited);
                 }
                 Some(Err(_)) => {}
                 None => self.done = true,

@@ -114,6 +114,7 @@ impl Batch<Gpu> {
         let optional = |tensor: Option<DeviceTensor>| tensor.map(hand).transpose();
         Ok(Batch {
             index: self.index,
+            epoch: self.epoch,
             inputs: hand(self.inputs)?,
             targets: optional(self.targets)?,
             mask: optional(self.mask)?,

@@ -54,6 +54,7 @@ impl DeviceCollator {
         let started = Instant::now();
         let Staged {
             index,
+            epoch,
             samples,
             payload,
             mut stats,
@@ -106,6 +107,7 @@ impl DeviceCollator {
         stats.collate_busy += started.elapsed();
         Ok(Batch {
             index,
+            epoch,
             inputs: tensors.inputs,
             targets: tensors.targets,
             mask: tensors.mask,
