@@ -267,6 +267,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.epochs_in_a_row,
         );
     } else {
+        if report.epochs > 1 {
+            println!("{} epochs in a row, timed together:", report.epochs);
+        }
         summarise(&report.metrics, report.seconds);
         if let Some(warm_up) = report.warm_up_seconds {
             println!("warm-up epoch, with the setup it waited for: {warm_up:.2} s");
@@ -280,8 +283,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// What the passes measured.
 struct Report {
-    /// Seconds of the best timed pass, and its counters.
+    /// Seconds of the best timed pass (epochs apart) or of the timed epochs together (in a
+    /// row), and their counters.
     seconds: f64,
+    /// Epochs those figures cover.
+    epochs: u32,
     metrics: MetricsSnapshot,
     /// The warm-up epoch's seconds and the setup waited for after it (pinned read memory):
     /// what a training loop's first epoch costs beyond the steady state's.
@@ -371,77 +377,138 @@ where
     Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
     Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
 {
-    let in_a_row = args.epochs_in_a_row;
-    // In a row, the epoch after `settle` starts with batches loaded during it: untimed too.
-    let (warm_up, timed) = match args.passes {
-        Some(passes) => (if in_a_row { 2 } else { 1 }, passes.max(1)),
-        None => (0, 1),
-    };
-    let epochs = u64::from(warm_up + timed);
     let consumer_rate = match &args.consumer_rate {
         Some(rate) => Some(super::store::parse_size(rate)? as f64),
         None => None,
     };
-    let mut best: Option<(f64, MetricsSnapshot)> = None;
-    let mut warm_up_seconds = None;
-    let mut layout = None;
-    let mut in_flight: Option<BatchStream<P>> = None;
-    let mut started = Instant::now();
-    for pass in 0..warm_up + timed {
-        // An epoch as a training loop sees it, and as the peer harness times every peer's
-        // pass (benches/peers/peers.py, `measure`): from building its stream, through the
-        // first batch's wait, to the stream dropped after the last batch. In a row: from the
-        // end of the epoch before.
-        if !in_a_row {
-            started = Instant::now();
-        }
-        tracing::debug!(target: "zarrpipe::timeline", "pass {pass} starting");
-        let mut batches = match in_flight.take() {
-            Some(batches) => batches,
-            None => build(layout.clone(), if in_a_row { epochs } else { 1 }).await?,
-        };
-        if batches.num_batches() == 0 {
-            anyhow::bail!("{}", empty_epoch(&batches));
-        }
-        if pass == 0 && !args.json {
-            describe(&batches);
-        }
-        layout.get_or_insert_with(|| batches.layout().clone());
-        let metrics = run_epoch(&mut batches, !args.json, consumer_rate, &consume).await?;
-        if in_a_row {
-            in_flight = Some(batches);
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        if pass == 0 && warm_up > 0 {
-            settle();
-            warm_up_seconds = Some(started.elapsed().as_secs_f64());
-        }
-        started = Instant::now();
-        let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
-        if pass >= warm_up && faster {
-            best = Some((seconds, metrics));
-        }
-    }
-    drop(in_flight);
-    let (seconds, metrics) = best.expect("at least one timed pass");
-    let checksum = if args.checksum {
-        let mut batches = build(layout, 1).await?;
+    let (mut report, layout) = match args.epochs_in_a_row {
+        false => epochs_apart(args, &build, settle, consumer_rate, &consume).await?,
+        true => epochs_in_a_row(args, &build, settle, consumer_rate, &consume).await?,
+    };
+    if args.checksum {
+        let mut batches = build(Some(layout), 1).await?;
         let total = std::cell::Cell::new(0f64);
         run_epoch(&mut batches, false, None, |batch| {
             total.set(total.get() + sum(batch)?);
             Ok(())
         })
         .await?;
-        Some(total.get())
-    } else {
-        None
+        report.checksum = Some(total.get());
+    }
+    Ok(report)
+}
+
+/// Each epoch a stream of its own, started empty; the best timed epoch is reported. Returns
+/// the report and the layout the first epoch resolved.
+async fn epochs_apart<P, Build, Built>(
+    args: &RunArgs,
+    build: &Build,
+    settle: impl Fn(),
+    consumer_rate: Option<f64>,
+    consume: &impl Fn(&Batch<P>) -> anyhow::Result<()>,
+) -> anyhow::Result<(Report, Arc<SampleLayout>)>
+where
+    P: Place,
+    Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
+    Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
+{
+    let (warm_up, timed) = match args.passes {
+        Some(passes) => (1, passes.max(1)),
+        None => (0, 1),
     };
-    Ok(Report {
+    let mut best: Option<(f64, MetricsSnapshot)> = None;
+    let mut warm_up_seconds = None;
+    let mut layout = None;
+    for pass in 0..warm_up + timed {
+        // An epoch as a training loop sees it, and as the peer harness times every peer's
+        // pass (benches/peers/peers.py, `measure`): from building its stream, through the
+        // first batch's wait, to the stream dropped after the last batch.
+        let started = Instant::now();
+        tracing::debug!(target: "zarrpipe::timeline", "pass {pass} starting");
+        let mut batches = first_stream(args, build(layout.clone(), 1).await?, pass == 0)?;
+        layout.get_or_insert_with(|| batches.layout().clone());
+        let metrics = run_epoch(&mut batches, !args.json, consumer_rate, consume).await?;
+        drop(batches);
+        let seconds = started.elapsed().as_secs_f64();
+        if pass + 1 == warm_up {
+            settle();
+            warm_up_seconds = Some(started.elapsed().as_secs_f64());
+        }
+        let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
+        if pass >= warm_up && faster {
+            best = Some((seconds, metrics));
+        }
+    }
+    let (seconds, metrics) = best.expect("at least one timed pass");
+    let report = Report {
         seconds,
+        epochs: 1,
         metrics,
         warm_up_seconds,
-        checksum,
-    })
+        checksum: None,
+    };
+    Ok((report, layout.expect("at least one pass")))
+}
+
+/// Every epoch from one stream, as a training loop of many epochs takes them. With
+/// `--passes`: two untimed warm-up epochs (`settle` after the first, which the second
+/// absorbs), the timed epochs together, and one more epoch the stream carries but nobody
+/// takes, so the chain is as full when the timed epochs end as when they begin.
+async fn epochs_in_a_row<P, Build, Built>(
+    args: &RunArgs,
+    build: &Build,
+    settle: impl Fn(),
+    consumer_rate: Option<f64>,
+    consume: &impl Fn(&Batch<P>) -> anyhow::Result<()>,
+) -> anyhow::Result<(Report, Arc<SampleLayout>)>
+where
+    P: Place,
+    Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
+    Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
+{
+    let (warm_up, timed, trailing) = match args.passes {
+        Some(passes) => (2, passes.max(1), 1),
+        None => (0, 1, 0),
+    };
+    let started = Instant::now();
+    let epochs = u64::from(warm_up + timed + trailing);
+    let mut batches = first_stream(args, build(None, epochs).await?, true)?;
+    let mut warm_up_seconds = None;
+    for pass in 0..warm_up {
+        run_epoch(&mut batches, !args.json, consumer_rate, consume).await?;
+        if pass == 0 {
+            settle();
+            warm_up_seconds = Some(started.elapsed().as_secs_f64());
+        }
+    }
+    let (timed_from, before) = (Instant::now(), batches.metrics());
+    for pass in 0..timed {
+        tracing::debug!(target: "zarrpipe::timeline", "timed epoch {pass} starting");
+        run_epoch(&mut batches, !args.json, consumer_rate, consume).await?;
+    }
+    let report = Report {
+        seconds: timed_from.elapsed().as_secs_f64(),
+        epochs: timed,
+        metrics: batches.metrics().since(&before),
+        warm_up_seconds,
+        checksum: None,
+    };
+    Ok((report, batches.layout().clone()))
+}
+
+/// A built stream, refused when its epoch is empty; described when `describe_it`.
+fn first_stream<P: Place>(
+    args: &RunArgs,
+    batches: BatchStream<P>,
+    describe_it: bool,
+) -> anyhow::Result<BatchStream<P>> {
+    if batches.num_batches() == 0 {
+        anyhow::bail!("{}", empty_epoch(&batches));
+    }
+    if describe_it && !args.json {
+        describe(&batches);
+    }
+    Ok(batches)
 }
 
 fn host_sum(batch: &Batch) -> anyhow::Result<f64> {
@@ -529,6 +596,7 @@ async fn run_epoch<P: Place>(
 fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row: bool) {
     let Report {
         seconds,
+        epochs,
         ref metrics,
         warm_up_seconds,
         checksum,
@@ -543,6 +611,7 @@ fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row:
         "seconds": seconds,
         "warm_up_s": warm_up_seconds,
         "epochs_in_a_row": in_a_row,
+        "epochs": epochs,
         "samples": metrics.samples,
         "samples_per_s": metrics.samples as f64 / seconds.max(1e-9),
         "batches": metrics.batches,

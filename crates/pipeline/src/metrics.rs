@@ -76,6 +76,32 @@ impl MetricsSnapshot {
         (self.consumer_wait.as_secs_f64() / seconds).min(1.0)
     }
 
+    /// What was counted between `earlier` (a snapshot of the same counters) and this one: the
+    /// counters of a span of a long stream, such as some epochs in a row. `first_wait` is
+    /// the stream's first batch's, when the span holds it.
+    pub fn since(&self, earlier: &MetricsSnapshot) -> MetricsSnapshot {
+        let time = |now: Duration, then: Duration| now.saturating_sub(then);
+        let count = |now: u64, then: u64| now.saturating_sub(then);
+        MetricsSnapshot {
+            fetch_busy: time(self.fetch_busy, earlier.fetch_busy),
+            decode_busy: time(self.decode_busy, earlier.decode_busy),
+            collate_busy: time(self.collate_busy, earlier.collate_busy),
+            consumer_wait: time(self.consumer_wait, earlier.consumer_wait),
+            first_wait: time(self.first_wait, earlier.first_wait),
+            chunks: count(self.chunks, earlier.chunks),
+            missing_chunks: count(self.missing_chunks, earlier.missing_chunks),
+            stored_bytes: count(self.stored_bytes, earlier.stored_bytes),
+            decoded_bytes: count(self.decoded_bytes, earlier.decoded_bytes),
+            delivered_bytes: count(self.delivered_bytes, earlier.delivered_bytes),
+            samples: count(self.samples, earlier.samples),
+            batches: count(self.batches, earlier.batches),
+            gpu_planning_busy: time(self.gpu_planning_busy, earlier.gpu_planning_busy),
+            gpu_busy: time(self.gpu_busy, earlier.gpu_busy),
+            cpu_decoded_chunks: count(self.cpu_decoded_chunks, earlier.cpu_decoded_chunks),
+            gpu_decoded_chunks: count(self.gpu_decoded_chunks, earlier.gpu_decoded_chunks),
+        }
+    }
+
     /// The fraction of the wall-clock `seconds` after the first batch that the consumer spent
     /// waiting: the steady state, without the pipeline filling up.
     pub fn steady_wait_fraction(&self, seconds: f64) -> f64 {
