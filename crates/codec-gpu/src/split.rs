@@ -23,7 +23,7 @@ use futures::FutureExt;
 use zarrpipe_core::{Pace, PaceDelta};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
-use crate::backlog::Backlog;
+use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
@@ -165,12 +165,11 @@ struct SplitState {
     gpu_time: Duration,
 }
 
-/// One batch's chunks, shared out, and the seconds of work each side was given:
-/// `[cpu, gpu]`.
+/// One batch's chunks, shared out, and the work each side was given: `[cpu, gpu]`.
 struct Shares {
     cpu: Vec<EncodedChunk>,
     gpu: Vec<EncodedChunk>,
-    seconds: [f64; 2],
+    work: [QueuedWork; 2],
 }
 
 impl SplitDecoder {
@@ -268,7 +267,10 @@ impl SplitDecoder {
     /// Shares out one batch: for each kind, its balanced GPU share, throttled by the policy.
     fn share(&self, chunks: Vec<EncodedChunk>) -> Shares {
         let mut state = self.lock();
-        let started = *state.started.get_or_insert_with(Instant::now);
+        let now = Instant::now();
+        let started = *state.started.get_or_insert(now);
+        state.backlog.drain(now);
+        let ahead = state.backlog.seconds();
         if let SplitPolicy::Auto { gpu_share } = self.policy {
             let now = self.pace.counts();
             let delta = now - state.seen;
@@ -292,7 +294,11 @@ impl SplitDecoder {
         let mut shares = Shares {
             cpu: Vec::new(),
             gpu: Vec::new(),
-            seconds: [0.0; 2],
+            work: [Side::Cpu, Side::Gpu].map(|side| QueuedWork {
+                ahead: ahead[side as usize],
+                seconds: 0.0,
+                added: now,
+            }),
         };
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
@@ -313,8 +319,8 @@ impl SplitDecoder {
             };
             let given = [seconds(to_cpu, cpu_rate), seconds(to_gpu, gpu_rate)];
             for side in [Side::Cpu, Side::Gpu] {
-                state.backlog.add(side as usize, given[side as usize]);
-                shares.seconds[side as usize] += given[side as usize];
+                state.backlog.add(side as usize, given[side as usize], now);
+                shares.work[side as usize].seconds += given[side as usize];
             }
             shares.gpu.extend(chunks.drain(to_cpu..));
             shares.cpu.extend(chunks);
@@ -322,8 +328,8 @@ impl SplitDecoder {
         tracing::debug!(
             cpu = shares.cpu.len(),
             gpu = shares.gpu.len(),
-            cpu_queued_ms = 1e3 * state.backlog.0[0],
-            gpu_queued_ms = 1e3 * state.backlog.0[1],
+            cpu_queued_ms = 1e3 * state.backlog.seconds()[0],
+            gpu_queued_ms = 1e3 * state.backlog.seconds()[1],
             throttle = state.throttle,
             cpu_weight = state.cpu_weight,
             "split: a batch shared out"
@@ -426,13 +432,15 @@ impl Drop for PartInFlight<'_> {
 struct Queued {
     split: Arc<SplitDecoder>,
     side: Side,
-    seconds: f64,
+    work: QueuedWork,
 }
 
 impl Drop for Queued {
     fn drop(&mut self) {
         let mut state = self.split.lock();
-        state.backlog.remove(self.side as usize, self.seconds);
+        state
+            .backlog
+            .finish(self.side as usize, &self.work, Instant::now());
     }
 }
 
@@ -510,7 +518,7 @@ impl BatchDecoder for SplitDecoder {
         let queued = |side: Side| Queued {
             split: self.clone(),
             side,
-            seconds: shares.seconds[side as usize],
+            work: shares.work[side as usize],
         };
         let (cpu_queued, gpu_queued) = (queued(Side::Cpu), queued(Side::Gpu));
         async move {
@@ -662,10 +670,10 @@ mod tests {
         // 100 chunks of 1 MB: the balanced quarter to the CPU.
         assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 1.0), 75);
         // The CPU still has 50 ms queued: fewer for it.
-        let cpu_behind = Backlog([0.05, 0.0]);
+        let cpu_behind = Backlog::of([0.05, 0.0]);
         assert!(gpu_chunks(100, 1 << 20, rates, &cpu_behind, 1.0) > 75);
         // Queued past the GPU's time for the whole batch: none for it.
-        let far_behind = Backlog([1.0, 0.0]);
+        let far_behind = Backlog::of([1.0, 0.0]);
         assert_eq!(gpu_chunks(100, 1 << 20, rates, &far_behind, 1.0), 100);
         // Auto's throttle still scales the GPU's share down.
         assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 0.0), 0);
@@ -679,7 +687,10 @@ mod tests {
             (SplitPolicy::Auto { gpu_share: None }, false),
         ] {
             let split = split(policy);
-            split.lock().backlog.add(Side::Cpu as usize, 0.5);
+            split
+                .lock()
+                .backlog
+                .add(Side::Cpu as usize, 0.5, Instant::now());
             let state = split.lock();
             let shared_by = split.backlog_to_share_by(&state);
             assert_eq!(shared_by != Backlog::default(), counted, "{policy:?}");
