@@ -41,6 +41,9 @@ pub(crate) struct Config {
     pub dtype: TensorDType,
     pub device: Device,
     pub prefetch: usize,
+    /// One stream for the epochs iterated one after the other: the next epoch's first
+    /// batches load while this one's last are used.
+    pub epochs_in_a_row: bool,
     pub drop_last: bool,
     pub ranks: Ranks,
     pub uneven: Uneven,
@@ -91,6 +94,7 @@ const KEYS: &[&str] = &[
     "dtype",
     "device",
     "prefetch",
+    "epochs_in_a_row",
     "drop_last",
     "rank",
     "world_size",
@@ -272,6 +276,7 @@ impl Config {
             dtype,
             device,
             prefetch: get(options, "prefetch")?.unwrap_or(4),
+            epochs_in_a_row: get(options, "epochs_in_a_row")?.unwrap_or(true),
             drop_last: get(options, "drop_last")?.unwrap_or(false),
             ranks,
             uneven,
@@ -371,6 +376,10 @@ impl Config {
         }
         if let Some(state) = resume {
             builder = builder.resume(state);
+        }
+        if self.epochs_in_a_row {
+            // Every epoch from this one on; the stream stops when dropped.
+            builder = builder.epochs(u64::MAX);
         }
         Ok(builder)
     }

@@ -1,5 +1,7 @@
 //! `NativePipeline` (a dataset opened once, the options, the layout) and `NativeEpoch` (one
-//! epoch's `BatchStream`, iterated with the GIL released).
+//! epoch's batches of a `BatchStream`, iterated with the GIL released). With epochs in a row,
+//! an epoch that ends hands its stream, already loading the next epoch, back to the pipeline
+//! for the next iteration.
 
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
@@ -35,29 +37,42 @@ enum Delivered {
     Gpu(zarrpipe::pipeline::GpuBatch),
 }
 
+/// Calls `$method` on the stream, whichever place it delivers to.
+macro_rules! on_stream {
+    ($batches:expr, $method:ident) => {
+        match $batches {
+            Batches::Host(stream) => stream.$method(),
+            #[cfg(feature = "cuda")]
+            Batches::Gpu(stream) => stream.$method(),
+        }
+    };
+}
+
 impl Batches {
     fn state(&self) -> SamplerState {
-        match self {
-            Batches::Host(stream) => stream.state(),
-            #[cfg(feature = "cuda")]
-            Batches::Gpu(stream) => stream.state(),
-        }
+        on_stream!(self, state)
     }
 
     fn num_batches(&self) -> u64 {
-        match self {
-            Batches::Host(stream) => stream.num_batches(),
-            #[cfg(feature = "cuda")]
-            Batches::Gpu(stream) => stream.num_batches(),
-        }
+        on_stream!(self, num_batches)
     }
 
-    fn metrics(&self) -> MetricsSnapshot {
-        match self {
-            Batches::Host(stream) => stream.metrics(),
-            #[cfg(feature = "cuda")]
-            Batches::Gpu(stream) => stream.metrics(),
-        }
+    /// The epoch whose batches come next.
+    fn epoch(&self) -> u64 {
+        on_stream!(self, epoch)
+    }
+
+    fn batches_left_in_epoch(&self) -> u64 {
+        on_stream!(self, batches_left_in_epoch)
+    }
+
+    fn epochs_after(&self) -> u64 {
+        on_stream!(self, epochs_after)
+    }
+
+    /// The counters of the epoch of the last batch delivered.
+    fn epoch_metrics(&self) -> MetricsSnapshot {
+        on_stream!(self, epoch_metrics)
     }
 
     async fn next(&mut self) -> Option<zarrpipe::pipeline::Result<Delivered>> {
@@ -78,9 +93,14 @@ pub struct NativePipeline {
     dataset: Arc<Dataset>,
     layout: Arc<SampleLayout>,
     num_batches: u64,
+    /// With epochs in a row: the stream an epoch handed back when it ended, loading the next.
+    carried: Carried,
     #[cfg(feature = "cuda")]
     gpu: crate::gpu::GpuHandle,
 }
+
+/// Where an ended epoch leaves its stream for the next iteration.
+type Carried = Arc<Mutex<Option<Batches>>>;
 
 /// Runs `future` on the pipelines' runtime with the GIL released.
 fn block_on<T: Send>(py: Python<'_>, future: impl std::future::Future<Output = T> + Send) -> T {
@@ -112,6 +132,7 @@ impl NativePipeline {
             url,
             config,
             dataset,
+            carried: Carried::default(),
             #[cfg(feature = "cuda")]
             gpu: Default::default(),
         })
@@ -186,6 +207,9 @@ impl NativePipeline {
                 PyValueError::new_err(format!("not a saved zarrpipe state: {error}"))
             })?;
         let epoch = resume.as_ref().map_or(epoch, |state| state.epoch);
+        if let Some(batches) = self.take_carried(py, epoch, resume.is_none()) {
+            return Ok(self.native_epoch(batches, epoch));
+        }
         // The layout `new` resolved: no epoch reads the time coordinate or lists the store
         // again.
         let builder = self.config.builder(&self.dataset, epoch, resume)?;
@@ -208,18 +232,106 @@ impl NativePipeline {
             }
         }
         .map_err(|error| errors::to_py_with_url(&error, Some(&url)))?;
-        Ok(NativeEpoch {
-            url,
-            batches: Mutex::new(Some(batches)),
-        })
+        Ok(self.native_epoch(batches, epoch))
     }
 }
 
-/// One epoch's stream of batches.
+impl NativePipeline {
+    /// The stream an ended epoch handed back, when its next batch is `epoch`'s first and the
+    /// epoch starts afresh (`fresh`: nothing resumed); any other is dropped.
+    fn take_carried(&self, py: Python<'_>, epoch: u64, fresh: bool) -> Option<Batches> {
+        let carried = self
+            .carried
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let at_start = carried.batches_left_in_epoch() == carried.num_batches();
+        if fresh && carried.epoch() == epoch && at_start {
+            return Some(carried);
+        }
+        // Dropping a GPU stream may wait for its worker.
+        py.detach(move || drop(carried));
+        None
+    }
+
+    /// Iterates `batches` for the rest of `epoch`.
+    fn native_epoch(&self, batches: Batches, epoch: u64) -> NativeEpoch {
+        let carry = self.config.epochs_in_a_row.then(|| self.carried.clone());
+        // A state saved at an epoch's end resumes a stream that already stands at the next.
+        let left = match batches.epoch() == epoch {
+            true => batches.batches_left_in_epoch(),
+            false => 0,
+        };
+        NativeEpoch {
+            url: self.url.clone(),
+            epoch,
+            num_batches: batches.num_batches(),
+            inner: Mutex::new(EpochState {
+                left,
+                delivered: 0,
+                batches: Some(batches),
+                ended: None,
+            }),
+            carry,
+        }
+    }
+}
+
+/// One epoch's batches, from a stream of its own or of epochs in a row.
 #[pyclass(module = "zarrpipe._native", frozen)]
 pub struct NativeEpoch {
     url: String,
-    batches: Mutex<Option<Batches>>,
+    epoch: u64,
+    num_batches: u64,
+    inner: Mutex<EpochState>,
+    /// With epochs in a row: where the stream goes when the epoch ends.
+    carry: Option<Carried>,
+}
+
+/// The state of `epoch` of `num_batches` batches delivered whole. A stream of epochs in a row
+/// already stands at the next epoch's start; the seed and spec are the same.
+fn end_of(epoch: u64, num_batches: u64, batches: &Batches) -> SamplerState {
+    SamplerState {
+        epoch,
+        position: num_batches,
+        ..batches.state()
+    }
+}
+
+/// Where an epoch stands.
+struct EpochState {
+    /// The stream, until the epoch ends or is closed.
+    batches: Option<Batches>,
+    /// Batches of the epoch still to deliver, and those delivered by this object.
+    left: u64,
+    delivered: u64,
+    /// Once ended: the state and counters it ended with.
+    ended: Option<(SamplerState, MetricsSnapshot)>,
+}
+
+impl EpochState {
+    /// Ends the epoch: keeps its state and counters, and hands a stream that carries more
+    /// epochs to `carry`; returns one that does not, to drop.
+    fn end(&mut self, epoch: u64, num_batches: u64, carry: Option<&Carried>) -> Option<Batches> {
+        let batches = self.batches.take()?;
+        let metrics = self.metrics_of(&batches);
+        self.ended = Some((end_of(epoch, num_batches, &batches), metrics));
+        match carry {
+            Some(carry) if batches.epochs_after() > 0 || batches.epoch() != epoch => {
+                let mut carried = carry.lock().unwrap_or_else(|p| p.into_inner());
+                carried.replace(batches)
+            }
+            _ => Some(batches),
+        }
+    }
+
+    /// This epoch's counters, from its stream.
+    fn metrics_of(&self, batches: &Batches) -> MetricsSnapshot {
+        match self.delivered {
+            0 => MetricsSnapshot::default(),
+            _ => batches.epoch_metrics(),
+        }
+    }
 }
 
 #[pymethods]
@@ -228,7 +340,7 @@ impl NativeEpoch {
     /// `latitude_weights`, `samples`), or None at the end of the epoch. Waits with the GIL
     /// released, and raises KeyboardInterrupt on Ctrl-C within 0.1 s.
     fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let mut guard = match self.batches.try_lock() {
+        let mut guard = match self.inner.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(poison)) => poison.into_inner(),
             Err(TryLockError::WouldBlock) => {
@@ -237,50 +349,73 @@ impl NativeEpoch {
                 ))
             }
         };
-        let Some(batches) = guard.as_mut() else {
+        let state = &mut *guard;
+        if state.left == 0 {
+            let done = state.end(self.epoch, self.num_batches, self.carry.as_ref());
+            py.detach(move || drop(done));
+            return Ok(None);
+        }
+        let Some(batches) = state.batches.as_mut() else {
             return Ok(None);
         };
         loop {
             let next = block_on(py, async {
                 tokio::time::timeout(SIGNAL_CHECK, batches.next()).await
             });
-            match next {
+            let delivered = match next {
                 // Nothing yet: let Python run its signal handlers (Ctrl-C raises here).
-                Err(_elapsed) => py.check_signals()?,
-                // The stream stays (it is fused) so the state still says where the epoch ended.
+                Err(_elapsed) => {
+                    py.check_signals()?;
+                    continue;
+                }
+                // A stream that ends early keeps its state (it is fused).
                 Ok(None) => return Ok(None),
                 Ok(Some(Err(error))) => {
                     return Err(errors::to_py_with_url(&error, Some(&self.url)));
                 }
-                Ok(Some(Ok(Delivered::Host(batch)))) => return host_batch(py, batch).map(Some),
+                Ok(Some(Ok(delivered))) => delivered,
+            };
+            state.left -= 1;
+            state.delivered += 1;
+            return match delivered {
+                Delivered::Host(batch) => host_batch(py, batch).map(Some),
                 #[cfg(feature = "cuda")]
-                Ok(Some(Ok(Delivered::Gpu(batch)))) => {
-                    return crate::gpu::gpu_batch(py, batch).map(Some)
-                }
-            }
+                Delivered::Gpu(batch) => crate::gpu::gpu_batch(py, batch).map(Some),
+            };
         }
     }
 
     /// What to save to resume the epoch with exactly the batches not yet delivered (JSON).
     fn state_json(&self) -> PyResult<Option<String>> {
-        let guard = self.batches.lock().unwrap_or_else(|p| p.into_inner());
-        guard
-            .as_ref()
-            .map(|batches| serde_json::to_string(&batches.state()))
+        let state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let saved = match (&state.ended, &state.batches) {
+            (Some((ended, _)), _) => Some(ended.clone()),
+            (None, Some(batches)) if state.left == 0 => {
+                Some(end_of(self.epoch, self.num_batches, batches))
+            }
+            (None, Some(batches)) => Some(batches.state()),
+            (None, None) => None,
+        };
+        saved
+            .map(|saved| serde_json::to_string(&saved))
             .transpose()
             .map_err(|error| errors::to_py(&error))
     }
 
     /// Batches in this rank's epoch (those before a resume included).
     fn num_batches(&self) -> u64 {
-        let guard = self.batches.lock().unwrap_or_else(|p| p.into_inner());
-        guard.as_ref().map_or(0, Batches::num_batches)
+        self.num_batches
     }
 
     /// The epoch's counters so far (the pipeline's `MetricsSnapshot`): times in seconds.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let guard = self.batches.lock().unwrap_or_else(|p| p.into_inner());
-        let m = guard.as_ref().map(Batches::metrics).unwrap_or_default();
+        let state = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let m = match (&state.ended, &state.batches) {
+            (Some((_, metrics)), _) => metrics.clone(),
+            (None, Some(batches)) => state.metrics_of(batches),
+            (None, None) => MetricsSnapshot::default(),
+        };
+        drop(state);
         let dict = PyDict::new(py);
         let seconds = [
             ("fetch_busy_s", m.fetch_busy),
@@ -314,9 +449,10 @@ impl NativeEpoch {
     /// Stops the epoch: batches being loaded are dropped and their work cancelled.
     fn close(&self, py: Python<'_>) {
         let batches = self
-            .batches
+            .inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .batches
             .take();
         // Dropping the stream aborts its tasks; the GPU path may wait for its worker.
         py.detach(move || drop(batches));

@@ -196,3 +196,43 @@ def test_metrics_count_the_epoch():
     assert metrics["cpu_decoded_chunks"] + metrics["missing_chunks"] == metrics["chunks"] > 0
     assert metrics["consumer_wait_s"] >= metrics["first_wait_s"] >= 0.0
     assert metrics["delivered_bytes"] == 54 * pipe.sample_shape[0] * 3 * 5 * 4
+
+
+def test_epochs_in_a_row_deliver_what_epochs_apart_do():
+    """One stream for the epochs iterated one after the other (the default) against a stream
+    per epoch: the same batches and states, through a skipped epoch, a repeated one, an epoch
+    stopped early and one resumed from a saved state."""
+    def epoch(pipe: zarrpipe.Pipeline, number: int, stop_after: int | None = None):
+        pipe.set_epoch(number)
+        delivered = []
+        for batch in pipe:
+            delivered.append((batch.index, batch.sample_indices, batch.inputs.copy()))
+            if len(delivered) == stop_after:
+                break
+        return delivered, pipe.state_dict()
+
+    options = dict(batch_size=8, shuffle=True, seed=5)
+    in_a_row, apart = pipeline(**options), pipeline(epochs_in_a_row=False, **options)
+    plan = [(0, None), (1, None), (1, None), (4, None), (5, 3), (6, None), (7, None)]
+    for number, stop_after in plan:
+        got, state = epoch(in_a_row, number, stop_after)
+        want, want_state = epoch(apart, number, stop_after)
+        assert state == want_state, f"epoch {number}"
+        assert len(got) == len(want) == (stop_after or 7), f"epoch {number}"
+        for (index, samples, values), (want_index, want_samples, want_values) in zip(got, want):
+            assert (index, samples) == (want_index, want_samples), f"epoch {number}"
+            np.testing.assert_array_equal(values, want_values)
+    assert state == {"epoch": 7, "sampler": {**state["sampler"], "epoch": 7, "position": 7}}
+    # A state saved mid-epoch resumes in a row too, and the epoch after follows on.
+    in_a_row.set_epoch(2)
+    iterator = iter(in_a_row)
+    next(iterator), next(iterator)
+    saved = in_a_row.state_dict()
+    del iterator
+    resumed = pipeline(**options)
+    resumed.load_state_dict(saved)
+    rest = [b.sample_indices for b in resumed]
+    resumed.set_epoch(3)
+    after = order(resumed)
+    assert rest == [b.sample_indices for b in pipeline(epoch=2, **options)][2:]
+    assert after == order(pipeline(epoch=3, epochs_in_a_row=False, **options))

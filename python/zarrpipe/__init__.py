@@ -343,7 +343,14 @@ class Pipeline:
       time): each holds its decoded output and nvCOMP's scratch memory in device memory, so
       fewer leave more to the model (W1 of 64 steps on the H100: 21.0 GiB at 6, 12.3 at 3).
     - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight at
-      once (the oldest batch's first). Store access: ``store_options`` (``{"anonymous":
+      once (the oldest batch's first). ``epochs_in_a_row`` (default True): one stream serves
+      the epochs iterated one after the other, so the next epoch's first batches load while
+      this one's last are trained on and no epoch after the first starts from an empty
+      pipeline. It serves the next ``iter()`` when that runs the epoch after (call
+      :meth:`set_epoch` with it, as with ``DistributedSampler``) and nothing was loaded with
+      :meth:`load_state_dict`; otherwise the batches loaded ahead are dropped. Between
+      epochs the pipeline holds up to ``prefetch`` batches of the next one. False: every
+      ``iter()`` starts empty. Store access: ``store_options`` (``{"anonymous":
       True, "endpoint": ...}``), ``cache_dir`` / ``cache_size`` (bytes), ``max_requests``,
       ``timeout`` (seconds), ``retries``.
     - ``tensors``: ``"auto"`` (torch tensors if torch is installed), ``"torch"`` or ``"raw"``
@@ -378,6 +385,7 @@ class Pipeline:
         dtype: Any = None,
         device: Any = "cpu",
         prefetch: int = 4,
+        epochs_in_a_row: bool = True,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
@@ -443,6 +451,7 @@ class Pipeline:
             "dtype": _dtype_text(dtype),
             "device": device,
             "prefetch": prefetch,
+            "epochs_in_a_row": epochs_in_a_row,
             "drop_last": drop_last,
             "rank": rank,
             "world_size": world_size,
