@@ -46,7 +46,8 @@ def label(row):
     tool = row.get("tool", row.get("peer", "?"))
     if is_zarrpipe(row):
         if row.get("decode_option"):  # run.sh's DECODES: one row per `--decode` side asked for
-            return f"{tool.split(' (')[0]} (decode {row['decode_option']})"
+            decode = row["decode_option"].replace(":in-a-row", ", epochs in a row")
+            return f"{tool.split(' (')[0]} (decode {decode})"
         return f"{tool.split(' (')[0]} ({'GPU' if on_gpu(row) else 'CPU'})"
     return tool
 
@@ -118,7 +119,13 @@ def markdown(host, rows):
         if batch:
             desc += f", batches of {batch}"
         passes = next((r.get("passes") for r in drows if r.get("passes")), 2)
-        out.append(desc + f". Best of {passes} passes after a warm-up pass.")
+        desc += f". Best of {passes} passes after a warm-up pass"
+        if any(r.get("epochs_in_a_row") for r in drows):
+            desc += (
+                "; rows with epochs in a row: the epochs of one stream (the next one's first"
+                " batches load during this one's last), 10 timed together after two warm-up epochs"
+            )
+        out.append(desc + ".")
         out.append("")
         # zarrpipe GPU / tool for every row; zarrpipe CPU / tool for the rows delivered to host
         # memory (the CPU path's comparison). Without a GPU row, only the second.

@@ -22,7 +22,9 @@
 #   DATASETS="w1 w1-blosc-lz4 w1-sharded"   which datasets, in order (issue 15's comparison:
 #                                           DATASETS="w1 w1-small w1-small-sharded")
 #   DECODES="gpu split auto cpu"            zarrpipe's GPU rows: one `bench --decode X` run each, rows named
-#                                           `zarrpipe (decode X)` (default: one run, the device's default)
+#                                           `zarrpipe (decode X)` (default: one run, the device's default);
+#                                           X:in-a-row times 10 epochs of one stream together
+#                                           (`--epochs-in-a-row --passes 10`), rows `zarrpipe (decode X, in a row)`
 #   TIME=16  GEN_ARGS="--lat 64 --lon 128"  time steps, and extra `zarrpipe generate` options
 #   PEERS=zarr,zarr-gpu,...                 peers delivering to the GPU (default: peers.py's list)
 #   CPU_PEERS=tensorstore-whole             peers delivering to host memory (empty: none)
@@ -119,7 +121,10 @@ out_of_time() { [ -n "$deadline" ] && [ "$(date +%s)" -ge $((deadline - ${1:-0})
 zarrpipe_row() {
   local dataset=$1 dir=$2 dev=$3 decode=${4:-}
   local extra=()
-  [ -n "$decode" ] && extra=(--decode "$decode")
+  case "$decode" in
+    *:in-a-row) extra=(--decode "${decode%:in-a-row}" --epochs-in-a-row --passes 10) ;;
+    ?*) extra=(--decode "$decode") ;;
+  esac
   say "$dataset: zarrpipe ${sub[0]} --device $dev ${extra[*]}"
   timeout "${PEER_TIMEOUT:-600}" "${zp_env[@]}" "$bin" "${sub[@]}" "$dir" "${vars[@]}" --device "$dev" "${extra[@]}" --json --checksum \
     >"$work/zarrpipe.out" 2>"$work/zarrpipe.err"
@@ -129,7 +134,8 @@ zarrpipe_row() {
 import json, sys
 dataset, dev, rc, out, err, decode = sys.argv[1:7]
 lines = [l for l in open(out) if l.startswith("{")]
-tool = "zarrpipe (" + (f"decode {decode}" if decode else "gpu" if dev.startswith("cuda") else "cpu") + ")"
+label = decode.replace(":in-a-row", ", in a row")
+tool = "zarrpipe (" + (f"decode {label}" if decode else "gpu" if dev.startswith("cuda") else "cpu") + ")"
 extra = {"decode_option": decode} if decode else {}  # zarrpipe's own "decode" says where it decoded
 if rc != "0" or not lines:
     tail = open(err).read().strip().splitlines()[-3:]
@@ -142,7 +148,7 @@ for line in lines:
         row["samples_per_s"] = row["samples"] / row["seconds"]
     row.update(peer="zarrpipe", dataset=dataset, device=dev, **extra)
     if decode:
-        row["tool"] = row.get("tool", "zarrpipe").split(" (")[0] + f" (decode {decode})"
+        row["tool"] = row.get("tool", "zarrpipe").split(" (")[0] + f" (decode {label})"
     print(json.dumps(row))
 EOF
 }

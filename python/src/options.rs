@@ -377,10 +377,6 @@ impl Config {
         if let Some(state) = resume {
             builder = builder.resume(state);
         }
-        if self.epochs_in_a_row {
-            // Every epoch from this one on; the stream stops when dropped.
-            builder = builder.epochs(u64::MAX);
-        }
         Ok(builder)
     }
 }

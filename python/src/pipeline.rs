@@ -198,8 +198,16 @@ impl NativePipeline {
     }
 
     /// Starts epoch `epoch`, or resumes the one `state` (from `NativeEpoch.state_json`) saved.
-    #[pyo3(signature = (epoch, state = None))]
-    fn epoch(&self, py: Python<'_>, epoch: u64, state: Option<&str>) -> PyResult<NativeEpoch> {
+    /// `walking`: the caller goes on to the epoch after this one (it set this one's number),
+    /// so with epochs in a row the stream carries on into it.
+    #[pyo3(signature = (epoch, state = None, walking = false))]
+    fn epoch(
+        &self,
+        py: Python<'_>,
+        epoch: u64,
+        state: Option<&str>,
+        walking: bool,
+    ) -> PyResult<NativeEpoch> {
         let resume = state
             .map(serde_json::from_str::<SamplerState>)
             .transpose()
@@ -207,13 +215,18 @@ impl NativePipeline {
                 PyValueError::new_err(format!("not a saved zarrpipe state: {error}"))
             })?;
         let epoch = resume.as_ref().map_or(epoch, |state| state.epoch);
+        let in_a_row = self.config.epochs_in_a_row && walking;
         if let Some(batches) = self.take_carried(py, epoch, resume.is_none()) {
-            return Ok(self.native_epoch(batches, epoch));
+            return Ok(self.native_epoch(batches, epoch, in_a_row));
         }
         // The layout `new` resolved: no epoch reads the time coordinate or lists the store
         // again.
         let builder = self.config.builder(&self.dataset, epoch, resume)?;
-        let builder = builder.layout(self.layout.clone());
+        let mut builder = builder.layout(self.layout.clone());
+        if in_a_row {
+            // Every epoch from this one on; the stream stops when dropped.
+            builder = builder.epochs(u64::MAX);
+        }
         let url = self.url.clone();
         let batches = match self.config.device {
             Device::Cpu => block_on(py, async move { builder.build().await }).map(Batches::Host),
@@ -232,7 +245,7 @@ impl NativePipeline {
             }
         }
         .map_err(|error| errors::to_py_with_url(&error, Some(&url)))?;
-        Ok(self.native_epoch(batches, epoch))
+        Ok(self.native_epoch(batches, epoch, in_a_row))
     }
 }
 
@@ -254,9 +267,9 @@ impl NativePipeline {
         None
     }
 
-    /// Iterates `batches` for the rest of `epoch`.
-    fn native_epoch(&self, batches: Batches, epoch: u64) -> NativeEpoch {
-        let carry = self.config.epochs_in_a_row.then(|| self.carried.clone());
+    /// Iterates `batches` for the rest of `epoch`; `in_a_row`: hands the stream on after it.
+    fn native_epoch(&self, batches: Batches, epoch: u64, in_a_row: bool) -> NativeEpoch {
+        let carry = in_a_row.then(|| self.carried.clone());
         // A state saved at an epoch's end resumes a stream that already stands at the next.
         let left = match batches.epoch() == epoch {
             true => batches.batches_left_in_epoch(),

@@ -343,14 +343,14 @@ class Pipeline:
       time): each holds its decoded output and nvCOMP's scratch memory in device memory, so
       fewer leave more to the model (W1 of 64 steps on the H100: 21.0 GiB at 6, 12.3 at 3).
     - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight at
-      once (the oldest batch's first). ``epochs_in_a_row`` (default True): one stream serves
-      the epochs iterated one after the other, so the next epoch's first batches load while
-      this one's last are trained on and no epoch after the first starts from an empty
-      pipeline. It serves the next ``iter()`` when that runs the epoch after (call
-      :meth:`set_epoch` with it, as with ``DistributedSampler``) and nothing was loaded with
-      :meth:`load_state_dict`; otherwise the batches loaded ahead are dropped. Between
-      epochs the pipeline holds up to ``prefetch`` batches of the next one. False: every
-      ``iter()`` starts empty. Store access: ``store_options`` (``{"anonymous":
+      once (the oldest batch's first). ``epochs_in_a_row`` (default True): a loop that calls
+      :meth:`set_epoch` before each epoch (as with ``DistributedSampler``) gets one stream for
+      its epochs: an epoch started after ``set_epoch(n)`` goes on loading epoch ``n + 1``'s
+      first batches while its own last are trained on, and the next ``iter()`` takes them
+      when it runs epoch ``n + 1`` with nothing loaded by :meth:`load_state_dict` (otherwise
+      they are dropped). Between epochs the pipeline then holds up to ``prefetch`` batches of
+      the next one. An ``iter()`` without ``set_epoch`` before it (a validation loop
+      repeating its epoch), or False, starts and ends its epoch alone. Store access: ``store_options`` (``{"anonymous":
       True, "endpoint": ...}``), ``cache_dir`` / ``cache_size`` (bytes), ``max_requests``,
       ``timeout`` (seconds), ``retries``.
     - ``tensors``: ``"auto"`` (torch tensors if torch is installed), ``"torch"`` or ``"raw"``
@@ -477,6 +477,8 @@ class Pipeline:
         self._tensors = tensors
         self._epoch = int(epoch)
         self._resume: str | None = None
+        # set_epoch was called for the next iteration: the loop walks epochs.
+        self._walking = False
         self._current: Any = None
         self._last_state: str | None = None
         self._last_metrics: dict[str, Any] | None = None
@@ -491,11 +493,14 @@ class Pipeline:
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch`` for the next iteration (its shuffle is seeded with
         ``seed + epoch``), as ``DistributedSampler.set_epoch``. A state loaded with
-        :meth:`load_state_dict` applies to its own epoch only: another epoch starts afresh."""
+        :meth:`load_state_dict` applies to its own epoch only: another epoch starts afresh.
+        With ``epochs_in_a_row``, that iteration also loads the next epoch's first batches as
+        it ends."""
         epoch = int(epoch)
         if epoch != self._epoch:
             self._resume = None
         self._epoch = epoch
+        self._walking = True
 
     @property
     def epoch(self) -> int:
@@ -508,9 +513,9 @@ class Pipeline:
                 "this zarrpipe.Pipeline was made in another process (a forked DataLoader worker?): "
                 "its Rust threads are not here. Iterate it directly; it is parallel already."
             )
-        epoch, resume = self._epoch, self._resume
-        self._resume = None
-        native_epoch = self._native.epoch(epoch, resume)
+        epoch, resume, walking = self._epoch, self._resume, self._walking
+        self._resume, self._walking = None, False
+        native_epoch = self._native.epoch(epoch, resume, walking)
         return self._batches(native_epoch, epoch)
 
     def _batches(self, native_epoch: Any, epoch: int) -> Iterator[Batch]:
