@@ -238,10 +238,15 @@ fn stages_are_send() {
     assert_send::<zarrpipe::pipeline::Prefetch<Collated>>();
 }
 
+/// Every batch a pipeline delivers.
+async fn collect(builder: zarrpipe::pipeline::PipelineBuilder) -> Vec<Batch> {
+    builder.build().await.unwrap().try_collect().await.unwrap()
+}
+
 /// Sample numbers delivered by a pipeline, batch by batch.
 async fn delivered(builder: zarrpipe::pipeline::PipelineBuilder) -> Vec<Vec<u64>> {
-    let batches: Vec<Batch> = builder.build().await.unwrap().try_collect().await.unwrap();
-    batches
+    collect(builder)
+        .await
         .iter()
         .map(|batch| batch.samples.iter().map(|s| s.index).collect())
         .collect()
@@ -368,15 +373,7 @@ async fn epochs_in_a_row_equal_epochs_apart_and_resume_across_their_boundary() {
     let shuffled = || patches(&url).shuffle(Shuffle::Full).seed(3);
     let mut apart = Vec::new();
     for epoch in 1..4 {
-        let batches: Vec<Batch> = shuffled()
-            .epoch(epoch)
-            .build()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
-        apart.extend(described(&batches));
+        apart.extend(described(&collect(shuffled().epoch(epoch)).await));
     }
     assert_eq!(apart.len(), 15, "5 batches in each of 3 epochs");
 
@@ -409,15 +406,7 @@ async fn epochs_in_a_row_equal_epochs_apart_and_resume_across_their_boundary() {
     );
 
     // Resumed mid-epoch 2 for two epochs: the rest of epoch 2, then epoch 3 whole.
-    let resumed: Vec<Batch> = shuffled()
-        .resume(state)
-        .epochs(2)
-        .build()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let resumed = collect(shuffled().resume(state).epochs(2)).await;
     assert_eq!(described(&resumed), apart[7..]);
 }
 

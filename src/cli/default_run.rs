@@ -377,13 +377,19 @@ where
     Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
     Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
 {
-    let consumer_rate = match &args.consumer_rate {
-        Some(rate) => Some(super::store::parse_size(rate)? as f64),
-        None => None,
+    let epochs = Epochs {
+        place: std::marker::PhantomData,
+        args,
+        build: &build,
+        consumer_rate: match &args.consumer_rate {
+            Some(rate) => Some(super::store::parse_size(rate)? as f64),
+            None => None,
+        },
+        consume: &consume,
     };
     let (mut report, layout) = match args.epochs_in_a_row {
-        false => epochs_apart(args, &build, settle, consumer_rate, &consume).await?,
-        true => epochs_in_a_row(args, &build, settle, consumer_rate, &consume).await?,
+        false => epochs.apart(settle).await?,
+        true => epochs.in_a_row(settle).await?,
     };
     if args.checksum {
         let mut batches = build(Some(layout), 1).await?;
@@ -398,102 +404,105 @@ where
     Ok(report)
 }
 
-/// Each epoch a stream of its own, started empty; the best timed epoch is reported. Returns
-/// the report and the layout the first epoch resolved.
-async fn epochs_apart<P, Build, Built>(
-    args: &RunArgs,
-    build: &Build,
-    settle: impl Fn(),
+/// How the timed epochs are made and consumed.
+struct Epochs<'a, P, Build, Consume> {
+    place: std::marker::PhantomData<P>,
+    args: &'a RunArgs,
+    build: &'a Build,
     consumer_rate: Option<f64>,
-    consume: &impl Fn(&Batch<P>) -> anyhow::Result<()>,
-) -> anyhow::Result<(Report, Arc<SampleLayout>)>
-where
-    P: Place,
-    Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
-    Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
-{
-    let (warm_up, timed) = match args.passes {
-        Some(passes) => (1, passes.max(1)),
-        None => (0, 1),
-    };
-    let mut best: Option<(f64, MetricsSnapshot)> = None;
-    let mut warm_up_seconds = None;
-    let mut layout = None;
-    for pass in 0..warm_up + timed {
-        // An epoch as a training loop sees it, and as the peer harness times every peer's
-        // pass (benches/peers/peers.py, `measure`): from building its stream, through the
-        // first batch's wait, to the stream dropped after the last batch.
-        let started = Instant::now();
-        tracing::debug!(target: "zarrpipe::timeline", "pass {pass} starting");
-        let mut batches = first_stream(args, build(layout.clone(), 1).await?, pass == 0)?;
-        layout.get_or_insert_with(|| batches.layout().clone());
-        let metrics = run_epoch(&mut batches, !args.json, consumer_rate, consume).await?;
-        drop(batches);
-        let seconds = started.elapsed().as_secs_f64();
-        if pass + 1 == warm_up {
-            settle();
-            warm_up_seconds = Some(started.elapsed().as_secs_f64());
-        }
-        let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
-        if pass >= warm_up && faster {
-            best = Some((seconds, metrics));
-        }
-    }
-    let (seconds, metrics) = best.expect("at least one timed pass");
-    let report = Report {
-        seconds,
-        epochs: 1,
-        metrics,
-        warm_up_seconds,
-        checksum: None,
-    };
-    Ok((report, layout.expect("at least one pass")))
+    consume: &'a Consume,
 }
 
-/// Every epoch from one stream, as a training loop of many epochs takes them. With
-/// `--passes`: two untimed warm-up epochs (`settle` after the first, which the second
-/// absorbs), the timed epochs together, and one more epoch the stream carries but nobody
-/// takes, so the chain is as full when the timed epochs end as when they begin.
-async fn epochs_in_a_row<P, Build, Built>(
-    args: &RunArgs,
-    build: &Build,
-    settle: impl Fn(),
-    consumer_rate: Option<f64>,
-    consume: &impl Fn(&Batch<P>) -> anyhow::Result<()>,
-) -> anyhow::Result<(Report, Arc<SampleLayout>)>
+impl<P, Build, Built, Consume> Epochs<'_, P, Build, Consume>
 where
     P: Place,
     Build: Fn(Option<Arc<SampleLayout>>, u64) -> Built,
     Built: std::future::Future<Output = anyhow::Result<BatchStream<P>>>,
+    Consume: Fn(&Batch<P>) -> anyhow::Result<()>,
 {
-    let (warm_up, timed, trailing) = match args.passes {
-        Some(passes) => (2, passes.max(1), 1),
-        None => (0, 1, 0),
-    };
-    let started = Instant::now();
-    let epochs = u64::from(warm_up + timed + trailing);
-    let mut batches = first_stream(args, build(None, epochs).await?, true)?;
-    let mut warm_up_seconds = None;
-    for pass in 0..warm_up {
-        run_epoch(&mut batches, !args.json, consumer_rate, consume).await?;
-        if pass == 0 {
-            settle();
-            warm_up_seconds = Some(started.elapsed().as_secs_f64());
+    /// Each epoch a stream of its own, started empty; the best timed epoch is reported.
+    /// Returns the report and the layout the first epoch resolved.
+    async fn apart(&self, settle: impl Fn()) -> anyhow::Result<(Report, Arc<SampleLayout>)> {
+        let args = self.args;
+        let (warm_up, timed) = match args.passes {
+            Some(passes) => (1, passes.max(1)),
+            None => (0, 1),
+        };
+        let mut best: Option<(f64, MetricsSnapshot)> = None;
+        let mut warm_up_seconds = None;
+        let mut layout = None;
+        for pass in 0..warm_up + timed {
+            // An epoch as a training loop sees it, and as the peer harness times every peer's
+            // pass (benches/peers/peers.py, `measure`): from building its stream, through the
+            // first batch's wait, to the stream dropped after the last batch.
+            let started = Instant::now();
+            tracing::debug!(target: "zarrpipe::timeline", "pass {pass} starting");
+            let built = (self.build)(layout.clone(), 1).await?;
+            let mut batches = first_stream(args, built, pass == 0)?;
+            layout.get_or_insert_with(|| batches.layout().clone());
+            let metrics = self.run(&mut batches).await?;
+            drop(batches);
+            let seconds = started.elapsed().as_secs_f64();
+            if pass + 1 == warm_up {
+                settle();
+                warm_up_seconds = Some(started.elapsed().as_secs_f64());
+            }
+            let faster = best.as_ref().is_none_or(|(fastest, _)| seconds < *fastest);
+            if pass >= warm_up && faster {
+                best = Some((seconds, metrics));
+            }
         }
+        let (seconds, metrics) = best.expect("at least one timed pass");
+        let report = Report {
+            seconds,
+            epochs: 1,
+            metrics,
+            warm_up_seconds,
+            checksum: None,
+        };
+        Ok((report, layout.expect("at least one pass")))
     }
-    let (timed_from, before) = (Instant::now(), batches.metrics());
-    for pass in 0..timed {
-        tracing::debug!(target: "zarrpipe::timeline", "timed epoch {pass} starting");
-        run_epoch(&mut batches, !args.json, consumer_rate, consume).await?;
+
+    /// Every epoch from one stream, as a training loop of many epochs takes them. With
+    /// `--passes`: two untimed warm-up epochs (`settle` after the first, which the second
+    /// absorbs), the timed epochs together, and one more epoch the stream carries but nobody
+    /// takes, so the chain is as full when the timed epochs end as when they begin.
+    async fn in_a_row(&self, settle: impl Fn()) -> anyhow::Result<(Report, Arc<SampleLayout>)> {
+        let args = self.args;
+        let (warm_up, timed, trailing) = match args.passes {
+            Some(passes) => (2, passes.max(1), 1),
+            None => (0, 1, 0),
+        };
+        let started = Instant::now();
+        let epochs = u64::from(warm_up + timed + trailing);
+        let mut batches = first_stream(args, (self.build)(None, epochs).await?, true)?;
+        let mut warm_up_seconds = None;
+        for pass in 0..warm_up {
+            self.run(&mut batches).await?;
+            if pass == 0 {
+                settle();
+                warm_up_seconds = Some(started.elapsed().as_secs_f64());
+            }
+        }
+        let (timed_from, before) = (Instant::now(), batches.metrics());
+        for pass in 0..timed {
+            tracing::debug!(target: "zarrpipe::timeline", "timed epoch {pass} starting");
+            self.run(&mut batches).await?;
+        }
+        let report = Report {
+            seconds: timed_from.elapsed().as_secs_f64(),
+            epochs: timed,
+            metrics: batches.metrics().since(&before),
+            warm_up_seconds,
+            checksum: None,
+        };
+        Ok((report, batches.layout().clone()))
     }
-    let report = Report {
-        seconds: timed_from.elapsed().as_secs_f64(),
-        epochs: timed,
-        metrics: batches.metrics().since(&before),
-        warm_up_seconds,
-        checksum: None,
-    };
-    Ok((report, batches.layout().clone()))
+
+    /// Runs the rest of the stream's epoch through the consumer.
+    async fn run(&self, batches: &mut BatchStream<P>) -> anyhow::Result<MetricsSnapshot> {
+        run_epoch(batches, !self.args.json, self.consumer_rate, self.consume).await
+    }
 }
 
 /// A built stream, refused when its epoch is empty; described when `describe_it`.
