@@ -198,7 +198,7 @@ async fn auto_decoding_leaves_the_gpu_alone_while_the_consumer_keeps_up() {
     // A consumer that waited for the batches before: the GPU side takes a share.
     let waiting = Arc::new(Pace::default());
     for _ in 0..4 {
-        waiting.record(Duration::from_millis(50));
+        waiting.record(Duration::from_millis(50), Duration::from_millis(100));
     }
     let (_, _, gpu_when_waiting) = split_epoch(&url, auto, waiting).await;
     assert!(

@@ -37,6 +37,8 @@ pub struct BatchStream<P: Place = Host> {
     epoch_metrics_of: Option<u64>,
     pace: Arc<Pace>,
     waiting_since: Option<Instant>,
+    /// When the last batch was handed over: the consumer's step runs from there.
+    handed_over: Option<Instant>,
     done: bool,
 }
 
@@ -74,6 +76,7 @@ impl<P: Place> BatchStream<P> {
             epoch_metrics_of: None,
             pace: Arc::new(Pace::default()),
             waiting_since: None,
+            handed_over: None,
             done: false,
         }
     }
@@ -207,8 +210,9 @@ impl<P: Place> Stream for BatchStream<P> {
             match item {
                 Some(Ok(batch)) => {
                     // The first batch's wait is the chain filling up, not the consumer's pace.
-                    if self.metrics.snapshot().batches > 0 {
-                        self.pace.record(waited);
+                    let now = Instant::now();
+                    if let Some(before) = self.handed_over.replace(now) {
+                        self.pace.record(waited, now - before);
                     }
                     self.count_batch(batch, waited);
                 }
