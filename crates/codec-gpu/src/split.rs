@@ -48,6 +48,14 @@ const RATE_WINDOW_SECONDS: f64 = 0.2;
 const LATE_CPU: f64 = 0.85;
 const EARLY_CPU: f64 = 1.1;
 const CPU_WEIGHT_BOUNDS: (f64, f64) = (1.0 / 16.0, 1.0);
+/// Auto sends the GPU no part under this share of a batch's chunks of one kind: a part pays
+/// fixed costs (staging, an upload, an nvCOMP call, waiting for the copy engine behind the
+/// batch's other uploads) that small parts pay per byte many times over, and their rate,
+/// measured with those costs, shrank the next parts further. Beside a consumer at 3.2 GB/s
+/// from Python, W1's batches went to the GPU one or two chunks of 172 at a time, and 185
+/// chunks took 0.32 s of GPU time where a whole batch of 172 takes about 0.03
+/// (docs/benchmarks.md).
+const AUTO_SMALLEST_GPU_SHARE: f64 = 1.0 / 8.0;
 
 /// How a [`SplitDecoder`] shares batches between the CPU and the GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -312,6 +320,10 @@ impl SplitDecoder {
                 &self.backlog_to_share_by(&state),
                 state.throttle,
             );
+            let to_gpu = match self.policy {
+                SplitPolicy::Auto { .. } => worth_a_gpu_part(to_gpu, chunks.len()),
+                SplitPolicy::Balanced => to_gpu,
+            };
             let to_cpu = chunks.len() - to_gpu;
             let seconds = |count: usize, rate: f64| match rate > 0.0 {
                 true => (count as u64 * kind.decoded_bytes) as f64 / rate,
@@ -460,6 +472,15 @@ fn gpu_chunks(
         false => gpu_rate / (cpu_rate + gpu_rate).max(f64::MIN_POSITIVE),
     };
     ((count as f64 * gpu_share * throttle).round() as usize).min(count)
+}
+
+/// `to_gpu` of a kind's `count` chunks, or none when they make a part too small to pay its
+/// fixed costs on the GPU ([`AUTO_SMALLEST_GPU_SHARE`]).
+fn worth_a_gpu_part(to_gpu: usize, count: usize) -> usize {
+    match (to_gpu as f64) < AUTO_SMALLEST_GPU_SHARE * count as f64 {
+        true => 0,
+        false => to_gpu,
+    }
 }
 
 /// Records a part that cost its side `seconds` in the rates of the kinds its chunks had,
@@ -678,6 +699,18 @@ mod tests {
         // Auto's throttle still scales the GPU's share down.
         assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 0.0), 0);
         assert_eq!(gpu_chunks(0, 1 << 20, rates, &idle, 1.0), 0);
+    }
+
+    #[test]
+    fn auto_sends_the_gpu_no_part_too_small_to_pay_its_fixed_costs() {
+        // W1's batches: 172 chunks.
+        assert_eq!(worth_a_gpu_part(1, 172), 0);
+        assert_eq!(worth_a_gpu_part(21, 172), 0);
+        assert_eq!(worth_a_gpu_part(22, 172), 22);
+        assert_eq!(worth_a_gpu_part(172, 172), 172);
+        assert_eq!(worth_a_gpu_part(0, 172), 0);
+        // A batch of a few chunks: one is worth it.
+        assert_eq!(worth_a_gpu_part(1, 4), 1);
     }
 
     #[test]
