@@ -187,6 +187,15 @@ impl Batcher {
     pub fn state(&self, delivered: u64) -> SamplerState {
         self.sampler.state(delivered)
     }
+
+    /// The state to save after `delivered` batches of epoch `epoch` under the same options:
+    /// every epoch has this one's seed, spec and batch count, so its order is not needed.
+    pub fn state_in_epoch(&self, epoch: u64, delivered: u64) -> SamplerState {
+        SamplerState {
+            epoch,
+            ..self.state(delivered)
+        }
+    }
 }
 
 fn sampler_spec(

@@ -280,9 +280,9 @@ impl SplitDecoder {
         state.backlog.drain(now);
         let ahead = state.backlog.seconds();
         if let SplitPolicy::Auto { gpu_share } = self.policy {
-            let now = self.pace.counts();
-            let delta = now - state.seen;
-            state.seen = now;
+            let counts = self.pace.counts();
+            let delta = counts - state.seen;
+            state.seen = counts;
             // Up quickly while the consumer waits, down slowly while it does not.
             if delta.waited > 0 {
                 state.throttle = (state.throttle + 0.25).min(1.0);

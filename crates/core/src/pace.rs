@@ -9,9 +9,9 @@ use std::time::Duration;
 const NOTICEABLE: Duration = Duration::from_micros(200);
 /// Nor does a wait count under this fraction of the consumer's step (the time from one batch
 /// handed over to the next): a consumer waiting half a percent of its time keeps pace. At
-/// 0.2 ms alone, `auto` beside a consumer at 3.2 GB/s (steps of 176 ms) took waits of a
-/// fraction of a millisecond for a loader falling behind, and used 5-8% of the GPU's time in
-/// two of four runs where the consumer waited 0.01-0.06% of its time.
+/// 0.2 ms alone, `auto` beside a consumer at 3.2 GiB/s (steps of 164 ms) took waits of a
+/// fraction of a millisecond for a loader falling behind, and used 4.7-9.0% of the GPU's
+/// time in three runs where the consumer waited 0.06-0.21% of its time (docs/benchmarks.md).
 const NOTICEABLE_SHARE_OF_STEP: f64 = 0.005;
 
 /// Counts of batches handed over and of those the consumer waited for.

@@ -24,11 +24,14 @@ pub struct BatchStream<P: Place = Host> {
     inner: BoxStream<'static, Result<Batch<P>>>,
     dataset: Arc<Dataset>,
     layout: Arc<SampleLayout>,
-    /// The epoch whose batches come next (the last one's once all are delivered).
+    /// The first epoch's batcher: the batch count and state of every epoch.
     batcher: Batcher,
+    /// The epoch whose batches come next (the last one's once all are delivered); the chain
+    /// plans its order, the stream only counts.
+    epoch: u64,
     /// Batches of that epoch delivered so far (a resumed epoch starts past zero).
     delivered: u64,
-    /// Epochs the chain carries after `batcher`'s.
+    /// Epochs the chain carries after `epoch`.
     epochs_after: u64,
     device: Device,
     metrics: Arc<Metrics>,
@@ -47,7 +50,7 @@ impl<P: Place> std::fmt::Debug for BatchStream<P> {
         f.debug_struct("BatchStream")
             .field("dataset", &self.dataset.url())
             .field("device", &self.device)
-            .field("epoch", &self.batcher.epoch())
+            .field("epoch", &self.epoch)
             .field("num_batches", &self.num_batches())
             .field("delivered", &self.delivered)
             .field("epochs_after", &self.epochs_after)
@@ -68,6 +71,7 @@ impl<P: Place> BatchStream<P> {
             dataset,
             layout: batcher.layout().clone(),
             delivered: batcher.first_batch(),
+            epoch: batcher.epoch(),
             batcher,
             epochs_after: 0,
             device,
@@ -114,7 +118,7 @@ impl<P: Place> BatchStream<P> {
 
     /// The epoch whose batches come next (once the stream is over, its last epoch).
     pub fn epoch(&self) -> u64 {
-        self.batcher.epoch()
+        self.epoch
     }
 
     /// Batches of [`epoch`](Self::epoch) not yet delivered.
@@ -131,7 +135,7 @@ impl<P: Place> BatchStream<P> {
     /// [`epoch`](Self::epoch) (pass it to
     /// [`PipelineBuilder::resume`](crate::PipelineBuilder::resume) or [`Batcher::resume`]).
     pub fn state(&self) -> SamplerState {
-        self.batcher.state(self.delivered)
+        self.batcher.state_in_epoch(self.epoch, self.delivered)
     }
 
     /// Where batches are delivered.
@@ -169,7 +173,7 @@ impl<P: Place> BatchStream<P> {
             metrics.add_batch(&batch.stats, samples, bytes, waited);
         }
         // A composed chain may skip ahead; the builder's delivers every epoch in order.
-        while batch.epoch > self.batcher.epoch() && self.next_epoch() {}
+        while batch.epoch > self.epoch && self.next_epoch() {}
         self.delivered = batch.index + 1;
         self.roll_over_finished_epoch();
     }
@@ -185,10 +189,10 @@ impl<P: Place> BatchStream<P> {
     fn next_epoch(&mut self) -> bool {
         let next = match self.epochs_after {
             0 => None,
-            _ => self.batcher.next_epoch(),
+            _ => self.epoch.checked_add(1),
         };
         let Some(next) = next else { return false };
-        self.batcher = next;
+        self.epoch = next;
         self.delivered = 0;
         self.epochs_after -= 1;
         true
