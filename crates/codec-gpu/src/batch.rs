@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rayon::prelude::*;
@@ -45,43 +45,103 @@ pub(crate) struct Prepared {
     pub chunks: Vec<PreparedChunk>,
 }
 
+/// What the costly check of each chunk found (its zstd entropy tables, planned once on every
+/// core into a plan thrown away): `None` where it passed or was not checked.
+#[derive(Debug, Default)]
+pub(crate) struct TableChecks {
+    errors: Vec<Option<FrameError>>,
+    /// How long the checks took.
+    pub took: Duration,
+}
+
+impl TableChecks {
+    /// The checks of the chunks from `at` on, leaving those before it here.
+    pub(crate) fn split_off(&mut self, at: usize) -> TableChecks {
+        TableChecks {
+            errors: self.errors.split_off(at),
+            took: Duration::ZERO,
+        }
+    }
+}
+
+/// Each chunk's codec chain on the GPU (or why it has none), by the variable's address: a plain
+/// number, so the map is shared across threads.
+struct Chains(HashMap<usize, std::result::Result<GpuChain, String>>);
+
+impl Chains {
+    fn of(chunks: &[EncodedChunk]) -> Self {
+        let mut chains = HashMap::new();
+        for chunk in chunks {
+            let variable = &chunk.request.variable;
+            chains
+                .entry(Self::address(chunk))
+                .or_insert_with(|| GpuChain::of(variable).map_err(|unsupported| unsupported.0));
+        }
+        Self(chains)
+    }
+
+    fn address(chunk: &EncodedChunk) -> usize {
+        Arc::as_ptr(&chunk.request.variable) as usize
+    }
+
+    fn get(&self, chunk: &EncodedChunk) -> &std::result::Result<GpuChain, String> {
+        &self.0[&Self::address(chunk)]
+    }
+}
+
+/// Checks the zstd entropy tables of `chunks` on every core (when checks are on), the costly
+/// part of planning: a pipeline checks one batch while it plans and stages the one before.
+pub(crate) fn check_tables(chunks: &[EncodedChunk]) -> TableChecks {
+    let started = Instant::now();
+    if !frames::zstd_table_checks() {
+        return TableChecks {
+            errors: chunks.iter().map(|_| None).collect(),
+            took: started.elapsed(),
+        };
+    }
+    let chains = Chains::of(chunks);
+    let errors = chunks
+        .par_iter()
+        .enumerate()
+        .map(|(index, chunk)| {
+            let Ok(chain) = chains.get(chunk) else {
+                return None;
+            };
+            frames::with_table_checks(true, || {
+                plan_chunk(&mut BatchPlan::default(), index, chunk, chain).err()
+            })
+        })
+        .collect();
+    TableChecks {
+        errors,
+        took: started.elapsed(),
+    }
+}
+
 /// Plans `chunks` for the GPU, their outputs from byte `output_start` of the batch output on.
 /// With `strict`, a chunk the GPU cannot decode is an error instead of a CPU fallback.
 pub(crate) fn prepare(chunks: Vec<EncodedChunk>, strict: bool, output_start: usize) -> Prepared {
-    // By the variable's address (a plain number, so the map is shared across threads).
-    let address = |chunk: &EncodedChunk| Arc::as_ptr(&chunk.request.variable) as usize;
-    let mut chains: HashMap<usize, std::result::Result<GpuChain, String>> = HashMap::new();
-    for chunk in &chunks {
-        let variable = &chunk.request.variable;
-        chains
-            .entry(address(chunk))
-            .or_insert_with(|| GpuChain::of(variable).map_err(|unsupported| unsupported.0));
-    }
-    let chain_of = |chunk: &EncodedChunk| &chains[&address(chunk)];
-    // zstd entropy tables are the costly check: every chunk is planned once on every core
-    // with them (into a plan thrown away), then for real, in order, without them.
-    let mut table_errors: Vec<Option<FrameError>> = if frames::zstd_table_checks() {
-        chunks
-            .par_iter()
-            .enumerate()
-            .map(|(index, chunk)| {
-                let Ok(chain) = chain_of(chunk) else {
-                    return None;
-                };
-                frames::with_table_checks(true, || {
-                    plan_chunk(&mut BatchPlan::default(), index, chunk, chain).err()
-                })
-            })
-            .collect()
-    } else {
-        chunks.iter().map(|_| None).collect()
-    };
+    let checks = check_tables(&chunks);
+    prepare_checked(chunks, checks, strict, output_start)
+}
+
+/// [`prepare`] for chunks whose tables [`check_tables`] checked: they are planned in order,
+/// without the checks.
+pub(crate) fn prepare_checked(
+    chunks: Vec<EncodedChunk>,
+    checks: TableChecks,
+    strict: bool,
+    output_start: usize,
+) -> Prepared {
+    debug_assert_eq!(checks.errors.len(), chunks.len());
+    let chains = Chains::of(&chunks);
+    let mut table_errors = checks.errors;
     let mut prepared = Prepared::default();
     prepared.plan.output_len = output_start;
     let mut fallbacks = Vec::new();
     let mut outcomes = Vec::with_capacity(chunks.len());
     for (index, chunk) in chunks.iter().enumerate() {
-        let planned = match (chain_of(chunk), table_errors[index].take()) {
+        let planned = match (chains.get(chunk), table_errors[index].take()) {
             (_, Some(error)) => Err(error),
             (Ok(chain), None) => frames::with_table_checks(false, || {
                 plan_chunk(&mut prepared.plan, index, chunk, chain)

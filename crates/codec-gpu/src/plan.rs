@@ -48,6 +48,17 @@ pub(crate) enum Codec {
     Deflate,
 }
 
+impl Codec {
+    /// The alignment nvCOMP 6 asks of each compressed input (the `input` of its
+    /// `nvcompBatched*DecompressGetRequiredAlignments`, checked when the library is loaded).
+    pub(crate) fn input_align(self) -> usize {
+        match self {
+            Codec::Zstd | Codec::Lz4 | Codec::Snappy => 1,
+            Codec::Deflate => 4,
+        }
+    }
+}
+
 /// A region read as `planes` of `plane_len` bytes laid `plane_stride` apart (blosc streams
 /// decompressed into aligned slots); contiguous when the two are equal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,7 +146,15 @@ pub(crate) enum Op {
 
 /// Nothing is decompressed into or read from addresses of lesser alignment (nvCOMP asks 8).
 pub(crate) const ALIGN: usize = 256;
-const DECOMPRESS_ALIGN: usize = 8;
+pub(crate) const DECOMPRESS_ALIGN: usize = 8;
+/// Uploads our kernels read in place (they load whole elements) start 16-byte aligned.
+const KERNEL_INPUT_ALIGN: usize = 16;
+/// The copy kernel reads from any address (it moves 16-byte words only where both sides allow).
+const COPY_INPUT_ALIGN: usize = 1;
+/// Host bytes that start at most this far after the previous upload's end keep that distance
+/// in the input buffer, so that both travel in one copy (a shard's inner chunks, a blosc
+/// chunk's streams, neighbouring reads): thousands of copies a batch cost milliseconds each.
+pub(crate) const MOST_UPLOAD_GAP: usize = 4096;
 /// nvCOMP's smallest limit on one decompressed stream (zstd and snappy: 2^31 - 1 bytes).
 const MAX_DECOMPRESSED: usize = (1 << 31) - 1;
 /// Dimensions the transpose and shard kernels index (`MAX_DIMS` in `kernels.cu`).
@@ -242,10 +261,24 @@ impl LanePlanner<'_> {
         }
     }
 
-    fn upload(&mut self, bytes: Bytes) -> Region {
-        let offset = self.input_len;
+    /// Places `bytes` in the input buffer at a multiple of `align`, what their reader needs:
+    /// right after the previous upload when they follow it closely on the host, else at the
+    /// next 16-byte boundary.
+    fn upload(&mut self, bytes: Bytes, align: usize) -> Region {
+        let previous = self.uploads.last().or(self.plan.uploads.last());
+        let following = previous.and_then(|(before, before_offset)| {
+            let before_end = before.as_ptr() as usize + before.len();
+            let gap = (bytes.as_ptr() as usize).checked_sub(before_end)?;
+            (gap <= MOST_UPLOAD_GAP).then_some(before_offset + before.len() + gap)
+        });
+        let offset = match following {
+            Some(offset) if offset >= self.input_len && offset.is_multiple_of(align) => offset,
+            _ => self
+                .input_len
+                .next_multiple_of(KERNEL_INPUT_ALIGN.max(align)),
+        };
         let len = bytes.len();
-        self.input_len = (offset + len).next_multiple_of(16);
+        self.input_len = offset + len;
         self.uploads.push((bytes, offset));
         Region {
             space: Space::Input,
@@ -373,7 +406,7 @@ impl LanePlanner<'_> {
         match data {
             Data::Host(bytes) => {
                 check_len(&bytes, output.len)?;
-                let src = self.upload(bytes);
+                let src = self.upload(bytes, COPY_INPUT_ALIGN);
                 self.push(step, Op::Copy { src, dst: output });
                 Ok(step + 1)
             }
@@ -410,7 +443,7 @@ impl LanePlanner<'_> {
             Data::Device(region) => (region, step),
             Data::Host(bytes) => {
                 check_len(&bytes, len)?;
-                (self.upload(bytes), step)
+                (self.upload(bytes, KERNEL_INPUT_ALIGN), step)
             }
         })
     }
@@ -434,7 +467,7 @@ impl LanePlanner<'_> {
                 } else {
                     self.scratch(len)
                 };
-                let src = self.upload(bytes);
+                let src = self.upload(bytes, COPY_INPUT_ALIGN);
                 self.push(step, Op::Copy { src, dst });
                 (dst, step + 1)
             }
@@ -467,7 +500,7 @@ impl LanePlanner<'_> {
                 dst.len
             )));
         }
-        let src = self.upload(bytes.slice(payload));
+        let src = self.upload(bytes.slice(payload), codec.input_align());
         self.push(step, Op::Decompress { codec, src, dst });
         Ok(step + 1)
     }
@@ -475,7 +508,7 @@ impl LanePlanner<'_> {
     fn blosc(&mut self, bytes: &Bytes, step: usize, dst: Region) -> Result<usize, FrameError> {
         let frame = BloscFrame::parse(bytes, dst.len)?;
         if let Some(stored) = frame.memcpyed {
-            let src = self.upload(bytes.slice(stored));
+            let src = self.upload(bytes.slice(stored), COPY_INPUT_ALIGN);
             self.push(step, Op::Copy { src, dst });
             return Ok(step + 1);
         }
@@ -503,7 +536,7 @@ impl LanePlanner<'_> {
                 let slot = slots.slice(index * stride, split_len);
                 let stream = bytes.slice(split.bytes.clone());
                 let src = if split.raw {
-                    self.upload(stream)
+                    self.upload(stream, COPY_INPUT_ALIGN)
                 } else {
                     let payload = match frame.codec {
                         BloscCodec::Zlib => frames::zlib_payload(&stream)?,
@@ -513,7 +546,7 @@ impl LanePlanner<'_> {
                         }
                         BloscCodec::Lz4 | BloscCodec::Snappy => 0..stream.len(),
                     };
-                    self.upload(stream.slice(payload))
+                    self.upload(stream.slice(payload), codec.input_align())
                 };
                 let op = if split.raw {
                     Op::Copy { src, dst: slot }
@@ -596,7 +629,11 @@ impl LanePlanner<'_> {
         let contiguous = is_contiguous_block(inner_shape, shard_shape);
         let mut end = step;
         let mut places = Vec::new();
-        for (position, stored) in index.into_iter().enumerate() {
+        // In the order they lie in the shard (writers need not keep the grid's), so that each
+        // inner chunk's upload follows the one before and a shard travels in one copy.
+        let mut index: Vec<_> = index.into_iter().enumerate().collect();
+        index.sort_by_key(|(_, stored)| stored.as_ref().map(|range| range.start));
+        for (position, stored) in index {
             let start = unravel(position as u64, &grid)
                 .iter()
                 .zip(inner_shape)
@@ -731,6 +768,81 @@ mod tests {
         assert!(is_contiguous_block(&[2, 640], &[8, 640]));
         assert!(!is_contiguous_block(&[10, 10], &[20, 40]));
         assert!(is_contiguous_block(&[1, 10], &[20, 40]));
+    }
+
+    #[test]
+    fn uploads_that_follow_on_the_host_follow_on_the_device_when_their_reader_allows() {
+        let plan = BatchPlan::default();
+        let mut planner = LanePlanner {
+            plan: &plan,
+            scratch_len: 0,
+            input_len: 0,
+            uploads: Vec::new(),
+            lane: Vec::new(),
+        };
+        let shard = Bytes::from(vec![0u8; 10_000]);
+        let offset = |planner: &mut LanePlanner, range: std::ops::Range<usize>, align| {
+            planner.upload(shard.slice(range), align).offset
+        };
+        // A shard's inner chunks, back to back: one range on both sides.
+        assert_eq!(offset(&mut planner, 0..100, 1), 0);
+        assert_eq!(offset(&mut planner, 100..333, 1), 100);
+        // A short gap is kept; a long one is not.
+        assert_eq!(offset(&mut planner, 340..401, 1), 340);
+        let far = 401 + MOST_UPLOAD_GAP + 1;
+        assert_eq!(offset(&mut planner, far..far + 1502, 1), 416); // ends at 1918
+                                                                   // A reader that needs alignment gets it: deflate's 4 (1918 is not), then 4 again
+                                                                   // (1920 + 100 is), our kernels' 16 (2120 is not).
+        let deflate = Codec::Deflate.input_align();
+        assert_eq!(offset(&mut planner, far + 1502..far + 1602, deflate), 1920);
+        assert_eq!(offset(&mut planner, far + 1602..far + 1702, deflate), 2020);
+        assert_eq!(
+            offset(&mut planner, far + 1702..far + 1802, KERNEL_INPUT_ALIGN),
+            2128
+        );
+        // Bytes before the previous upload's end start afresh, aligned.
+        assert_eq!(offset(&mut planner, 0..10, 1), 2240);
+    }
+
+    #[test]
+    fn a_shards_inner_chunks_upload_in_the_order_they_lie_in_it() {
+        // Inner chunk 1 stored first, then inner chunk 0, then the index (at the end, no crc).
+        let mut stored = vec![3u8, 4, 1, 2];
+        for (offset, len) in [(2u64, 2u64), (0, 2)] {
+            stored.extend(offset.to_le_bytes());
+            stored.extend(len.to_le_bytes());
+        }
+        let shard = Bytes::from(stored);
+        let chain = GpuChain {
+            steps: vec![Step::Sharding(Box::new(ShardSpec {
+                inner_shape: vec![2],
+                inner: GpuChain::default(),
+                index_crc32c: false,
+                index_at_end: true,
+            }))],
+        };
+        let mut plan = BatchPlan::default();
+        let input = ChunkInput {
+            bytes: Some(&shard),
+            chain: &chain,
+            shape: &[4],
+            element_size: 1,
+            fill: &[0],
+        };
+        plan.add(0, &input).unwrap();
+        let at = |n: usize| plan.uploads[n].0.as_ptr() as usize - shard.as_ptr() as usize;
+        assert_eq!((at(0), at(1)), (0, 2));
+        assert_eq!(plan.uploads[1].1 - plan.uploads[0].1, 2);
+        // Each lands where the grid puts it: the first stored (inner chunk 1) at byte 2.
+        let copies: Vec<_> = plan
+            .ops()
+            .filter_map(|(_, op)| match op {
+                Op::Copy { src, dst } => Some((src.offset, dst.offset)),
+                _ => None,
+            })
+            .collect();
+        let first = plan.uploads[0].1;
+        assert_eq!(copies, [(first, 2), (first + 2, 0)]);
     }
 
     #[test]

@@ -24,7 +24,10 @@ use super::slots::{grow, grow_pinned, Slot, SlotPool, SLOTS};
 use super::tables::{stage, Bases, DecompressGroup, KernelKind, Launch, Tables};
 use super::upload_runs::UploadRuns;
 use super::{BatchTimings, DeviceChunk, GpuOptions};
-use crate::batch::{groups, output_bytes, prepare, record_failures, Prepared};
+use crate::batch::{
+    check_tables, groups, output_bytes, prepare, prepare_checked, record_failures, Prepared,
+    TableChecks,
+};
 use crate::plan::{BatchPlan, Codec};
 use crate::{Error, Result};
 
@@ -65,6 +68,9 @@ pub struct GpuDecoder {
     /// them (W1 of 64 steps on the H100 host: the first batch's staging took 108 ms beside
     /// six others, against 13-18 ms alone).
     preparing: Arc<tokio::sync::Semaphore>,
+    /// One batch at a time has its zstd tables checked (on every core), in order, while the
+    /// batch before it is planned and staged: the checks are most of planning's time.
+    checking: Arc<tokio::sync::Semaphore>,
     /// Pinned memory that a pipeline's reads land in, so chunks upload without staging.
     read_memory: Arc<PinnedReadMemory>,
     /// Last: the device's pooled memory goes back to the driver once this decoder's buffers
@@ -249,6 +255,7 @@ impl GpuDecoder {
             pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
             decoding: Arc::new(tokio::sync::Semaphore::new(DECODING_UNITS)),
             preparing: Arc::new(tokio::sync::Semaphore::new(1)),
+            checking: Arc::new(tokio::sync::Semaphore::new(1)),
             read_memory,
             memory: Arc::new(DeviceMemory {
                 context: context.clone(),
@@ -314,6 +321,16 @@ impl GpuDecoder {
         self.decoding
             .clone()
             .acquire_many_owned(units)
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// Waits for the batches that came earlier to have their tables checked: dropping the
+    /// permit lets the next one in (tokio's semaphore serves waiters in order).
+    pub(crate) async fn reserve_checking(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.checking
+            .clone()
+            .acquire_owned()
             .await
             .expect("the semaphore is never closed")
     }
@@ -400,12 +417,27 @@ impl GpuDecoder {
     /// Plans a batch on the CPU, on the calling thread (and rayon's), without touching the
     /// GPU: a pipeline plans batch k+1 here while [`Self::submit_planned`] stages batch k.
     pub fn plan(&self, chunks: Vec<EncodedChunk>) -> PlannedBatch {
+        let checks = check_tables(&chunks);
+        self.plan_checked(chunks, checks)
+    }
+
+    /// [`Self::plan`] for chunks whose zstd tables [`check_tables`] checked; the planning
+    /// time counts the checks' too.
+    pub(crate) fn plan_checked(
+        &self,
+        chunks: Vec<EncodedChunk>,
+        mut checks: TableChecks,
+    ) -> PlannedBatch {
         let started = Instant::now();
+        let checked_in = checks.took;
         let mut output_start = 0;
         let groups = groups(chunks.clone(), self.options.group_bytes)
             .into_iter()
             .map(|group| {
-                let prepared = prepare(group, self.options.strict, output_start);
+                let rest = checks.split_off(group.len());
+                let group_checks = std::mem::replace(&mut checks, rest);
+                let prepared =
+                    prepare_checked(group, group_checks, self.options.strict, output_start);
                 output_start = prepared.plan.output_len;
                 prepared
             })
@@ -413,7 +445,7 @@ impl GpuDecoder {
         PlannedBatch {
             sources: chunks,
             groups,
-            plan_time: started.elapsed(),
+            plan_time: checked_in + started.elapsed(),
         }
     }
 

@@ -1,7 +1,7 @@
-//! [`GpuDecoder`] as the decode stage: each batch is planned, staged, uploaded and decoded on
-//! a blocking thread of Tokio's pool (several batches at once, more when they have fewer
-//! chunks; one at a time planned and staged, in order), and handed on once the device is done
-//! with it, its chunks checked.
+//! [`GpuDecoder`] as the decode stage: each batch is checked, planned, staged, uploaded and
+//! decoded on blocking threads of Tokio's pool (several batches at once, more when they have
+//! fewer chunks; one at a time checked, and one at a time planned and staged, in order), and
+//! handed on once the device is done with it, its chunks checked.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use futures::FutureExt;
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use super::cuda::GpuDecoder;
+use crate::batch::check_tables;
 use crate::{BatchDecoder, DecodedChunks, Error, Result};
 
 impl BatchDecoder for GpuDecoder {
@@ -22,10 +23,22 @@ impl BatchDecoder for GpuDecoder {
             // The batch's stored bytes sit in pinned staging memory until it is decoded.
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;
+            // In order: batch k+1's tables are checked while batch k is planned and staged.
+            let checking = self.reserve_checking().await;
+            let (chunks, checks) = tokio::task::spawn_blocking(move || {
+                let checks = check_tables(&chunks);
+                (chunks, checks)
+            })
+            .await
+            .map_err(|source| Error::StageTask {
+                stage: "GPU decode",
+                source,
+            })?;
             let preparing = self.reserve_preparing().await;
+            drop(checking);
             let decoded = tokio::task::spawn_blocking(move || {
                 let count = chunks.len();
-                let planned = self.plan(chunks);
+                let planned = self.plan_checked(chunks, checks);
                 let pending = self.submit_planned(planned);
                 drop(preparing);
                 let pending = pending?;

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use cudarc::driver::sys::CUstream;
 use libloading::Library;
 
-use crate::plan::Codec;
+use crate::plan::{Codec, DECOMPRESS_ALIGN};
 use crate::{Error, Result};
 
 /// Every nvCOMP 6 decompression option struct is 64 bytes; all zero selects the defaults
@@ -37,9 +37,24 @@ type DecompressFn = unsafe extern "C" fn(
     CUstream,
 ) -> i32;
 
+/// `nvcompAlignmentRequirements_t`: the alignment each input, output and temporary buffer needs.
+#[repr(C)]
+#[derive(Default)]
+struct Alignments {
+    input: usize,
+    output: usize,
+    temp: usize,
+}
+
+type AlignmentsFn = unsafe extern "C" fn(DecompressOpts, *mut Alignments) -> i32;
+
+/// Device allocations (temporary memory included) start at least this aligned.
+const ALLOCATION_ALIGN: usize = 256;
+
 struct Entry {
     temp_size: TempSizeFn,
     decompress: DecompressFn,
+    alignments: AlignmentsFn,
 }
 
 /// The loaded library and its four decompressors.
@@ -90,13 +105,17 @@ impl Nvcomp {
                 let decompress = *library
                     .get::<DecompressFn>(symbol("DecompressAsync").as_bytes())
                     .map_err(|error| missing_symbol(&path, error))?;
+                let alignments = *library
+                    .get::<AlignmentsFn>(symbol("DecompressGetRequiredAlignments").as_bytes())
+                    .map_err(|error| missing_symbol(&path, error))?;
                 Ok(Entry {
                     temp_size,
                     decompress,
+                    alignments,
                 })
             }
         };
-        Ok(Self {
+        let nvcomp = Self {
             entries: [
                 entry("Zstd")?,
                 entry("LZ4")?,
@@ -105,7 +124,38 @@ impl Nvcomp {
             ],
             path,
             _library: library,
-        })
+        };
+        for codec in [Codec::Zstd, Codec::Lz4, Codec::Snappy, Codec::Deflate] {
+            nvcomp.check_alignments(codec)?;
+        }
+        Ok(nvcomp)
+    }
+
+    /// Refuses a library that asks more alignment than the plans give (inputs are packed as
+    /// tightly as `Codec::input_align` allows): its calls would be undefined behaviour.
+    fn check_alignments(&self, codec: Codec) -> Result<()> {
+        let mut asked = Alignments::default();
+        // SAFETY: options by value, one struct written through a valid pointer.
+        let status = unsafe { (self.entry(codec).alignments)(DEFAULT_OPTS, &mut asked) };
+        check("DecompressGetRequiredAlignments", status)?;
+        let given = [
+            ("input", asked.input, codec.input_align()),
+            ("output", asked.output, DECOMPRESS_ALIGN),
+            ("temporary", asked.temp, ALLOCATION_ALIGN),
+        ];
+        match given
+            .into_iter()
+            .find(|&(_, asked, given)| asked == 0 || given % asked != 0)
+        {
+            None => Ok(()),
+            Some((what, asked, given)) => Err(Error::CudaUnavailable {
+                reason: format!(
+                    "{} asks {codec:?} {what} buffers aligned to {asked} bytes; zarrpipe's plans \
+                     give {given}",
+                    self.path
+                ),
+            }),
+        }
     }
 
     fn entry(&self, codec: Codec) -> &Entry {

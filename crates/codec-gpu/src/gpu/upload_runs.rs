@@ -2,6 +2,8 @@
 //! group's staging buffer, and chunks read into pinned memory from where they were read.
 //! Neighbours join into one copy when they keep the same distance on both sides.
 
+use crate::plan::MOST_UPLOAD_GAP;
+
 /// One copy: `len` bytes from host address `src` to offset `dst` of the device input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Run {
@@ -18,10 +20,6 @@ pub(super) enum Source {
     /// A slab of pinned read memory, by its start address.
     Slab(usize),
 }
-
-/// Largest gap between two pieces of one slab copied along to join them (padding, or bytes
-/// no chunk of this group holds, which land in the input buffer's padding).
-const MOST_SLAB_GAP: usize = 4096;
 
 /// A group's copies, in the order of their device offsets.
 #[derive(Debug, Default)]
@@ -42,7 +40,9 @@ impl UploadRuns {
             let joins = match (last.from, from) {
                 (Source::Staging, Source::Staging) => true,
                 (Source::Slab(a), Source::Slab(b)) => {
-                    a == b && gap.is_some_and(|g| g <= MOST_SLAB_GAP)
+                    // A gap (padding, or bytes no chunk of this group holds) is copied
+                    // along into the input buffer's padding.
+                    a == b && gap.is_some_and(|g| g <= MOST_UPLOAD_GAP)
                 }
                 _ => false,
             };
