@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use zarrpipe_batcher::SampleLayout;
+use zarrpipe_codec_gpu::cudarc;
 use zarrpipe_codec_gpu::{CpuDecoder, GpuDecoder, GpuOptions, SplitDecoder, SplitPolicy};
 use zarrpipe_collate::{CollateOptions, DeviceCollator, Gpu, TensorPool};
 
@@ -94,17 +95,19 @@ impl GpuDevice {
         self.decoder.clone()
     }
 
-    /// A collator into this device's tensor pool: the collate stage on this GPU. Chunks
-    /// decoded on the CPU are uploaded on a stream of its own.
+    /// A collator into this device's tensor pool: the collate stage on this GPU, on a stream
+    /// of its own with the highest priority, so that a batch's gather runs between the
+    /// decoding's thread blocks instead of after them.
     pub fn collator(
         &self,
         layout: Arc<SampleLayout>,
         options: CollateOptions,
     ) -> Result<DeviceCollator> {
-        let stream = self
-            .decoder
-            .context()
-            .new_stream()
+        let context = self.decoder.context();
+        let stream = context
+            .bind_to_thread()
+            .and_then(|()| cudarc::driver::result::stream::get_priority_range())
+            .and_then(|(_least, greatest)| context.new_stream_with_priority(greatest))
             .map_err(|error| Error::Gpu {
                 what: "creating the collator's stream".into(),
                 source: Box::new(error),

@@ -44,9 +44,9 @@ fn cuda_error(
     }
 }
 
-/// Collates batches into device tensors: chunks decoded on the GPU are gathered on the
-/// stream that decoded them; chunks decoded on the CPU are first uploaded, through reused
-/// pinned buffers, on the collator's own stream.
+/// Collates batches into device tensors on the collator's own stream: chunks decoded on the
+/// GPU are gathered where they are; chunks decoded on the CPU are first uploaded, through
+/// reused pinned buffers.
 pub struct DeviceCollator {
     /// For the padding mask, computed on the host.
     host: HostCollator,
@@ -60,7 +60,8 @@ pub struct DeviceCollator {
     /// The static fields, uploaded once, in the layout's order of static variables.
     statics: Vec<CudaSlice<u8>>,
     pool: TensorPool,
-    /// Uploads of chunks decoded on the CPU, and their gathers.
+    /// Every batch's uploads and kernels (give it a high priority: the GPU's decoding fills
+    /// every SM, and a batch's kernels are what the consumer waits for).
     stream: Arc<CudaStream>,
 }
 
