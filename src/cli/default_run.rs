@@ -100,9 +100,9 @@ pub struct RunArgs {
     /// decode beside them (at least 3, at most --gpu-decode-streams).
     #[arg(long, default_value_t = 1024)]
     gpu_chunks_in_flight: usize,
-    /// On the GPU, decoded bytes per pipelined group of a batch (one uploads while another
-    /// decodes), e.g. 256M.
-    #[arg(long, default_value = "1G")]
+    /// On the GPU, decoded bytes per pipelined group of a batch (a larger batch is split into
+    /// groups decoded one after another: less memory, much slower), e.g. 256M.
+    #[arg(long, default_value = "4G")]
     gpu_group_bytes: String,
     #[command(flatten)]
     values: CollateArgs,

@@ -59,8 +59,11 @@ pub struct GpuOptions {
     /// it reads about 17 GB/s of W1's stored bytes per core of the lent H100 host, on every
     /// core while a batch is planned.
     pub check_zstd_tables: bool,
-    /// Decoded bytes per pipelined group: a batch is split into groups so that one uploads
-    /// while another decodes. Larger groups give nvCOMP more chunks per call.
+    /// Decoded bytes per pipelined group: a larger batch is split into groups that upload and
+    /// decode one after another, which bounds its staging and scratch memory. A batch of one
+    /// group is faster and, beside the others in flight, took less device memory: W1 of 64
+    /// steps in batches of 8 (1.1 GB) ran at 44 GB/s in one group with a 28 GB peak, at 26-28
+    /// in two with 40 GB (H200 host, docs/benchmarks.md).
     pub group_bytes: usize,
     /// Most batches decoding at once, each on a stream of its own. nvCOMP's zstd gives each
     /// chunk one thread block, so a call over few large chunks leaves most of the GPU idle;
@@ -88,7 +91,7 @@ impl Default for GpuOptions {
             strict: false,
             temp_budget: 4 << 30,
             check_zstd_tables: true,
-            group_bytes: 1 << 30,
+            group_bytes: 4 << 30,
             decode_streams: 6,
             chunks_in_flight: 1024,
             pinned_memory: 8 << 30,
