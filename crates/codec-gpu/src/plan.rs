@@ -790,9 +790,10 @@ mod tests {
         // A short gap is kept; a long one is not.
         assert_eq!(offset(&mut planner, 340..401, 1), 340);
         let far = 401 + MOST_UPLOAD_GAP + 1;
-        assert_eq!(offset(&mut planner, far..far + 1502, 1), 416); // ends at 1918
-                                                                   // A reader that needs alignment gets it: deflate's 4 (1918 is not), then 4 again
-                                                                   // (1920 + 100 is), our kernels' 16 (2120 is not).
+        // Starts afresh at the next 16-byte boundary, and ends at 1918.
+        assert_eq!(offset(&mut planner, far..far + 1502, 1), 416);
+        // A reader that needs alignment gets it: deflate's 4 (1918 is not), then 4 again
+        // (1920 + 100 is), our kernels' 16 (2120 is not).
         let deflate = Codec::Deflate.input_align();
         assert_eq!(offset(&mut planner, far + 1502..far + 1602, deflate), 1920);
         assert_eq!(offset(&mut planner, far + 1602..far + 1702, deflate), 2020);
