@@ -101,7 +101,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1024)]
     gpu_chunks_in_flight: usize,
     /// On the GPU, decoded bytes per pipelined group of a batch (a larger batch is split into
-    /// groups decoded one after another: less memory, much slower), e.g. 256M.
+    /// groups staged one after another: less memory per group, much slower), e.g. 256M.
     #[arg(long, default_value = "4G")]
     gpu_group_bytes: String,
     #[command(flatten)]

@@ -59,8 +59,9 @@ pub struct GpuOptions {
     /// it reads about 17 GB/s of W1's stored bytes per core of the lent H100 host, on every
     /// core while a batch is planned.
     pub check_zstd_tables: bool,
-    /// Decoded bytes per pipelined group: a larger batch is split into groups that upload and
-    /// decode one after another, which bounds its staging and scratch memory. A batch of one
+    /// Decoded bytes per pipelined group: a larger batch is split into groups, staged one after
+    /// another (each decoding on a free stream when there is one), which bounds a group's
+    /// staging and scratch memory. A batch of one
     /// group is faster and, beside the others in flight, took less device memory: W1 of 64
     /// steps in batches of 8 (1.1 GB) ran at 44 GB/s in one group with a 28 GB peak, at 26-28
     /// in two with 40 GB (H200 host, docs/benchmarks.md).
