@@ -1,24 +1,19 @@
-//! How the consumer keeps pace: the end of a chain records, for each batch it hands over,
-//! whether the consumer had to wait for it; a stage that can spend more or less (a decoder
-//! that may use the GPU) reads it to decide.
+//! How the consumer keeps pace: the end of a chain records, for each batch it hands over, how
+//! long the consumer waited for it and how long its step took; a stage that can spend more or
+//! less (a decoder that may use the GPU) reads it to decide.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Waits shorter than this are the hand-over itself, not the consumer waiting on the loader.
 const NOTICEABLE: Duration = Duration::from_micros(200);
-/// Nor does a wait count under this fraction of the consumer's step (the time from one batch
-/// handed over to the next): a consumer waiting half a percent of its time keeps pace. At
-/// 0.2 ms alone, `auto` beside a consumer at 3.2 GiB/s (steps of 164 ms) took waits of a
-/// fraction of a millisecond for a loader falling behind, and used 4.7-9.0% of the GPU's
-/// time in three runs where the consumer waited 0.06-0.21% of its time (docs/benchmarks.md).
-const NOTICEABLE_SHARE_OF_STEP: f64 = 0.005;
 
-/// Counts of batches handed over and of those the consumer waited for.
+/// Batches handed over, and the time the consumer spent waiting for them and in all.
 #[derive(Debug, Default)]
 pub struct Pace {
     delivered: AtomicU64,
-    waited: AtomicU64,
+    wait_nanos: AtomicU64,
+    step_nanos: AtomicU64,
 }
 
 /// What happened between two looks at a [`Pace`].
@@ -26,8 +21,10 @@ pub struct Pace {
 pub struct PaceDelta {
     /// Batches handed over.
     pub delivered: u64,
-    /// Of those, batches the consumer waited for.
-    pub waited: u64,
+    /// Time the consumer waited for them (waits under 0.2 ms, the hand-over, left out).
+    pub wait: Duration,
+    /// Their steps: the consumer's work and its waits.
+    pub steps: Duration,
 }
 
 impl Pace {
@@ -35,17 +32,32 @@ impl Pace {
     /// batch before it was handed over (the consumer's work and this wait).
     pub fn record(&self, waited: Duration, step: Duration) {
         self.delivered.fetch_add(1, Ordering::Relaxed);
-        let share = waited.as_secs_f64() / step.as_secs_f64().max(f64::MIN_POSITIVE);
-        if waited >= NOTICEABLE && share >= NOTICEABLE_SHARE_OF_STEP {
-            self.waited.fetch_add(1, Ordering::Relaxed);
+        if waited >= NOTICEABLE {
+            self.wait_nanos.fetch_add(nanos(waited), Ordering::Relaxed);
         }
+        self.step_nanos.fetch_add(nanos(step), Ordering::Relaxed);
     }
 
-    /// The counts so far, as (delivered, waited).
+    /// What happened so far.
     pub fn counts(&self) -> PaceDelta {
         PaceDelta {
             delivered: self.delivered.load(Ordering::Relaxed),
-            waited: self.waited.load(Ordering::Relaxed),
+            wait: Duration::from_nanos(self.wait_nanos.load(Ordering::Relaxed)),
+            steps: Duration::from_nanos(self.step_nanos.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    duration.as_nanos().try_into().unwrap_or(u64::MAX)
+}
+
+impl PaceDelta {
+    /// The share of the consumer's time spent waiting (0 when no step was recorded).
+    pub fn wait_share(&self) -> f64 {
+        match self.steps.is_zero() {
+            true => 0.0,
+            false => (self.wait.as_secs_f64() / self.steps.as_secs_f64()).min(1.0),
         }
     }
 }
@@ -56,7 +68,8 @@ impl std::ops::Sub for PaceDelta {
     fn sub(self, earlier: PaceDelta) -> PaceDelta {
         PaceDelta {
             delivered: self.delivered.saturating_sub(earlier.delivered),
-            waited: self.waited.saturating_sub(earlier.waited),
+            wait: self.wait.saturating_sub(earlier.wait),
+            steps: self.steps.saturating_sub(earlier.steps),
         }
     }
 }
@@ -66,15 +79,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_wait_counts_when_it_is_noticeable_and_a_share_of_the_step() {
+    fn waits_add_up_past_the_hand_over() {
         let pace = Pace::default();
         let ms = Duration::from_millis;
-        pace.record(ms(5), ms(100)); // 5% of the step
-        pace.record(Duration::from_micros(100), Duration::from_micros(150)); // the hand-over
-        pace.record(ms(1), ms(400)); // 0.25% of a long step
-        pace.record(ms(2), ms(400)); // 0.5%
+        pace.record(ms(5), ms(100));
+        pace.record(Duration::from_micros(100), ms(150)); // the hand-over
+        let before = pace.counts();
+        pace.record(ms(1), ms(400));
         pace.record(Duration::ZERO, Duration::ZERO);
         let counts = pace.counts();
-        assert_eq!((counts.delivered, counts.waited), (5, 2));
+        assert_eq!(counts.delivered, 4);
+        assert_eq!((counts.wait, counts.steps), (ms(6), ms(650)));
+        let since = counts - before;
+        assert_eq!(
+            (since.delivered, since.wait, since.steps),
+            (2, ms(1), ms(400))
+        );
+        assert!((since.wait_share() - 0.0025).abs() < 1e-12);
+        assert_eq!(PaceDelta::default().wait_share(), 0.0);
     }
 }

@@ -217,6 +217,13 @@ impl<P: Place> Stream for BatchStream<P> {
                     let now = Instant::now();
                     if let Some(before) = self.handed_over.replace(now) {
                         self.pace.record(waited, now - before);
+                        tracing::debug!(
+                            target: "zarrpipe::timeline",
+                            "batch {} taken after a wait of {:.2} ms in a step of {:.1} ms",
+                            batch.index,
+                            waited.as_secs_f64() * 1e3,
+                            (now - before).as_secs_f64() * 1e3
+                        );
                     }
                     self.count_batch(batch, waited);
                 }

@@ -21,6 +21,7 @@ use super::memory_pool::{keep_freed_memory_pooled, trim_memory_pool};
 use super::nvcomp::Nvcomp;
 use super::read_memory::{PinnedReadMemory, SLAB_BYTES};
 use super::slots::{grow, grow_pinned, Slot, SlotPool, SLOTS};
+use super::staging_layout::StagingLayout;
 use super::tables::{stage, Bases, DecompressGroup, KernelKind, Launch, Tables};
 use super::upload_runs::UploadRuns;
 use super::{BatchTimings, DeviceChunk, GpuOptions};
@@ -555,9 +556,7 @@ impl GpuDecoder {
             lanes: vec![hold],
         };
         let mut next = match groups.next() {
-            Some(group) => {
-                Some(self.stage_group(group, 0, self.slots.take(), output_base, stream)?)
-            }
+            Some(group) => Some(self.stage_group(group, 0, self.slots.take(), output_base)?),
             None => None,
         };
         let mut group_lane = lane;
@@ -586,7 +585,7 @@ impl GpuDecoder {
             }
             let output_start = prepared.plan.output_len;
             let following = groups.next();
-            // The next group's lane, known before it is staged (its buffers grow there).
+            // The next group's lane.
             let free_lane = following.as_ref().and_then(|_| self.take_free_lane());
             let following_lane = match free_lane {
                 Some((free, hold)) => {
@@ -602,8 +601,7 @@ impl GpuDecoder {
                 let staging = following.map(|group| {
                     scope.spawn(|| {
                         let slot = self.slots.take();
-                        let stream = &following_lane.stream;
-                        self.stage_group(group, output_start, slot, output_base, stream)
+                        self.stage_group(group, output_start, slot, output_base)
                     })
                 });
                 let done = self
@@ -694,7 +692,6 @@ impl GpuDecoder {
         output_start: usize,
         mut slot: Slot,
         output_base: u64,
-        stream: &Arc<CudaStream>,
     ) -> Result<Staged> {
         let planning = Instant::now();
         let prepared = match input {
@@ -702,7 +699,7 @@ impl GpuDecoder {
             GroupInput::Planned(prepared) => prepared,
         };
         let staging = Instant::now();
-        let upload = self.stage(&prepared.plan, &mut slot, output_base, stream)?;
+        let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
         Ok(Staged {
             plan_time: staging - planning,
             stage_time: staging.elapsed(),
@@ -713,33 +710,27 @@ impl GpuDecoder {
     }
 
     /// Stages a plan's bytes and tables in the slot's pinned memory, growing its buffers.
-    fn stage(
-        &self,
-        plan: &BatchPlan,
-        slot: &mut Slot,
-        output_base: u64,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Upload> {
+    fn stage(&self, plan: &BatchPlan, slot: &mut Slot, output_base: u64) -> Result<Upload> {
         let tables = Tables::build(plan);
         let table_start = plan.input_len.next_multiple_of(256);
-        let staging_len = table_start + tables.len;
-        let mut grown = false;
+        // New buffers come from the copy stream, in order before this group's upload, which
+        // the decode stream waits for. (Allocated on the decode stream, they had the host
+        // wait for that stream, which may be decoding another batch.)
+        let copy = &self.copy_stream;
         let bases = Bases {
-            input: grow(&mut slot.input, stream, staging_len, &mut grown)?,
-            scratch: grow(&mut slot.scratch, stream, plan.scratch_len, &mut grown)?,
+            input: grow(&mut slot.input, copy, table_start + tables.len)?,
+            scratch: grow(&mut slot.scratch, copy, plan.scratch_len)?,
             output: output_base,
         };
-        let results = grow(&mut slot.results, stream, tables.results_len(), &mut grown)?;
-        if grown {
-            // New buffers come from the decoder's stream; the copy stream may use them only
-            // once they exist.
-            stream
-                .synchronize()
-                .map_err(cuda_error("allocating device buffers"))?;
-        }
-        let staging = grow_pinned(&self.context, &mut slot.staging, staging_len)?;
+        let results = grow(&mut slot.results, copy, tables.results_len())?;
         let slabs = self.read_memory.ranges();
-        let runs = stage(plan, &tables, &bases, staging, table_start, &slabs);
+        let uploads = plan
+            .uploads
+            .iter()
+            .map(|(bytes, offset)| (&bytes[..], *offset));
+        let layout = StagingLayout::new(uploads, tables.len, |bytes| slabs.slab_of(bytes));
+        let staging = grow_pinned(&self.context, &mut slot.staging, layout.len)?;
+        let runs = stage(plan, &tables, &bases, staging, &layout);
         Ok(Upload {
             table_base: bases.input + table_start as u64,
             input: bases.input,
@@ -842,7 +833,7 @@ impl GpuDecoder {
         let output = unsafe { stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
             .map_err(cuda_error("allocating the batch output"))?;
         let output_base = output.device_ptr(stream).0;
-        let upload = self.stage(&prepared.plan, &mut slot, output_base, stream)?;
+        let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
         self.send(&upload, stream)?;
         stream.synchronize().map_err(cuda_error("uploading"))?;
         let mut best = std::time::Duration::MAX;
@@ -898,7 +889,7 @@ impl GpuDecoder {
             }
         }
         let temp_len = sized.iter().map(|&(_, _, temp)| temp).max().unwrap_or(0);
-        let temp = grow(temp, stream, temp_len, &mut false)?;
+        let temp = grow(temp, stream, temp_len)?;
         for (first, count, temp_bytes) in sized {
             let at = |table: usize, size: usize| table_base + (table + first * size) as u64;
             let result = |offset: usize, size: usize| {
@@ -955,7 +946,7 @@ fn launch_table(
 ) -> Result<()> {
     let table = table_base + launch.table as u64;
     let count = launch.count as u64;
-    let grid_x = launch.max_len.div_ceil(256 * 8).clamp(1, 1024) as u32;
+    let grid_x = launch.blocks.clamp(1, 1024) as u32;
     let config = LaunchConfig {
         grid_dim: (grid_x, launch.count.min(65535) as u32, 1),
         block_dim: (256, 1, 1),

@@ -15,19 +15,29 @@ typedef unsigned char u8;
 
 struct Copy { u64 src, dst, len; };
 
+// len bytes from src to dst, by `lanes` threads from `lane`: 16-byte words when both ends
+// allow them, else 4-byte words, else bytes; then the tail.
+__device__ __forceinline__ void copy_run(u8* dst, const u8* src, u64 len, u64 lane, u64 lanes) {
+  const u64 ends = (u64)src | (u64)dst;
+  u64 done = 0;
+  if ((ends & 15) == 0) {
+    const u64 vectors = len / 16;
+    for (u64 i = lane; i < vectors; i += lanes) ((uint4*)dst)[i] = ((const uint4*)src)[i];
+    done = vectors * 16;
+  } else if ((ends & 3) == 0) {
+    const u64 words = len / 4;
+    for (u64 i = lane; i < words; i += lanes) ((u32*)dst)[i] = ((const u32*)src)[i];
+    done = words * 4;
+  }
+  for (u64 i = done + lane; i < len; i += lanes) dst[i] = src[i];
+}
+
 extern "C" __global__ void copy_bytes(const Copy* ops, u64 count) {
+  const u64 lane = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 lanes = (u64)gridDim.x * blockDim.x;
   FOR_EACH_OP(count) {
     const Copy c = ops[op];
-    const u8* src = (const u8*)c.src;
-    u8* dst = (u8*)c.dst;
-    if (((c.src | c.dst) & 15) == 0) {
-      // Both 16-byte aligned: move uint4s, then the tail.
-      u64 vectors = c.len / 16;
-      FOR_EACH_INDEX(i, vectors) { ((uint4*)dst)[i] = ((const uint4*)src)[i]; }
-      FOR_EACH_INDEX(i, c.len - vectors * 16) { dst[vectors * 16 + i] = src[vectors * 16 + i]; }
-    } else {
-      FOR_EACH_INDEX(i, c.len) { dst[i] = src[i]; }
-    }
+    copy_run((u8*)c.dst, (const u8*)c.src, c.len, lane, lanes);
   }
 }
 
@@ -134,20 +144,35 @@ extern "C" __global__ void transpose(const Transpose* ops, u64 count) {
   }
 }
 
-// The C-order block src (shape block) into dst (shape outer) at start.
+// The C-order block src (shape block) into dst (shape outer) at start. The block's rows (its
+// innermost axis) are contiguous on both sides: each warp takes a segment of up to
+// PLACE_SEGMENT bytes of a row at a time, works out where it goes once and copies it in words
+// (working it out per element, with 64-bit divisions, cost more than the copy).
 struct Place { u64 src, dst, elements, element_size, ndim; u64 block[MAX_DIMS]; u64 outer[MAX_DIMS]; u64 start[MAX_DIMS]; };
 
+#define PLACE_SEGMENT 4096
+
 extern "C" __global__ void place_block(const Place* ops, u64 count) {
+  const u64 lane = threadIdx.x % 32;
+  const u64 warp = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
   FOR_EACH_OP(count) {
     const Place p = ops[op];
-    FOR_EACH_INDEX(i, p.elements) {
-      u64 rest = i, to = 0, stride = 1;
-      for (u64 a = p.ndim; a-- > 0;) {
+    const u64 last = p.ndim > 0 ? p.ndim - 1 : 0;
+    const u64 row_len = p.ndim > 0 ? p.block[last] : 1;
+    const u64 rows = row_len > 0 ? p.elements / row_len : 0;
+    const u64 row_bytes = row_len * p.element_size;
+    const u64 segments = (row_bytes + PLACE_SEGMENT - 1) / PLACE_SEGMENT;
+    for (u64 unit = warp; unit < rows * segments; unit += warps) {
+      const u64 row = unit / segments, at = unit % segments * PLACE_SEGMENT;
+      u64 rest = row, to = p.ndim > 0 ? p.start[last] : 0, stride = p.ndim > 0 ? p.outer[last] : 1;
+      for (u64 a = last; a-- > 0;) {
         to += (rest % p.block[a] + p.start[a]) * stride;
         rest /= p.block[a];
         stride *= p.outer[a];
       }
-      copy_element((u8*)p.dst + to * p.element_size, (const u8*)p.src + i * p.element_size, p.element_size);
+      const u64 len = min((u64)PLACE_SEGMENT, row_bytes - at);
+      copy_run((u8*)p.dst + to * p.element_size + at, (const u8*)p.src + row * row_bytes + at, len, lane, 32);
     }
   }
 }

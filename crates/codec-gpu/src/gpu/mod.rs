@@ -25,6 +25,9 @@ mod read_memory;
 mod slots;
 #[cfg(not(feature = "cuda"))]
 mod stand_in;
+// Plain arithmetic, built (and unit-tested) without the `cuda` feature too.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod staging_layout;
 #[cfg(feature = "cuda")]
 mod tables;
 // Plain arithmetic, built (and unit-tested) without the `cuda` feature too.

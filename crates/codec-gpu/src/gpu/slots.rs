@@ -43,17 +43,17 @@ impl SlotPool {
     }
 }
 
-/// Grows `slot` to at least `len` bytes (setting `grown`); returns its device address.
+/// Grows `slot` to at least `len` bytes, allocated in `stream`'s order; returns its device
+/// address.
 pub(super) fn grow(
     slot: &mut Option<CudaSlice<u8>>,
     stream: &Arc<CudaStream>,
     len: usize,
-    grown: &mut bool,
 ) -> Result<u64> {
     if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
-        *grown = true;
         *slot = None; // free before allocating the larger one
         let capacity = (len + len / 4).max(1 << 20);
+        tracing::debug!(target: "zarrpipe::gpu", "a slot's device buffer grows to {capacity} bytes");
         // SAFETY: scratch memory; every byte read is written first within a batch.
         let buffer = unsafe { stream.alloc::<u8>(capacity) }.map_err(cuda_error(format!(
             "allocating {capacity} bytes of device memory"
@@ -72,6 +72,7 @@ pub(super) fn grow_pinned<'a>(
     if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
         *slot = None;
         let capacity = (len + len / 4).max(1 << 20);
+        tracing::debug!(target: "zarrpipe::gpu", "a slot's pinned buffer grows to {capacity} bytes");
         // SAFETY: host staging memory; every byte uploaded is written first.
         let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }.map_err(cuda_error(
             format!("allocating {capacity} bytes of pinned memory"),

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use super::kernels::{self, MAX_DIMS};
 use super::nvcomp::status_name;
-use super::read_memory::SlabRanges;
+use super::staging_layout::{Placed, StagingLayout};
 use super::upload_runs::{Source, UploadRuns};
 use crate::plan::{BatchPlan, Codec, Op, Region, Space};
 
@@ -74,7 +74,8 @@ pub(super) struct Launch {
     pub(super) ops: Vec<(usize, Op)>,
     pub(super) count: usize,
     pub(super) table: usize,
-    pub(super) max_len: usize,
+    /// Thread blocks (of 256 threads) the largest op of the launch keeps busy.
+    pub(super) blocks: usize,
 }
 
 #[derive(Default)]
@@ -153,12 +154,12 @@ impl Tables {
             }
             for (kind, ops) in by_kind {
                 let count = ops.len();
-                let max_len = ops.iter().map(|(_, op)| op_len(op)).max().unwrap_or(0);
+                let blocks = ops.iter().map(|(_, op)| op_blocks(op)).max().unwrap_or(1);
                 tables.launches.push(Launch {
                     kind,
                     count,
                     table: take(kind.descriptor_size() * count),
-                    max_len,
+                    blocks,
                     ops,
                 });
             }
@@ -219,43 +220,61 @@ pub(super) fn op_len(op: &Op) -> usize {
     }
 }
 
-/// Fills the pinned staging buffer: uploads first (in parallel), then every table.
+/// Thread blocks an op keeps busy: `place_block` gives each warp (8 to a block) a segment of
+/// up to 4096 bytes of one row; the other kernels give each thread about 8 elements.
+fn op_blocks(op: &Op) -> usize {
+    const PLACE_SEGMENT: usize = 4096;
+    match op {
+        Op::PlaceBlock {
+            src,
+            block,
+            element_size,
+            ..
+        } => {
+            let row_bytes = block.last().map_or(1, |&len| len as usize) * element_size;
+            let rows = src.len / row_bytes.max(1);
+            (rows * row_bytes.div_ceil(PLACE_SEGMENT)).div_ceil(8)
+        }
+        _ => op_len(op).div_ceil(256 * 8),
+    }
+}
+
+/// Fills the pinned staging buffer as `layout` lays it out: uploads not read into pinned
+/// memory (copied in parallel), then every table; returns the group's copies.
 pub(super) fn stage(
     plan: &BatchPlan,
     tables: &Tables,
     bases: &Bases,
     staging: &mut [u8],
-    table_start: usize,
-    slabs: &SlabRanges,
+    layout: &StagingLayout,
 ) -> UploadRuns {
     let staging_address = staging.as_ptr() as usize;
+    let table_start = plan.input_len.next_multiple_of(256);
     let mut runs = UploadRuns::default();
-    let (uploads, table_area) = staging.split_at_mut(table_start);
-    // Hand each upload not already in pinned memory its own disjoint slice, then copy them
-    // on every core; the others upload from where they were read.
-    let mut rest = &mut uploads[..plan.input_len];
+    let (uploads, table_area) = staging.split_at_mut(layout.tables);
+    // Hand each staged upload its own disjoint slice, then copy them on every core; the
+    // others upload from where they were read.
+    let mut rest = uploads;
     let mut consumed = 0;
     let mut pieces = Vec::with_capacity(plan.uploads.len());
-    for (bytes, offset) in &plan.uploads {
-        if let Some(slab) = slabs.slab_of(bytes) {
-            runs.push(
-                bytes.as_ptr() as usize,
-                *offset,
-                bytes.len(),
-                Source::Slab(slab),
-            );
-            continue;
-        }
-        runs.push(
-            staging_address + offset,
-            *offset,
-            bytes.len(),
-            Source::Staging,
-        );
-        let (_, tail) = rest.split_at_mut(offset - consumed);
+    for ((bytes, offset), placed) in plan.uploads.iter().zip(&layout.uploads) {
+        let at = match *placed {
+            Placed::Slab(slab) => {
+                runs.push(
+                    bytes.as_ptr() as usize,
+                    *offset,
+                    bytes.len(),
+                    Source::Slab(slab),
+                );
+                continue;
+            }
+            Placed::Staged(at) => at,
+        };
+        runs.push(staging_address + at, *offset, bytes.len(), Source::Staging);
+        let (_, tail) = rest.split_at_mut(at - consumed);
         let (piece, tail) = tail.split_at_mut(bytes.len());
         pieces.push((piece, bytes));
-        consumed = offset + bytes.len();
+        consumed = at + bytes.len();
         rest = tail;
     }
     pieces
@@ -263,7 +282,7 @@ pub(super) fn stage(
         .with_min_len(4)
         .for_each(|(piece, bytes)| piece.copy_from_slice(bytes));
     runs.push(
-        staging_address + table_start,
+        staging_address + layout.tables,
         table_start,
         tables.len,
         Source::Staging,

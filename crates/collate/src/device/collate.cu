@@ -60,21 +60,36 @@ __device__ float load_f32(const u8* src, u64 i, u32 dtype) {
   }
 }
 
+// Each warp takes a segment of up to GATHER_SEGMENT elements of one row of a piece (its
+// innermost axis) at a time and works out where the row starts once: per element, the 64-bit
+// divisions cost more than the copy.
+#define GATHER_SEGMENT 1024
+
 extern "C" __global__ void gather(const Piece* pieces, u64 count, float* out) {
+  const u64 lane = threadIdx.x % 32;
+  const u64 warp = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
   for (u64 p = blockIdx.y; p < count; p += gridDim.y) {
     const Piece& piece = pieces[p];
     const u8* src = (const u8*)piece.src;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < piece.len;
-         i += (u64)gridDim.x * blockDim.x) {
-      u64 rest = i, s = 0, d = piece.dst;
-      for (int axis = (int)piece.rank - 1; axis >= 0; --axis) {
+    const int last = (int)piece.rank - 1;
+    const u64 row_len = last >= 0 ? piece.extent[last] : 1;
+    const u64 rows = row_len > 0 ? piece.len / row_len : 0;
+    const u64 src_step = last >= 0 ? piece.src_stride[last] : 0;
+    const u64 dst_step = last >= 0 ? piece.dst_stride[last] : 0;
+    const u64 segments = (row_len + GATHER_SEGMENT - 1) / GATHER_SEGMENT;
+    for (u64 unit = warp; unit < rows * segments; unit += warps) {
+      u64 rest = unit / segments, s = 0, d = piece.dst;
+      for (int axis = last - 1; axis >= 0; --axis) {
         u64 extent = piece.extent[axis];
         u64 coord = axis == 0 ? rest : rest % extent;
         rest = axis == 0 ? 0 : rest / extent;
         s += coord * piece.src_stride[axis];
         d += coord * piece.dst_stride[axis];
       }
-      out[d] = load_f32(src, s, piece.dtype);
+      const u64 from = unit % segments * GATHER_SEGMENT;
+      const u64 to = min(from + GATHER_SEGMENT, row_len);
+      for (u64 i = from + lane; i < to; i += 32) out[d + i * dst_step] = load_f32(src, s + i * src_step, piece.dtype);
     }
   }
 }

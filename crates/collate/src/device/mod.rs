@@ -309,10 +309,9 @@ impl DeviceCollator {
         let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
         let table = self.staging().upload(&bytes, stream)?;
         let table = table.device_ptr(stream).0;
-        let max_len = pieces.iter().map(Piece::len).max().unwrap_or(1);
         let config = LaunchConfig {
             grid_dim: (
-                max_len.div_ceil(256 * 4).clamp(1, 1024) as u32,
+                gather_blocks(pieces).clamp(1, 1024) as u32,
                 pieces.len().min(65535) as u32,
                 1,
             ),
@@ -502,6 +501,17 @@ fn descriptors(pieces: &[Piece], addresses: &[u64]) -> Vec<u64> {
         }
     }
     words
+}
+
+/// Thread blocks the largest piece keeps busy: `gather` gives each warp (8 to a block) a
+/// segment of up to 1024 elements of one row (the innermost axis).
+fn gather_blocks(pieces: &[Piece]) -> usize {
+    const GATHER_SEGMENT: u64 = 1024;
+    let units = |piece: &Piece| {
+        let row = piece.extent.last().copied().unwrap_or(1).max(1);
+        piece.len() / row * row.div_ceil(GATHER_SEGMENT)
+    };
+    pieces.iter().map(units).max().unwrap_or(1).div_ceil(8) as usize
 }
 
 /// The kernel's dtype numbering (the enum in `collate.cu`).
