@@ -98,7 +98,7 @@ pub struct RunArgs {
     gpu_decode_streams: usize,
     /// On the GPU, chunks to keep decoding at once: batches of fewer chunks let more batches
     /// decode beside them (at least 3, at most --gpu-decode-streams).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 16384)]
     gpu_chunks_in_flight: usize,
     /// On the GPU, decoded bytes per pipelined group of a batch (a larger batch is split into
     /// groups staged one after another: less memory per group, much slower), e.g. 256M.

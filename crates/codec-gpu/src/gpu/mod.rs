@@ -75,8 +75,10 @@ pub struct GpuOptions {
     pub decode_streams: usize,
     /// Chunks to keep decoding at once: a batch of fewer chunks lets more batches decode
     /// beside it (at least 3, at most `decode_streams`), one more being planned. On the H100,
-    /// W1's 172 chunks of 3.3 MB a batch went from 14.0 GB/s with 3 batches to 16.9 with 6,
-    /// while 688 chunks of 0.8 MB were fastest with 3 (18.3 GB/s; 15.8 with 4).
+    /// W1's 172 chunks of 3.3 MB a batch went from 14.0 GB/s with 3 batches to 16.9 with 6.
+    /// With 1024, W1's 0.8 MB chunks (688 a batch) and its shards of 16 inner chunks (2752 a
+    /// batch) decoded three batches at once; six ran at 50-53 GB/s against 46-48, and 41-42
+    /// against 37-38 (H200 host, session 19, once a new slot no longer allocated pinned memory).
     pub chunks_in_flight: usize,
     /// Most stored bytes of the batches being decoded at once, which sit in pinned host
     /// memory until their batch is decoded (one batch always goes through, however large).
@@ -97,7 +99,7 @@ impl Default for GpuOptions {
             check_zstd_tables: true,
             group_bytes: 4 << 30,
             decode_streams: 6,
-            chunks_in_flight: 1024,
+            chunks_in_flight: 16384,
             pinned_memory: 8 << 30,
             read_memory: 4 << 30,
         }
@@ -176,9 +178,10 @@ mod tests {
         let options = GpuOptions::default();
         // W1: 4 samples of 43 fields, one 3.3 MB chunk each.
         assert_eq!(options.batches_decoding(172), 6);
-        // W1 in 0.8 MB chunks, and in shards of 16 inner chunks: as before, 3.
-        assert_eq!(options.batches_decoding(688), 3);
-        assert_eq!(options.batches_decoding(2752), 3);
+        // W1 in 0.8 MB chunks, and in shards of 16 inner chunks: 6 too; many more, 3.
+        assert_eq!(options.batches_decoding(688), 6);
+        assert_eq!(options.batches_decoding(2752), 6);
+        assert_eq!(options.batches_decoding(8192), 3);
         // Never more than the streams, nor fewer than 3 of them.
         assert_eq!(options.batches_decoding(1), 6);
         assert_eq!(options.batches_decoding(0), 6);
