@@ -93,8 +93,9 @@ impl<P: Place> BatchStream<P> {
         self
     }
 
-    /// Records in `pace` whether the consumer waited for each batch, for the stages that
-    /// adapt to it (a [`SplitDecoder`](zarrpipe_codec_gpu::SplitDecoder) in `Auto`).
+    /// Records in `pace` how long the consumer waited for each batch and how long its step
+    /// took, for the stages that adapt to it (a
+    /// [`SplitDecoder`](zarrpipe_codec_gpu::SplitDecoder) in `Auto`).
     pub fn with_pace(mut self, pace: Arc<Pace>) -> Self {
         self.pace = pace;
         self
