@@ -217,13 +217,14 @@ impl<P: Place> Stream for BatchStream<P> {
                     // The first batch's wait is the chain filling up, not the consumer's pace.
                     let now = Instant::now();
                     if let Some(before) = self.handed_over.replace(now) {
-                        self.pace.record(waited, now - before);
+                        let step = now - before;
+                        self.pace.record(waited, step);
                         tracing::debug!(
                             target: "zarrpipe::timeline",
                             "batch {} taken after a wait of {:.2} ms in a step of {:.1} ms",
                             batch.index,
                             waited.as_secs_f64() * 1e3,
-                            (now - before).as_secs_f64() * 1e3
+                            step.as_secs_f64() * 1e3
                         );
                     }
                     self.count_batch(batch, waited);

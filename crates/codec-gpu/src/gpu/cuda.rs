@@ -22,7 +22,7 @@ use super::nvcomp::Nvcomp;
 use super::read_memory::{PinnedReadMemory, SLAB_BYTES};
 use super::slots::{grow, grow_pinned, Slot, SlotPool, SLOTS};
 use super::staging_layout::StagingLayout;
-use super::tables::{stage, Bases, DecompressGroup, KernelKind, Launch, Tables};
+use super::tables::{stage, table_start, Bases, DecompressGroup, KernelKind, Launch, Tables};
 use super::upload_runs::UploadRuns;
 use super::{BatchTimings, DeviceChunk, GpuOptions};
 use crate::batch::{
@@ -712,17 +712,17 @@ impl GpuDecoder {
     /// Stages a plan's bytes and tables in the slot's pinned memory, growing its buffers.
     fn stage(&self, plan: &BatchPlan, slot: &mut Slot, output_base: u64) -> Result<Upload> {
         let tables = Tables::build(plan);
-        let table_start = plan.input_len.next_multiple_of(256);
+        let table_start = table_start(plan);
         // New buffers come from the copy stream, in order before this group's upload, which
         // the decode stream waits for. (Allocated on the decode stream, they had the host
         // wait for that stream, which may be decoding another batch.)
         let copy = &self.copy_stream;
         let bases = Bases {
-            input: grow(&mut slot.input, copy, table_start + tables.len)?,
-            scratch: grow(&mut slot.scratch, copy, plan.scratch_len)?,
+            input: grow(&mut slot.input, "input", copy, table_start + tables.len)?,
+            scratch: grow(&mut slot.scratch, "scratch", copy, plan.scratch_len)?,
             output: output_base,
         };
-        let results = grow(&mut slot.results, copy, tables.results_len())?;
+        let results = grow(&mut slot.results, "results", copy, tables.results_len())?;
         let slabs = self.read_memory.ranges();
         let uploads = plan
             .uploads
@@ -889,7 +889,7 @@ impl GpuDecoder {
             }
         }
         let temp_len = sized.iter().map(|&(_, _, temp)| temp).max().unwrap_or(0);
-        let temp = grow(temp, stream, temp_len)?;
+        let temp = grow(temp, "nvCOMP temporary", stream, temp_len)?;
         for (first, count, temp_bytes) in sized {
             let at = |table: usize, size: usize| table_base + (table + first * size) as u64;
             let result = |offset: usize, size: usize| {

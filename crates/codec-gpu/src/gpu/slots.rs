@@ -43,17 +43,18 @@ impl SlotPool {
     }
 }
 
-/// Grows `slot` to at least `len` bytes, allocated in `stream`'s order; returns its device
-/// address.
+/// Grows the reused device buffer `slot` (`what`, for traces) to at least `len` bytes,
+/// allocated in `stream`'s order; returns its device address.
 pub(super) fn grow(
     slot: &mut Option<CudaSlice<u8>>,
+    what: &str,
     stream: &Arc<CudaStream>,
     len: usize,
 ) -> Result<u64> {
     if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
         *slot = None; // free before allocating the larger one
         let capacity = (len + len / 4).max(1 << 20);
-        tracing::debug!(target: "zarrpipe::gpu", "a slot's device buffer grows to {capacity} bytes");
+        tracing::debug!(target: "zarrpipe::gpu", "the {what} buffer grows to {capacity} bytes");
         // SAFETY: scratch memory; every byte read is written first within a batch.
         let buffer = unsafe { stream.alloc::<u8>(capacity) }.map_err(cuda_error(format!(
             "allocating {capacity} bytes of device memory"
@@ -72,7 +73,7 @@ pub(super) fn grow_pinned<'a>(
     if slot.as_ref().is_none_or(|buffer| buffer.len() < len) {
         *slot = None;
         let capacity = (len + len / 4).max(1 << 20);
-        tracing::debug!(target: "zarrpipe::gpu", "a slot's pinned buffer grows to {capacity} bytes");
+        tracing::debug!(target: "zarrpipe::gpu", "a pinned staging buffer grows to {capacity} bytes");
         // SAFETY: host staging memory; every byte uploaded is written first.
         let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }.map_err(cuda_error(
             format!("allocating {capacity} bytes of pinned memory"),

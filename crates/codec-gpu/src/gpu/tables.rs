@@ -220,10 +220,15 @@ pub(super) fn op_len(op: &Op) -> usize {
     }
 }
 
+/// Where a plan's descriptor tables start in its input buffer: after the uploads, 256-aligned.
+pub(super) fn table_start(plan: &BatchPlan) -> usize {
+    plan.input_len.next_multiple_of(256)
+}
+
 /// Thread blocks an op keeps busy: `place_block` gives each warp (8 to a block) a segment of
 /// up to 4096 bytes of one row; the other kernels give each thread about 8 elements.
 fn op_blocks(op: &Op) -> usize {
-    const PLACE_SEGMENT: usize = 4096;
+    const PLACE_SEGMENT: usize = 4096; // as in kernels.cu
     match op {
         Op::PlaceBlock {
             src,
@@ -249,7 +254,6 @@ pub(super) fn stage(
     layout: &StagingLayout,
 ) -> UploadRuns {
     let staging_address = staging.as_ptr() as usize;
-    let table_start = plan.input_len.next_multiple_of(256);
     let mut runs = UploadRuns::default();
     let (uploads, table_area) = staging.split_at_mut(layout.tables);
     // Hand each staged upload its own disjoint slice, then copy them on every core; the
@@ -283,7 +287,7 @@ pub(super) fn stage(
         .for_each(|(piece, bytes)| piece.copy_from_slice(bytes));
     runs.push(
         staging_address + layout.tables,
-        table_start,
+        table_start(plan),
         tables.len,
         Source::Staging,
     );

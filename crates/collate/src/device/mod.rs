@@ -506,7 +506,7 @@ fn descriptors(pieces: &[Piece], addresses: &[u64]) -> Vec<u64> {
 /// Thread blocks the largest piece keeps busy: `gather` gives each warp (8 to a block) a
 /// segment of up to 1024 elements of one row (the innermost axis).
 fn gather_blocks(pieces: &[Piece]) -> usize {
-    const GATHER_SEGMENT: u64 = 1024;
+    const GATHER_SEGMENT: u64 = 1024; // as in collate.cu
     let units = |piece: &Piece| {
         let row = piece.extent.last().copied().unwrap_or(1).max(1);
         piece.len() / row * row.div_ceil(GATHER_SEGMENT)
