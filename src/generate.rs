@@ -362,10 +362,44 @@ pub fn expected_value(
     Some(field.at(lat as usize, lon as usize))
 }
 
+/// The most time steps (and chunk objects) `generate` writes: its time coordinate and its
+/// list of chunks are held in memory (8 bytes and a few words each).
+pub const MAX_GENERATED_STEPS: u64 = 100_000_000;
+
 fn validate(options: &GenerateOptions) -> Result<()> {
+    for (name, value) in [
+        ("--time", options.time),
+        ("--levels", options.levels),
+        ("--lat", options.lat),
+        ("--lon", options.lon),
+    ] {
+        ensure!(value > 0, "{name} must be positive (got {value})");
+    }
     ensure!(
-        options.time > 0 && options.levels > 0 && options.lat > 0 && options.lon > 0,
-        "time, levels, lat and lon must all be positive (got {options:?})"
+        options.time <= MAX_GENERATED_STEPS && options.levels <= MAX_GENERATED_STEPS,
+        "--time {} and --levels {}: at most {MAX_GENERATED_STEPS} each",
+        options.time,
+        options.levels
+    );
+    let field = options
+        .lat
+        .checked_mul(options.lon)
+        .and_then(|n| n.checked_mul(4));
+    ensure!(
+        field.is_some_and(|bytes| bytes <= zarrpipe_store::MAX_CHUNK_BYTES),
+        "--lat {} x --lon {}: a field of float32 must fit a chunk of at most 16 GiB",
+        options.lat,
+        options.lon
+    );
+    let objects = options
+        .time
+        .checked_mul(options.levels)
+        .and_then(|n| n.checked_mul(options.variables.variables().len() as u64));
+    ensure!(
+        objects.is_some_and(|n| n <= MAX_GENERATED_STEPS),
+        "--time {} x --levels {}: more than {MAX_GENERATED_STEPS} chunk objects",
+        options.time,
+        options.levels
     );
     ensure!(
         options.shard != Some(0),

@@ -1,11 +1,10 @@
 //! A serialisable description of a dataset: what `zarrpipe info` prints.
 
 use futures::TryStreamExt;
-use object_store::path::Path;
 use serde::Serialize;
 use zarrpipe_batcher::MissingSteps;
 use zarrpipe_core::DType;
-use zarrpipe_store::{Dataset, Variable};
+use zarrpipe_store::{Dataset, Encoding, Variable};
 
 /// A dataset as `zarrpipe info` describes it.
 #[derive(Clone, Debug, Serialize)]
@@ -24,9 +23,22 @@ pub struct DatasetInfo {
     pub variables: Vec<VariableInfo>,
     /// Arrays zarrpipe cannot read, with the reason (unsupported codec or data type).
     pub unreadable: Vec<UnreadableInfo>,
-    /// The missing steps of the time dimension (`time`, else the first dimension whose
-    /// coordinate has CF time units) over the data variables that have it; `None` without one.
+    /// The dimension iterated as time by default, and why (`None`: none).
+    pub time_dim: Option<TimeDimInfo>,
+    /// Whether values are CF-decoded as xarray's `mask_and_scale` decodes them.
+    pub mask_and_scale: bool,
+    /// The missing steps of the time dimension over the data variables that have it; `None`
+    /// without one.
     pub missing: Option<MissingSteps>,
+}
+
+/// The time dimension of a [`DatasetInfo`].
+#[derive(Clone, Debug, Serialize)]
+pub struct TimeDimInfo {
+    /// The dimension.
+    pub name: String,
+    /// Why it is the time dimension.
+    pub reason: String,
 }
 
 /// An array zarrpipe cannot read.
@@ -62,6 +74,9 @@ pub struct VariableInfo {
     pub stored_bytes: Option<u64>,
     /// `None` when the shape claims more than 2^64 bytes.
     pub decoded_bytes: Option<u64>,
+    /// Its CF encoding: what decoding does (`None`: nothing), and the valid range attributes
+    /// (shown, not applied, as in xarray).
+    pub encoding: Encoding,
 }
 
 /// Describes every variable of `dataset`, listing the store to size what is stored.
@@ -73,6 +88,11 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
     let missing = missing_steps(dataset).await;
     DatasetInfo {
         missing,
+        time_dim: dataset.time_dim().map(|time| TimeDimInfo {
+            name: time.name.clone(),
+            reason: time.reason.to_string(),
+        }),
+        mask_and_scale: dataset.mask_and_scale(),
         url: dataset.url().to_string(),
         zarr_format: dataset.zarr_format(),
         consolidated: dataset.consolidated(),
@@ -92,18 +112,7 @@ pub async fn describe(dataset: &Dataset) -> DatasetInfo {
 
 /// The missing steps of the dataset's time dimension, over its data variables having it.
 async fn missing_steps(dataset: &Dataset) -> Option<MissingSteps> {
-    let dims = dataset.dims();
-    let is_time = |dim: &str| {
-        let units = dataset
-            .variable(dim)
-            .ok()
-            .and_then(|c| c.attributes().get("units")?.as_str().map(str::to_string));
-        units.is_some_and(|units| units.contains(" since "))
-    };
-    let dim = match dims.contains_key("time") {
-        true => "time".to_string(),
-        false => dims.keys().find(|dim| is_time(dim))?.clone(),
-    };
+    let dim = dataset.time_dim()?.name.clone();
     let names: Vec<&str> = dataset
         .data_variables()
         .filter(|variable| variable.axis(&dim).is_some())
@@ -118,13 +127,17 @@ async fn missing_steps(dataset: &Dataset) -> Option<MissingSteps> {
 }
 
 async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableInfo {
-    let prefix = Path::from(variable.name());
-    let listing = dataset.store().list(Some(&prefix));
-    let stored_bytes = listing
-        .map_ok(|object| object.size)
-        .try_fold(0u64, |a, b| async move { Ok(a.saturating_add(b)) })
-        .await
-        .ok();
+    let prefix = variable.list_prefix();
+    let stored_bytes = match dataset.can_list() {
+        true => dataset
+            .store()
+            .list(prefix.as_ref())
+            .map_ok(|object| object.size)
+            .try_fold(0u64, |a, b| async move { Ok(a.saturating_add(b)) })
+            .await
+            .ok(),
+        false => None,
+    };
     VariableInfo {
         name: variable.name().to_string(),
         coordinate: variable.is_coordinate(),
@@ -136,5 +149,6 @@ async fn describe_variable(dataset: &Dataset, variable: &Variable) -> VariableIn
         codecs: variable.codec_names(),
         stored_bytes,
         decoded_bytes: variable.decoded_bytes(),
+        encoding: variable.encoding().clone(),
     }
 }

@@ -13,6 +13,13 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so `println!` to a closed pipe (`zarrpipe stats URL | head -1`)
+    // would panic; the default action ends the program quietly, as other Unix tools end.
+    #[cfg(unix)]
+    // SAFETY: called first, before any other thread exists; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = cli::Args::parse();
     // `ZARRPIPE_LOG=zarrpipe::gpu=debug` traces each GPU batch and nvCOMP call on stderr.
     tracing_subscriber::fmt()

@@ -20,11 +20,11 @@ use rayon::prelude::*;
 use serde::Serialize;
 use zarrpipe_batcher::{MissingSteps, SampleLayout, WindowSpec};
 use zarrpipe_codec_gpu::{ChunkDecoder, DecodeExt, DecodedChunk};
-use zarrpipe_core::{values_f64, DType};
+use zarrpipe_core::{decoded_values_f64, DType};
 use zarrpipe_store::{ChunkRequest, Dataset, FetchExt, Variable};
 
 /// The JSON's format tag.
-pub const FORMAT: &str = "zarrpipe-stats/2";
+pub const FORMAT: &str = "zarrpipe-stats/3";
 
 /// What `zarrpipe stats --json` writes.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -58,6 +58,9 @@ pub struct ComputedOver {
     pub missing_left_out: Vec<String>,
     /// What was not checked for missing steps, and why.
     pub unchecked: Vec<String>,
+    /// `decoded`: the values xarray gives (CF packing and missing values decoded);
+    /// `stored`: the stored values (`--raw-values`).
+    pub values: &'static str,
     /// When the statistics were computed (UTC, RFC 3339).
     pub created: String,
     /// The zarrpipe version that computed them.
@@ -133,8 +136,9 @@ pub struct VariableStats {
 pub struct StatsOptions {
     /// Variables, in channel order (empty: every data variable, sorted by name).
     pub variables: Vec<String>,
-    /// The time dimension (default `time`).
-    pub dim: String,
+    /// The dimension the range and the tendencies run along (`None`: the dataset's time
+    /// dimension, [`Dataset::time_dim`]).
+    pub dim: Option<String>,
     /// Steps along `dim` (`None`: all), and the range as given, for the record.
     pub steps: Option<Range<u64>>,
     /// The range's start as given.
@@ -149,7 +153,7 @@ impl Default for StatsOptions {
     fn default() -> Self {
         Self {
             variables: Vec::new(),
-            dim: "time".into(),
+            dim: None,
             steps: None,
             start: None,
             end: None,
@@ -177,6 +181,14 @@ pub enum StatsError {
     /// Finding the missing steps failed.
     #[error("statistics: finding missing steps")]
     Missing(#[from] zarrpipe_pipeline::Error),
+    /// `--dim` names a dimension none of the variables has.
+    #[error("statistics: no variable has dimension `{dim}` (their dimensions: {available})")]
+    NoSuchDim {
+        /// The dimension asked for.
+        dim: String,
+        /// The variables' dimensions.
+        available: String,
+    },
     /// A step range that is empty or reaches past the dimension.
     #[error("statistics: steps {start}..{end} of `{dim}`, which has {length}")]
     BadSteps {
@@ -204,11 +216,45 @@ pub async fn channel_stats(
     // Each variable laid out as a pipeline of its own lays it out by default: its channels are
     // its dims but time and the last two (so variables of different shapes need not share
     // a layout).
+    let dim = &match &options.dim {
+        Some(dim) => dim.clone(),
+        None => dataset
+            .time_dim()
+            .map_or_else(|| "time".to_string(), |time| time.name.clone()),
+    };
+    let has = |name: &String| {
+        dataset
+            .variable(name)
+            .is_ok_and(|variable| variable.axis(dim).is_some())
+    };
+    if options.dim.is_some() && !names.iter().any(has) {
+        let mut available: Vec<String> = names
+            .iter()
+            .filter_map(|name| dataset.variable(name).ok())
+            .flat_map(|variable| variable.dims().to_vec())
+            .collect();
+        available.sort();
+        available.dedup();
+        return Err(StatsError::NoSuchDim {
+            dim: dim.clone(),
+            available: available.join(", "),
+        });
+    }
+    // `dim` is iterated, whatever its name, so that its steps are never stacked as channels.
     let layouts: Vec<SampleLayout> = names
         .iter()
-        .map(|name| SampleLayout::new(dataset, &[name], &WindowSpec::new()))
+        .map(|name| {
+            let spec = WindowSpec {
+                iterate: Some(if has(name) {
+                    vec![dim.clone()]
+                } else {
+                    Vec::new()
+                }),
+                ..WindowSpec::new()
+            };
+            SampleLayout::new(dataset, &[name], &spec)
+        })
         .collect::<Result<_, _>>()?;
-    let dim = &options.dim;
     let has_dim = layouts.iter().any(|l| l.variables()[0].axis(dim).is_some());
     let missing = match has_dim {
         true => Some(zarrpipe_pipeline::find_missing_steps(dataset, &names, dim).await?),
@@ -288,6 +334,10 @@ pub async fn channel_stats(
             steps: has_dim.then_some([steps.start, steps.end]),
             missing_left_out,
             unchecked,
+            values: match dataset.mask_and_scale() {
+                true => "decoded",
+                false => "stored",
+            },
             created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             zarrpipe: env!("CARGO_PKG_VERSION"),
         },
@@ -562,7 +612,7 @@ impl VariablePass {
         let inside: Vec<u64> = (0..rank)
             .map(|a| shape[a].min(variable.shape()[a].saturating_sub(start[a])))
             .collect();
-        let decoded = values_f64(chunk.dtype(), &chunk.bytes);
+        let decoded = decoded_values_f64(chunk.dtype(), variable.decoding(), &chunk.bytes);
         if rank == 0 {
             decoded.iter().for_each(|&v| values[0].add(v));
             return Ok(());

@@ -596,3 +596,206 @@ fn static_and_derived_channels_from_the_command_line() {
         "{error}"
     );
 }
+
+// --- Real archives: what users bring, and what went wrong with it ---------------------------
+
+fn archive(name: &str) -> std::path::PathBuf {
+    common::fixtures().join("real_archives").join(name)
+}
+
+/// A copy of a real-archive store to break.
+fn archive_copy(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    common::copy_dir(&archive(name), &path);
+    (dir, path)
+}
+
+/// Fails with a message on stderr that contains `needle`, and never panics.
+fn fails_saying(output: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "succeeded: {stderr}");
+    assert!(!stderr.contains("panicked"), "panicked: {stderr}");
+    assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+}
+
+#[test]
+fn stats_and_info_give_the_values_xarray_decodes() {
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(archive("expected.json")).unwrap()).unwrap();
+    for store in [
+        "era5_int16_packed_v2.zarr",
+        "uint8_packed_v3.zarr",
+        "float_fill_9999_v3.zarr",
+    ] {
+        let path = archive(store).to_string_lossy().into_owned();
+        let json: serde_json::Value =
+            serde_json::from_str(&stdout(&zarrpipe(&["stats", &path, "--json"]))).unwrap();
+        assert_eq!(json["computed_over"]["values"], "decoded");
+        for entry in json["variables"].as_array().unwrap() {
+            let name = entry["variable"].as_str().unwrap();
+            let want = &expected["stores"][store]["data_vars"][name]["decoded"];
+            assert_eq!(entry["nan_count"], want["nan_count"], "{store} {name}");
+            let (mean, want_mean) = (
+                entry["mean"].as_f64().unwrap(),
+                want["nanmean"].as_f64().unwrap(),
+            );
+            assert!(
+                (mean - want_mean).abs() < 1e-6 * want_mean.abs().max(1.0),
+                "{store} {name}: {mean} vs {want_mean}"
+            );
+        }
+        let raw: serde_json::Value = serde_json::from_str(&stdout(&zarrpipe(&[
+            "stats",
+            &path,
+            "--json",
+            "--raw-values",
+        ])))
+        .unwrap();
+        assert_eq!(raw["computed_over"]["values"], "stored");
+    }
+    let text = stdout(&zarrpipe(&[
+        "info",
+        &archive("era5_int16_packed_v3.zarr").to_string_lossy(),
+    ]));
+    assert!(text.contains("encoding t2m: missing -32767"), "{text}");
+    assert!(
+        text.contains("scale_factor") && text.contains("(decoded)"),
+        "{text}"
+    );
+    let text = stdout(&zarrpipe(&[
+        "info",
+        &archive("valid_time_v3.zarr").to_string_lossy(),
+    ]));
+    assert!(text.contains("iterated as time: valid_time"), "{text}");
+}
+
+#[test]
+fn statistics_of_stored_values_are_refused_for_packed_variables() {
+    let path = archive("era5_int16_packed_v2.zarr")
+        .to_string_lossy()
+        .into_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let raw = stdout(&zarrpipe(&["stats", &path, "--json", "--raw-values"]));
+    std::fs::write(&stats, raw).unwrap();
+    let output = zarrpipe(&["run", &path, "--normalize", stats.to_str().unwrap()]);
+    fails_saying(&output, "compute them again");
+    let old = stdout(&zarrpipe(&["stats", &path, "--json", "--raw-values"]))
+        .replace("zarrpipe-stats/3", "zarrpipe-stats/2");
+    std::fs::write(&stats, old).unwrap();
+    let output = zarrpipe(&["run", &path, "--normalize", stats.to_str().unwrap()]);
+    fails_saying(&output, "before zarrpipe decoded CF packing");
+}
+
+#[test]
+fn stats_dim_is_iterated_and_checked() {
+    let path = store_path("xr_v3");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&zarrpipe(&[
+        "stats", &path, "--var", "z", "--dim", "level", "--json",
+    ])))
+    .unwrap();
+    // One channel per non-iterated dimension combination: `level` is iterated, not stacked.
+    let channels = json["channels"].as_array().unwrap();
+    assert!(
+        channels
+            .iter()
+            .all(|c| !c["channel"].as_str().unwrap().contains("level=")),
+        "{channels:?}"
+    );
+    fails_saying(
+        &zarrpipe(&["stats", &path, "--dim", "height"]),
+        "no variable has dimension `height`",
+    );
+}
+
+#[test]
+fn flags_out_of_range_are_errors_not_panics() {
+    let sample = store_path("xr_v3");
+    let output = zarrpipe(&["run", &sample, "--timeout", "1e30", "--var", "t2m"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    fails_saying(
+        &zarrpipe(&["run", &sample, "--consumer-rate", "0"]),
+        "--consumer-rate",
+    );
+    fails_saying(&zarrpipe(&["run", &sample, "--timeout=-1"]), "--timeout");
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("big.zarr");
+    let target = target.to_str().unwrap();
+    fails_saying(
+        &zarrpipe(&["generate", target, "--time", "1000000000000"]),
+        "--time",
+    );
+    fails_saying(
+        &zarrpipe(&["generate", target, "--lat", "0"]),
+        "--lat must be positive",
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_the_program_quietly() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrpipe"))
+        .args(["info", &store_path("xr_v3"), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("panicked"));
+}
+
+#[test]
+fn root_documents_must_be_what_zarr_python_accepts() {
+    for (document, needle) in [
+        ("[1, 2]", "expected a JSON object"),
+        (
+            r#"{"zarr_format": 4, "node_type": "group"}"#,
+            "expected `zarr_format: 3`, found 4",
+        ),
+    ] {
+        let (_dir, path) = archive_copy("valid_time_v3.zarr");
+        std::fs::write(path.join("zarr.json"), document).unwrap();
+        fails_saying(&zarrpipe(&["info", path.to_str().unwrap()]), needle);
+    }
+}
+
+#[test]
+fn a_variable_longer_than_its_time_coordinate_is_refused() {
+    let (_dir, path) = archive_copy("valid_time_v3.zarr");
+    let root = path.join("zarr.json");
+    let mut metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
+    let t2m = &mut metadata["consolidated_metadata"]["metadata"]["t2m"];
+    t2m["shape"][0] = serde_json::json!(12);
+    std::fs::write(&root, serde_json::to_vec(&metadata).unwrap()).unwrap();
+    let output = zarrpipe(&["run", path.to_str().unwrap(), "--var", "t2m"]);
+    fails_saying(&output, "conflicting sizes for dimension `valid_time`");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_chunk_that_is_a_fifo_is_an_error_not_a_hang() {
+    let (_dir, path) = archive_copy("float_fill_9999_v3.zarr");
+    let chunk = path.join("sst/c/0/0/0");
+    std::fs::remove_file(&chunk).unwrap();
+    let made = Command::new("mkfifo").arg(&chunk).status().unwrap();
+    assert!(made.success());
+    let output = zarrpipe(&[
+        "run",
+        path.to_str().unwrap(),
+        "--var",
+        "sst",
+        "--missing",
+        "ignore",
+    ]);
+    fails_saying(&output, "is not a regular file");
+}

@@ -54,8 +54,13 @@ async fn check(builder: PipelineBuilder) {
         let bytes: Vec<&[u8]> = chunks.iter().map(|chunk| &chunk.bytes[..]).collect();
         let plan = GatherPlan::new(&layout, &batch.samples, &requests).unwrap();
         assert_eq!(plan.input_shape, batch.inputs.shape());
-        let gathered =
-            GatherPlan::run_on_host(&plan.inputs, &bytes, batch.inputs.len(), background);
+        let gathered = GatherPlan::run_on_host(
+            &plan.inputs,
+            &plan.decodings,
+            &bytes,
+            batch.inputs.len(),
+            background,
+        );
         let expected = batch.inputs.as_slice().unwrap();
         assert!(
             gathered
@@ -68,7 +73,13 @@ async fn check(builder: PipelineBuilder) {
         match (&plan.targets, &batch.targets) {
             (Some((pieces, shape)), Some(targets)) => {
                 assert_eq!(shape, targets.shape());
-                let gathered = GatherPlan::run_on_host(pieces, &bytes, targets.len(), background);
+                let gathered = GatherPlan::run_on_host(
+                    pieces,
+                    &plan.decodings,
+                    &bytes,
+                    targets.len(),
+                    background,
+                );
                 assert_eq!(gathered, targets.as_slice().unwrap());
             }
             (None, None) => {}

@@ -379,6 +379,64 @@ mod on_gpu {
         });
     }
 
+    /// CF-packed and masked stores as xarray writes them (tests/fixtures/real_archives):
+    /// the gather kernel decodes them (masks, scales in float64, `_Unsigned`) to the CPU's
+    /// values bit for bit, in padded shuffled patches, float32 and bfloat16, and stored
+    /// values with `mask_and_scale` off.
+    #[test]
+    fn cf_decoding_matches_the_cpu() {
+        let _gpu = share_gpu();
+        let archives = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real_archives");
+        let archives = match archives.exists() {
+            true => archives,
+            false => Path::new("tests/fixtures/real_archives").to_path_buf(),
+        };
+        let stores = [
+            ("era5_int16_packed_v2.zarr", vec!["t2m"]),
+            ("era5_int16_packed_v3.zarr", vec!["t2m"]),
+            ("uint8_packed_v3.zarr", vec!["tcc"]),
+            ("float_fill_9999_v2.zarr", vec!["sst", "swh", "sp_nc"]),
+            ("float_fill_9999_v3.zarr", vec!["sst", "swh", "sp_nc"]),
+            ("unsigned_v2.zarr", vec!["lsm_class"]),
+        ];
+        runtime().block_on(async {
+            for (store, variables) in &stores {
+                let url = archives.join(store).to_string_lossy().into_owned();
+                for decoded in [true, false] {
+                    let builder = |dtype| {
+                        let (url, variables) = (url.clone(), variables.clone());
+                        move || {
+                            Pipeline::builder(&url)
+                                .variables(variables.clone())
+                                .store_options(
+                                    zarrpipe::store::StoreOptions::new().mask_and_scale(decoded),
+                                )
+                                .missing(zarrpipe::batcher::Missing::Ignore)
+                                .window_spec(
+                                    WindowSpec::new()
+                                        .window("latitude", 6, 5)
+                                        .window("longitude", 10, 9)
+                                        .edge(Edge::Pad),
+                                )
+                                .shuffle(Shuffle::Full)
+                                .seed(2)
+                                .batch_size(3)
+                                .collate_options(CollateOptions {
+                                    dtype,
+                                    ..Default::default()
+                                })
+                        }
+                    };
+                    check_equal(builder(TensorDType::F32), |v| v).await;
+                    check_equal(builder(TensorDType::BF16), |v| {
+                        half::bf16::from_f32(v).to_f32()
+                    })
+                    .await;
+                }
+            }
+        });
+    }
+
     /// Static fields and derived channels, in padded shuffled patches and in forecasting
     /// pairs, normalised (derived channels named in the statistics or not) and cast.
     #[test]

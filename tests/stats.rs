@@ -167,7 +167,7 @@ fn the_cli_writes_the_report_with_its_range() {
         String::from_utf8_lossy(&output.stderr)
     );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["format"], "zarrpipe-stats/2");
+    assert_eq!(json["format"], "zarrpipe-stats/3");
     let over = &json["computed_over"];
     assert_eq!(over["start"], "2020-01-02");
     assert_eq!(over["end"], serde_json::Value::Null);

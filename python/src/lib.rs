@@ -49,13 +49,16 @@ fn cuda_built() -> bool {
 
 /// `zarrpipe info URL --json`: the dataset's variables, dims, chunks and codecs, as JSON.
 #[pyfunction]
-#[pyo3(signature = (url, store_options = None))]
+#[pyo3(signature = (url, store_options = None, mask_and_scale = true, time_dim = None))]
 fn info_json(
     py: Python<'_>,
     url: String,
     store_options: Option<Vec<(String, String)>>,
+    mask_and_scale: bool,
+    time_dim: Option<String>,
 ) -> PyResult<String> {
     let options = options::store_options(store_options.unwrap_or_default(), None, None);
+    let options = options::reading(options, mask_and_scale, time_dim);
     let described = py
         .detach(|| {
             runtime().block_on(async {
@@ -71,7 +74,8 @@ fn info_json(
 /// tendencies over a range of time steps, and what they cover, as JSON (what `normalize=`
 /// takes).
 #[pyfunction]
-#[pyo3(signature = (url, variables = None, store_options = None, start = None, end = None, dim = None))]
+#[pyo3(signature = (url, variables = None, store_options = None, start = None, end = None, dim = None, mask_and_scale = true, time_dim = None))]
+#[allow(clippy::too_many_arguments)]
 fn stats_json(
     py: Python<'_>,
     url: String,
@@ -80,14 +84,21 @@ fn stats_json(
     start: Option<String>,
     end: Option<String>,
     dim: Option<String>,
+    mask_and_scale: bool,
+    time_dim: Option<String>,
 ) -> PyResult<String> {
     use std::sync::Arc;
     use zarrpipe::pipeline::{CoordValue, Selection};
     let options = options::store_options(store_options.unwrap_or_default(), None, None);
+    let options = options::reading(options, mask_and_scale, time_dim);
     let report = py.detach(|| {
         runtime().block_on(async {
             let dataset = zarrpipe::store::Dataset::open_with(&url, &options).await?;
-            let dim = dim.unwrap_or_else(|| "time".into());
+            let chosen = dim.clone();
+            let dim = dim.unwrap_or_else(|| {
+                let time = dataset.time_dim();
+                time.map_or_else(|| "time".to_string(), |time| time.name.clone())
+            });
             let steps = match (&start, &end) {
                 (None, None) => None,
                 (from, to) => {
@@ -106,7 +117,7 @@ fn stats_json(
             };
             let options = zarrpipe::stats::StatsOptions {
                 variables: variables.unwrap_or_default(),
-                dim,
+                dim: chosen,
                 steps,
                 start,
                 end,

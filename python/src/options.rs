@@ -114,6 +114,8 @@ const KEYS: &[&str] = &[
     "gpu_decode_streams",
     "decode_on",
     "gpu_share",
+    "mask_and_scale",
+    "time_dim",
 ];
 
 fn get<'py, T: for<'a> FromPyObject<'a, 'py>>(
@@ -153,6 +155,20 @@ pub(crate) fn store_options(
         options = options.cache(dir, cache_size.unwrap_or(10 << 30));
     }
     options
+}
+
+/// `options` reading values as asked: CF-decoded or stored (`mask_and_scale`), with the
+/// iterated time dimension named or found.
+pub(crate) fn reading(
+    options: StoreOptions,
+    mask_and_scale: bool,
+    time_dim: Option<String>,
+) -> StoreOptions {
+    let options = options.mask_and_scale(mask_and_scale);
+    match time_dim {
+        Some(dim) => options.time_dim(dim),
+        None => options,
+    }
 }
 
 impl Config {
@@ -250,11 +266,22 @@ impl Config {
             store = store.max_requests(requests);
         }
         if let Some(seconds) = get::<f64>(options, "timeout")? {
-            store = store.timeout(Duration::from_secs_f64(seconds.max(0.001)));
+            if seconds.is_nan() || seconds < 0.0 {
+                return Err(PyValueError::new_err(format!(
+                    "`timeout`: {seconds} is not a number of seconds, 0 or more"
+                )));
+            }
+            let timeout = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
+            store = store.timeout(timeout.max(Duration::from_millis(1)));
         }
         if let Some(retries) = get::<usize>(options, "retries")? {
             store = store.retries(retries);
         }
+        let store = reading(
+            store,
+            get(options, "mask_and_scale")?.unwrap_or(true),
+            get(options, "time_dim")?,
+        );
         let config = Self {
             variables: get(options, "variables")?.unwrap_or_default(),
             input_dims: get(options, "input_dims")?.unwrap_or_default(),

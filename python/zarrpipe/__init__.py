@@ -84,10 +84,13 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-def info(url: str | os.PathLike[str], *, store_options: Mapping[str, Any] | None = None) -> dict:
+def info(url: str | os.PathLike[str], *, store_options: Mapping[str, Any] | None = None,
+         mask_and_scale: bool = True, time_dim: str | None = None) -> dict:
     """What ``zarrpipe info URL --json`` prints: variables with their dims, shapes, dtypes,
-    chunks, codecs and sizes, the dataset's dims and attributes."""
-    return json.loads(_native.info_json(os.fspath(url), _store_pairs(store_options)))
+    chunks, codecs, sizes and CF encoding, the dataset's dims and attributes, and the
+    dimension iterated as time with the reason (``time_dim`` names it instead)."""
+    return json.loads(_native.info_json(os.fspath(url), _store_pairs(store_options),
+                                        mask_and_scale, time_dim))
 
 
 def stats(
@@ -96,21 +99,24 @@ def stats(
     *,
     start: Any = None,
     end: Any = None,
-    dim: str = "time",
+    dim: str | None = None,
     store_options: Mapping[str, Any] | None = None,
+    mask_and_scale: bool = True,
+    time_dim: str | None = None,
 ) -> dict:
     """Training statistics, what ``zarrpipe stats URL --json`` prints and what
     ``Pipeline(normalize=...)`` takes: per channel (``"z[level=3]"``) the count, NaN count, mean,
     standard deviation, min and max of the values and of their tendencies (differences between
-    consecutive steps), over the steps of ``dim`` from ``start`` to ``end`` (dates or
-    coordinate values, ends included; default: all), in one streaming pass. Missing steps are
-    left out. ``"computed_over"`` records the store, variables, range and time; ``"variables"``
+    consecutive steps), over the steps of ``dim`` (default: the time dimension) from
+    ``start`` to ``end`` (dates or coordinate values, ends included; default: all), in one
+    streaming pass, of the values xarray decodes (``mask_and_scale=False``: stored values).
+    Missing steps are left out. ``"computed_over"`` records the store, variables, range and time; ``"variables"``
     pools each variable's channels."""
     names = list(variables) if variables is not None else None
     return json.loads(_native.stats_json(
         os.fspath(url), names, _store_pairs(store_options),
         None if start is None else _coordinate_text(start),
-        None if end is None else _coordinate_text(end), dim))
+        None if end is None else _coordinate_text(end), dim, mask_and_scale, time_dim))
 
 
 def rechunk(
@@ -220,17 +226,20 @@ def _coordinate_text(value: Any) -> str:
 
 
 def _normalize_json(normalize: Any, url: str, variables: Sequence[str] | None,
-                    store_options: Mapping[str, Any] | None) -> str | None:
+                    store_options: Mapping[str, Any] | None, mask_and_scale: bool,
+                    time_dim: str | None) -> str | None:
     if normalize is None or normalize is False:
         return None
     if normalize is True:
         if variables is not None:
             # Statistics of the stored variables: derived channels are computed, not stored
             # (and, without an entry of their own, delivered as computed).
-            described = info(url, store_options=store_options)["variables"]
+            described = info(url, store_options=store_options,
+                             mask_and_scale=mask_and_scale, time_dim=time_dim)["variables"]
             stored = {variable["name"] for variable in described}
             variables = [name for name in variables if name in stored]
-        return json.dumps(stats(url, variables, store_options=store_options))
+        return json.dumps(stats(url, variables, store_options=store_options,
+                                mask_and_scale=mask_and_scale, time_dim=time_dim))
     if isinstance(normalize, os.PathLike) or (
         isinstance(normalize, str) and not normalize.lstrip().startswith(("[", "{"))
     ):
@@ -353,6 +362,11 @@ class Pipeline:
       repeating its epoch), or False, starts and ends its epoch alone. Store access: ``store_options`` (``{"anonymous":
       True, "endpoint": ...}``), ``cache_dir`` / ``cache_size`` (bytes), ``max_requests``,
       ``timeout`` (seconds), ``retries``.
+    - Values: ``mask_and_scale`` (default True) decodes CF packing and missing values as
+      ``xr.open_zarr`` does (``scale_factor``, ``add_offset``, ``_FillValue``,
+      ``missing_value``, ``_Unsigned``); False gives the stored values. ``time_dim`` names the
+      dimension iterated as time (default: found by its coordinates: ``axis: T``,
+      ``standard_name: time``, date units, then the names ``time``, ``valid_time``, ``date``).
     - ``tensors``: ``"auto"`` (torch tensors if torch is installed), ``"torch"`` or ``"raw"``
       (NumPy arrays on the CPU, :class:`CudaTensor` s on the GPU).
 
@@ -404,6 +418,8 @@ class Pipeline:
         gpu_decode_streams: int | None = None,
         decode_on: str | None = None,
         gpu_share: float | None = None,
+        mask_and_scale: bool = True,
+        time_dim: str | None = None,
         tensors: str = "auto",
     ) -> None:
         url = os.fspath(url)
@@ -444,7 +460,8 @@ class Pipeline:
                 (dim, _coordinate_text(start), _coordinate_text(end))
                 for dim, (start, end) in (select or {}).items()
             ],
-            "normalize": _normalize_json(normalize, url, variables, store_options),
+            "normalize": _normalize_json(normalize, url, variables, store_options,
+                                         mask_and_scale, time_dim),
             "nan_fill": nan_fill,
             "nan_mask": nan_mask,
             "latitude_weights": latitude_weights,
@@ -471,6 +488,8 @@ class Pipeline:
             "gpu_decode_streams": gpu_decode_streams,
             "decode_on": decode_on,
             "gpu_share": gpu_share,
+            "mask_and_scale": mask_and_scale,
+            "time_dim": time_dim,
         }
         self._native = _native.NativePipeline(url, options)
         self._pid = os.getpid()

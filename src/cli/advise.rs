@@ -1,5 +1,3 @@
-use std::time::Duration;
-
 use zarrpipe::advise::{advise, Advice, AdviseOptions, LayoutFigures};
 
 use super::store::{parse_size, StoreArgs};
@@ -37,7 +35,7 @@ pub async fn run(args: AdviseArgs) -> anyhow::Result<()> {
         sample_bytes: parse_size(&args.sample_size)?.max(1),
         requests_in_flight: args.requests.max(1),
         gpu: !args.no_gpu,
-        time_limit: Duration::from_secs_f64(args.time_limit.max(0.0)),
+        time_limit: super::store::seconds("--time-limit", args.time_limit)?,
     };
     let advice = advise(&dataset, &options).await?;
     if args.json {

@@ -382,7 +382,10 @@ where
         args,
         build: &build,
         consumer_rate: match &args.consumer_rate {
-            Some(rate) => Some(super::store::parse_size(rate)? as f64),
+            Some(rate) => match super::store::parse_size(rate)? {
+                0 => anyhow::bail!("--consumer-rate {rate}: a consumer must take some bytes per second (e.g. 3.2G)"),
+                bytes => Some(bytes as f64),
+            },
             None => None,
         },
         consume: &consume,
@@ -711,6 +714,19 @@ fn describe<P: Place>(batches: &BatchStream<P>) {
         batches.num_batches(),
         batches.device()
     );
+    if let Some((steps, policy)) = layout.missing_steps() {
+        let dates = steps.dates();
+        if layout.skipped() > 0 || !dates.is_empty() {
+            println!(
+                "missing steps along `{}`: {} ({}); --missing {}: {} samples left out",
+                steps.dim,
+                dates.len(),
+                dates.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                format!("{policy:?}").to_lowercase(),
+                layout.skipped()
+            );
+        }
+    }
 }
 
 fn summarise(metrics: &MetricsSnapshot, seconds: f64) {

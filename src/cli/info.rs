@@ -31,6 +31,10 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
         .map(|(name, length)| format!("{name}={length}"))
         .collect();
     println!("dimensions: {}", dims.join(", "));
+    match &info.time_dim {
+        Some(time) => println!("iterated as time: {} ({})", time.name, time.reason),
+        None => println!("iterated as time: none (no dimension is time by its coordinates or name; --time-dim NAME picks one)"),
+    }
     for variable in &info.variables {
         let kind = if variable.coordinate {
             "coord"
@@ -53,6 +57,11 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
                 .map_or("more than 2^64 bytes".to_string(), megabytes),
         );
     }
+    for variable in &info.variables {
+        if let Some(line) = encoding_line(&variable.encoding, info.mask_and_scale) {
+            println!("encoding {}: {line}", variable.name);
+        }
+    }
     for unreadable in &info.unreadable {
         println!("unreadable {}: {}", unreadable.name, unreadable.reason);
     }
@@ -64,4 +73,33 @@ pub async fn run(args: InfoArgs) -> anyhow::Result<()> {
 
 fn megabytes(bytes: u64) -> String {
     format!("{:.2} MB", bytes as f64 / 1e6)
+}
+
+/// A variable's CF encoding on one line; `None` when it has none.
+fn encoding_line(encoding: &zarrpipe::store::Encoding, decoded: bool) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(cf) = &encoding.decoding {
+        if let Some(read_as) = cf.read_as {
+            parts.push(format!("_Unsigned (read as {read_as})"));
+        }
+        if !cf.missing.is_empty() {
+            let values: Vec<String> = cf.missing.iter().map(f64::to_string).collect();
+            parts.push(format!("missing {}", values.join(", ")));
+        }
+        if let Some(scale) = cf.scale_factor {
+            parts.push(format!("scale_factor {scale}"));
+        }
+        if let Some(offset) = cf.add_offset {
+            parts.push(format!("add_offset {offset}"));
+        }
+    }
+    let applied = match (parts.is_empty(), decoded) {
+        (true, _) => String::new(),
+        (false, true) => " (decoded)".to_string(),
+        (false, false) => " (not decoded: --raw-values)".to_string(),
+    };
+    for (key, value) in &encoding.valid {
+        parts.push(format!("{key} {value} (not applied)"));
+    }
+    (!parts.is_empty()).then(|| format!("{}{applied}", parts.join(", ")))
 }

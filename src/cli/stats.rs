@@ -22,9 +22,10 @@ pub struct StatsArgs {
     /// Last time step covered, included (default: the last step).
     #[arg(long, value_name = "DATE")]
     end: Option<String>,
-    /// The time dimension the range and the tendencies run along.
-    #[arg(long, default_value = "time", value_name = "DIM")]
-    dim: String,
+    /// The dimension the range and the tendencies run along (default: the dataset's time
+    /// dimension, as `info` names it).
+    #[arg(long, value_name = "DIM")]
+    dim: Option<String>,
     /// Print JSON (what --normalize reads) instead of a table.
     #[arg(long)]
     json: bool,
@@ -32,12 +33,16 @@ pub struct StatsArgs {
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     let dataset = args.store.open(&args.url).await?;
+    let dim = args.dim.clone().unwrap_or_else(|| {
+        let time = dataset.time_dim();
+        time.map_or_else(|| "time".to_string(), |time| time.name.clone())
+    });
     let steps = match (&args.start, &args.end) {
         (None, None) => None,
         (start, end) => {
             // An open end is the coordinate's own first or last value.
             let selection = Selection {
-                dim: args.dim.clone(),
+                dim,
                 from: start
                     .as_deref()
                     .map_or(CoordValue::Number(f64::MIN), Into::into),

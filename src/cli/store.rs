@@ -28,6 +28,13 @@ pub struct StoreArgs {
     /// Retries of a failed request (throttling, 5xx, dropped connections, timeouts).
     #[arg(long, default_value_t = 5, value_name = "N")]
     retries: usize,
+    /// Give the stored values, not CF-decoded ones (xarray's `mask_and_scale=False`):
+    /// `scale_factor`, `add_offset`, `_FillValue`, `missing_value` and `_Unsigned` ignored.
+    #[arg(long)]
+    raw_values: bool,
+    /// The dimension to iterate as time (default: found by its coordinates, as `info` says).
+    #[arg(long, value_name = "DIM")]
+    time_dim: Option<String>,
 }
 
 impl StoreArgs {
@@ -35,8 +42,12 @@ impl StoreArgs {
         let mut options = StoreOptions::new()
             .parse_options(&self.store_options)?
             .max_requests(self.max_requests)
-            .timeout(Duration::from_secs_f64(self.timeout.max(0.001)))
-            .retries(self.retries);
+            .timeout(seconds("--timeout", self.timeout)?.max(Duration::from_millis(1)))
+            .retries(self.retries)
+            .mask_and_scale(!self.raw_values);
+        if let Some(dim) = &self.time_dim {
+            options = options.time_dim(dim);
+        }
         if let Some(dir) = &self.cache_dir {
             options = options.cache(dir, parse_size(&self.cache_size)?);
         }
@@ -51,6 +62,15 @@ impl StoreArgs {
     }
 }
 
+/// A number of seconds given on the command line as a duration: a time past any run's
+/// length (even `inf`) waits for ever; a negative or NaN one is an error naming the flag.
+pub(crate) fn seconds(flag: &str, value: f64) -> anyhow::Result<Duration> {
+    if value.is_nan() || value < 0.0 {
+        bail!("{flag} {value}: expected a number of seconds, 0 or more");
+    }
+    Ok(Duration::try_from_secs_f64(value).unwrap_or(Duration::MAX))
+}
+
 /// `123`, `500K`, `20M`, `10G`, `1T` (powers of 1024; a trailing `B` or `iB` is allowed).
 pub(crate) fn parse_size(text: &str) -> anyhow::Result<u64> {
     let upper = text.trim().to_ascii_uppercase();
@@ -62,8 +82,9 @@ pub(crate) fn parse_size(text: &str) -> anyhow::Result<u64> {
         Some('T') => (&trimmed[..trimmed.len() - 1], 40),
         _ => (trimmed, 0),
     };
-    let Ok(number) = number.trim().parse::<f64>() else {
-        bail!("cannot read the size `{text}` (expected e.g. 500M or 20G)");
+    let number = match number.trim().parse::<f64>() {
+        Ok(number) if number.is_finite() && number >= 0.0 => number,
+        _ => bail!("cannot read the size `{text}` (expected e.g. 500M or 20G)"),
     };
     Ok((number * (1u64 << shift) as f64) as u64)
 }
@@ -79,5 +100,19 @@ mod tests {
         assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
         assert_eq!(parse_size("10GiB").unwrap(), 10 << 30);
         assert!(parse_size("lots").is_err());
+        assert!(parse_size("-1G").is_err());
+        assert!(parse_size("inf").is_err());
+    }
+
+    #[test]
+    fn seconds_never_panic() {
+        use std::time::Duration;
+        assert_eq!(super::seconds("--timeout", 1e30).unwrap(), Duration::MAX);
+        assert_eq!(
+            super::seconds("--timeout", 2.5).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert!(super::seconds("--timeout", -1.0).is_err());
+        assert!(super::seconds("--timeout", f64::NAN).is_err());
     }
 }

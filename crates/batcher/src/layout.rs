@@ -238,12 +238,15 @@ impl SampleLayout {
         let mut iterate = match &spec.iterate {
             Some(dims) => dims.clone(),
             // Iterate time by default, unless the windows take it (as xbatcher's input_dims do).
-            None if variables.iter().any(|v| v.axis("time").is_some())
-                && !spec.windows.iter().any(|w| w.dim == "time") =>
-            {
-                vec!["time".into()]
-            }
-            None => Vec::new(),
+            None => match dataset.time_dim() {
+                Some(time)
+                    if variables.iter().any(|v| v.axis(&time.name).is_some())
+                        && !spec.windows.iter().any(|w| w.dim == time.name) =>
+                {
+                    vec![time.name.clone()]
+                }
+                _ => Vec::new(),
+            },
         };
         for (dim, _) in &spec.batch_dims {
             // xbatcher's batch dims are always iterated when no window takes them.
@@ -257,6 +260,9 @@ impl SampleLayout {
             spec.windows.clone()
         };
         let mut sample_dims = sample_dims(&variables, &iterate, &windows, spec.edge)?;
+        // The variables agree among themselves (checked just above); their coordinates too.
+        let names: Vec<&str> = variables.iter().map(|variable| variable.name()).collect();
+        dataset.check_dimension_lengths(&names)?;
         apply_ranges(&spec.ranges, &mut sample_dims)?;
         let derived_count = sources.len() - variables.len();
         check_sample_size(&variables, derived_count, &sample_dims, spec)?;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use zarrpipe_batcher::{clip, Sample, SampleLayout};
-use zarrpipe_core::{convert_to_f32, DType};
+use zarrpipe_core::{decode_to_f32, CfDecoding, DType};
 use zarrpipe_store::{ChunkRequest, Variable};
 
 use crate::{Error, Result};
@@ -22,6 +22,9 @@ pub const MAX_AXES: usize = 8;
 pub struct Piece {
     /// Which of the batch's chunks (the position in the list given to the planner).
     pub chunk: usize,
+    /// The number of the chunk's variable among the layout's (its CF decoding is
+    /// [`GatherPlan::decodings`]`[variable]`).
+    pub variable: usize,
     /// The chunk's element type.
     pub dtype: DType,
     /// First element of the box in the chunk (C order, elements).
@@ -57,6 +60,8 @@ pub struct GatherPlan {
     pub input_shape: Vec<usize>,
     /// The target tensor's pieces and shape, with forecasting pairs.
     pub targets: Option<(Vec<Piece>, Vec<usize>)>,
+    /// Each layout variable's CF decoding (`None`: values as stored).
+    pub decodings: Vec<Option<CfDecoding>>,
 }
 
 impl GatherPlan {
@@ -76,17 +81,25 @@ impl GatherPlan {
             [] => None,
             leads => Some(plan_steps(layout, samples, leads, &index)?),
         };
+        let decodings = layout
+            .variables()
+            .iter()
+            .map(|variable| variable.decoding().cloned())
+            .collect();
         Ok(Self {
             inputs,
             input_shape,
             targets,
+            decodings,
         })
     }
 
     /// Runs pieces on the CPU into a float32 tensor of `len` elements prefilled with
-    /// `background` (the CPU reference of the GPU kernel's copy).
+    /// `background`, CF-decoding each with `decodings` (the CPU reference of the GPU kernel's
+    /// copy).
     pub fn run_on_host(
         pieces: &[Piece],
+        decodings: &[Option<CfDecoding>],
         chunks: &[&[u8]],
         len: usize,
         background: f32,
@@ -95,10 +108,11 @@ impl GatherPlan {
         for piece in pieces {
             let size = piece.dtype.size();
             let bytes = chunks[piece.chunk];
+            let cf = decodings.get(piece.variable).and_then(Option::as_ref);
             for element in 0..piece.len() {
                 let (src, dst) = piece.offsets(element);
                 let value = &bytes[src as usize * size..(src as usize + 1) * size];
-                convert_to_f32(piece.dtype, value, &mut out[dst as usize..], 1);
+                decode_to_f32(piece.dtype, cf, value, &mut out[dst as usize..], 1);
             }
         }
         out
@@ -234,6 +248,7 @@ fn plan_window(
         }
         pieces.push(Piece {
             chunk: position,
+            variable: number,
             dtype: variable.dtype(),
             src_start,
             dst_start,

@@ -6,7 +6,7 @@ use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
 use zarrpipe_codec_gpu::DecodedChunk;
-use zarrpipe_core::{convert_to_f32, DType};
+use zarrpipe_core::{decode_to_f32, CfDecoding, DType};
 
 use crate::gather::{
     destination_strides, missing_chunk, static_box, variable_number, window_boxes, WindowBox,
@@ -212,7 +212,13 @@ impl HostCollator {
                     region: &region,
                     chunk: &whole,
                 };
-                copy.run(field.dtype, &field.bytes, &strides, out);
+                copy.run(
+                    field.dtype,
+                    variable.decoding(),
+                    &field.bytes,
+                    &strides,
+                    out,
+                );
             }
             return Ok(());
         }
@@ -224,7 +230,13 @@ impl HostCollator {
                 region: &region,
                 chunk: &window_box,
             };
-            copy.run(chunk.dtype(), &chunk.bytes, &strides, out);
+            copy.run(
+                chunk.dtype(),
+                variable.decoding(),
+                &chunk.bytes,
+                &strides,
+                out,
+            );
         }
         Ok(())
     }
@@ -242,11 +254,19 @@ struct BoxCopy<'a> {
 }
 
 impl BoxCopy<'_> {
-    /// From the decoded bytes `bytes` of the box's chunk, elements of `dtype`.
-    fn run(&self, dtype: DType, bytes: &[u8], dst_strides: &[usize], out: &mut [f32]) {
+    /// From the decoded bytes `bytes` of the box's chunk, elements of `dtype`, CF-decoded
+    /// with `cf`.
+    fn run(
+        &self,
+        dtype: DType,
+        cf: Option<&CfDecoding>,
+        bytes: &[u8],
+        dst_strides: &[usize],
+        out: &mut [f32],
+    ) {
         let rank = self.region.len();
         if rank == 0 {
-            convert_to_f32(dtype, bytes, out, 1);
+            decode_to_f32(dtype, cf, bytes, out, 1);
             return;
         }
         let (lo, hi) = (&self.chunk.lo, &self.chunk.hi);
@@ -263,7 +283,7 @@ impl BoxCopy<'_> {
                 .map(|a| (coord[a] - self.region[a].start) as usize * dst_strides[a])
                 .sum();
             let run = &bytes[src * size..(src + run_len) * size];
-            convert_to_f32(dtype, run, &mut out[dst..], dst_strides[last].max(1));
+            decode_to_f32(dtype, cf, run, &mut out[dst..], dst_strides[last].max(1));
             // Advance the odometer over every axis but the last.
             let mut axis = last;
             loop {

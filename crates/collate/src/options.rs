@@ -70,6 +70,7 @@ impl Normalization {
     /// the pipeline delivers targets as values, not differences).
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
         let (channels, variables) = Self::stats_entries(json)?;
+        check_values_decoded_alike(layout, json)?;
         let count = layout.channels().len();
         let mut normalization = Self {
             mean: vec![0.0; count],
@@ -183,6 +184,44 @@ impl Normalization {
             None => Ok(()),
         }
     }
+}
+
+/// Statistics of CF-packed variables must have been computed on the values the batches
+/// hold: decoded (format `zarrpipe-stats/3`, `values: decoded`) when the dataset is decoded,
+/// stored when it is opened with `mask_and_scale` off. Earlier formats were always computed
+/// on stored values, so they are refused for packed variables rather than misread.
+fn check_values_decoded_alike(layout: &SampleLayout, json: &str) -> Result<()> {
+    let packed: Vec<&str> = layout
+        .variables()
+        .iter()
+        .filter(|variable| variable.encoding().decoding.is_some())
+        .map(|variable| variable.name())
+        .collect();
+    if packed.is_empty() {
+        return Ok(());
+    }
+    let report: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let decoded_here = layout.variables().iter().any(|v| v.decoding().is_some());
+    let here = if decoded_here { "decoded" } else { "stored" };
+    let format = report["format"].as_str().unwrap_or("a list of entries");
+    let values = report["computed_over"]["values"].as_str();
+    let reason = match (format, values) {
+        ("zarrpipe-stats/3", Some(values)) if values == here => return Ok(()),
+        ("zarrpipe-stats/3", Some(values)) => format!(
+            "the statistics were computed on {values} values and the batches hold {here} ones"
+        ),
+        _ => format!(
+            "the statistics ({format}) were computed on stored values, before zarrpipe decoded CF packing"
+        ),
+    };
+    Err(Error::BadOptions {
+        reason: format!(
+            "{reason}, and {} {} CF encoding (scale_factor, add_offset, _FillValue): compute them again with `zarrpipe stats`{}",
+            packed.join(", "),
+            if packed.len() == 1 { "has" } else { "have" },
+            if decoded_here { "" } else { " --raw-values" }
+        ),
+    })
 }
 
 /// What collation does beyond gathering.

@@ -1,5 +1,5 @@
 //! Shared types of zarrpipe: element types ([`DType`]), devices ([`Device`]), the conversion of
-//! decoded chunk bytes to `f32`, the envelope a batch travels in between stages ([`Staged`],
+//! decoded chunk bytes to `f32` with CF decoding ([`CfDecoding`]), the envelope a batch travels in between stages ([`Staged`],
 //! with what each stage cost in [`BatchStats`]), the ordered-concurrency stream the stage
 //! adapters are built on ([`InFlight`], [`StageStream`]), and the consumer's [`Pace`], which
 //! adaptive stages read.
@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+mod cf;
 mod device;
 mod dtype;
 mod in_flight;
@@ -21,6 +22,7 @@ mod pace;
 mod stage_stream;
 mod staged;
 
+pub use cf::{decode_to_f32, decoded_values_f64, CfDecoding};
 pub use device::{Device, ParseDeviceError};
 pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;

@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, HashSet};
 
 use futures::TryStreamExt;
-use object_store::path::Path;
 use zarrpipe_batcher::{AbsentStep, Gap, Missing, MissingSteps, SampleLayout};
 use zarrpipe_store::{Dataset, Variable};
 
@@ -27,12 +26,15 @@ use crate::Result;
 /// (and the result says so), since the check visits every chunk key.
 pub const MAX_CHECKED_CHUNKS: u64 = 1 << 24;
 
-/// The time dimension of `layout`: the sample dimension named `time`, else the first sample
-/// dimension whose 1-D coordinate has CF time units (`... since ...`).
+/// The time dimension of `layout`: the dataset's ([`Dataset::time_dim`]) when it is a
+/// sample dimension, else the first sample dimension whose 1-D coordinate has CF time units
+/// (`... since ...`).
 pub fn time_dim(dataset: &Dataset, layout: &SampleLayout) -> Option<String> {
     let dims = layout.sample_dims();
-    if let Some(dim) = dims.iter().find(|dim| dim.name == "time") {
-        return Some(dim.name.clone());
+    if let Some(time) = dataset.time_dim() {
+        if dims.iter().any(|dim| dim.name == time.name) {
+            return Some(time.name.clone());
+        }
     }
     dims.iter()
         .find(|dim| {
@@ -254,10 +256,16 @@ async fn absent_steps(
             variable.name()
         ));
     }
-    let prefix = Path::from(variable.name());
+    if !dataset.can_list() {
+        return Err(format!(
+            "absent steps of `{}`: a plain HTTP store cannot be listed",
+            variable.name()
+        ));
+    }
+    let prefix = variable.list_prefix();
     let listed: HashSet<String> = dataset
         .store()
-        .list(Some(&prefix))
+        .list(prefix.as_ref())
         .map_ok(|object| object.location.to_string())
         .try_collect()
         .await

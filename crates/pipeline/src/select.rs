@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use zarrpipe_batcher::WindowSpec;
 use zarrpipe_codec_gpu::{read_array, CpuDecoder};
-use zarrpipe_core::values_f64;
+use zarrpipe_core::decoded_values_f64;
 use zarrpipe_store::Dataset;
 
 use crate::{Error, Result};
@@ -105,7 +105,7 @@ pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Ran
     Ok(first as u64..last as u64 + 1)
 }
 
-/// The values of the 1-D coordinate variable of `dim`.
+/// The values of the 1-D coordinate variable of `dim`, CF-decoded as xarray decodes them.
 pub(crate) async fn coordinate_values(dataset: &Dataset, dim: &str) -> Result<Vec<f64>> {
     let coordinate = dataset
         .variable(dim)
@@ -116,7 +116,11 @@ pub(crate) async fn coordinate_values(dataset: &Dataset, dim: &str) -> Result<Ve
             reason: "no 1-D coordinate variable of that name".into(),
         })?;
     let bytes = read_array(coordinate, Arc::new(CpuDecoder::new()), 8).await?;
-    Ok(values_f64(coordinate.dtype(), &bytes))
+    Ok(decoded_values_f64(
+        coordinate.dtype(),
+        coordinate.decoding(),
+        &bytes,
+    ))
 }
 
 /// `spec` with each selection resolved to an index range of `dataset` (reads coordinates).

@@ -7,6 +7,7 @@ use zarrs_object_store::AsyncObjectStore;
 
 use crate::location::Location;
 use crate::metadata::read_hierarchy;
+use crate::time_dim::{find_time_dim, TimeDim, TimeDimReason};
 use crate::{Error, IoStats, Result, StoreOptions, Variable};
 
 /// An opened Zarr hierarchy seen the way xarray sees it: variables with named dimensions,
@@ -18,6 +19,8 @@ pub struct Dataset {
     consolidated: bool,
     attributes: Map<String, Value>,
     variables: Vec<Arc<Variable>>,
+    /// The dimension iterated as time, if any.
+    time_dim: Option<TimeDim>,
     /// Arrays zarrpipe cannot read (metadata that does not parse, an unsupported codec or data
     /// type, sizes that overflow), kept so that asking for one gives its error while the rest
     /// of the dataset stays usable, and so that no default selection leaves one out silently.
@@ -108,14 +111,20 @@ impl Dataset {
         let storage = Arc::new(AsyncObjectStore::new(location.store.clone()));
         let mut variables = Vec::with_capacity(hierarchy.arrays.len());
         let mut unreadable = Vec::new();
+        let mut datetime_arrays = Vec::new();
         for (path, metadata) in hierarchy.arrays {
+            if let Ok(metadata) = &metadata {
+                if let Some(dim) = datetime_dim(metadata) {
+                    datetime_arrays.push((path.clone(), dim));
+                }
+            }
             let name = if path.is_empty() {
                 root_array_name(&location.url)
             } else {
-                path
+                path.clone()
             };
             let variable = metadata.and_then(|metadata| {
-                Variable::new(&location, name.clone(), storage.clone(), metadata)
+                Variable::new(&location, name.clone(), &path, storage.clone(), metadata)
             });
             match variable {
                 Ok(variable) => variables.push(variable),
@@ -127,7 +136,12 @@ impl Dataset {
             }
         }
         mark_coordinates(&mut variables, &mut unreadable);
+        let time_dim = match &location.io.options.time_dim {
+            Some(dim) => Some(chosen_time_dim(&location.url, &variables, dim)?),
+            None => find_time_dim(&variables, &datetime_arrays),
+        };
         Ok(Self {
+            time_dim,
             location,
             zarr_format: hierarchy.zarr_format,
             consolidated: hierarchy.consolidated,
@@ -145,6 +159,23 @@ impl Dataset {
     /// The object store the dataset lives in, rooted at the dataset.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.location.store
+    }
+
+    /// Whether CF packing and missing values are decoded (xarray's `mask_and_scale`, see
+    /// [`StoreOptions::mask_and_scale`]).
+    pub fn mask_and_scale(&self) -> bool {
+        self.location.io.options.mask_and_scale
+    }
+
+    /// Whether the store can be listed: every backend but plain HTTP, whose servers mostly
+    /// answer a listing (WebDAV's PROPFIND) with an error page after every retry.
+    pub fn can_list(&self) -> bool {
+        let scheme = self
+            .location
+            .url
+            .split_once("://")
+            .map(|(scheme, _)| scheme);
+        !matches!(scheme, Some("http" | "https"))
     }
 
     /// 2 or 3.
@@ -257,6 +288,34 @@ impl Dataset {
         })
     }
 
+    /// The dimension iterated as time by default, and why: the one `time_dim` names
+    /// ([`StoreOptions::time_dim`]), else the one its coordinates say is time (CF's
+    /// `axis: T`, `standard_name: time`, date units, a datetime type), else one named `time`,
+    /// `valid_time` or `date`.
+    pub fn time_dim(&self) -> Option<&TimeDim> {
+        self.time_dim.as_ref()
+    }
+
+    /// Checks that the variables `names` and the coordinates of their dimensions (1-D
+    /// variables named after them) agree on every dimension's length, as xarray requires of
+    /// a dataset. A Zarr group may hold unrelated arrays whose dimensions share names, so
+    /// this is checked for the variables a pipeline uses, not when the store opens.
+    pub fn check_dimension_lengths(&self, names: &[&str]) -> Result<()> {
+        let chosen: Vec<&Variable> = names
+            .iter()
+            .filter_map(|name| self.variable(name).ok())
+            .map(|variable| variable.as_ref())
+            .collect();
+        let coordinates = chosen.iter().flat_map(|variable| {
+            variable.dims().iter().filter_map(|dim| {
+                let coordinate = self.variable(dim).ok()?;
+                (coordinate.dims() == [dim.as_str()]).then_some(coordinate.as_ref())
+            })
+        });
+        let all: Vec<&Variable> = chosen.iter().copied().chain(coordinates).collect();
+        check_dimension_lengths(&self.location.url, all)
+    }
+
     /// Dimension lengths, by name, as the first variable that has each dimension gives them.
     pub fn dims(&self) -> BTreeMap<String, u64> {
         let mut dims = BTreeMap::new();
@@ -266,6 +325,76 @@ impl Dataset {
             }
         }
         dims
+    }
+}
+
+/// Dimension lengths must agree between `variables` (xarray refuses a dataset where they do
+/// not; zarrpipe would otherwise read one of them short and call the rest missing).
+fn check_dimension_lengths<'a>(
+    url: &str,
+    variables: impl IntoIterator<Item = &'a Variable>,
+) -> Result<()> {
+    let mut seen: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+    for variable in variables {
+        for (dim, &length) in variable.dims().iter().zip(variable.shape()) {
+            let (first, first_length) = *seen
+                .entry(dim.as_str())
+                .or_insert((variable.name(), length));
+            if first_length != length {
+                return Err(Error::ConflictingDimension {
+                    url: url.to_string(),
+                    dim: dim.clone(),
+                    variable: first.to_string(),
+                    length: first_length,
+                    other: variable.name().to_string(),
+                    other_length: length,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The time dimension a user named, which some variable must have.
+fn chosen_time_dim(url: &str, variables: &[Variable], dim: &str) -> Result<TimeDim> {
+    if variables
+        .iter()
+        .any(|variable| variable.axis(dim).is_some())
+    {
+        return Ok(TimeDim {
+            name: dim.to_string(),
+            reason: TimeDimReason::Chosen,
+        });
+    }
+    let mut available: Vec<&str> = variables
+        .iter()
+        .flat_map(|variable| variable.dims().iter().map(String::as_str))
+        .collect();
+    available.sort();
+    available.dedup();
+    Err(Error::NoSuchTimeDim {
+        url: url.to_string(),
+        dim: dim.to_string(),
+        available: available.join(", "),
+    })
+}
+
+/// The dimension of a 1-D array of a datetime type (`datetime64`, which zarrpipe does not
+/// read, but which still says which dimension is time).
+fn datetime_dim(metadata: &zarrs::array::ArrayMetadata) -> Option<String> {
+    let document = serde_json::to_value(metadata).ok()?;
+    let data_type = document
+        .get("data_type")
+        .or_else(|| document.get("dtype"))?
+        .to_string();
+    let is_datetime = data_type.contains("datetime") || data_type.contains("M8");
+    let dims = document
+        .get("dimension_names")
+        .or_else(|| document.pointer("/attributes/_ARRAY_DIMENSIONS"))?
+        .as_array()?;
+    match dims.as_slice() {
+        [dim] if is_datetime => dim.as_str().map(str::to_string),
+        _ => None,
     }
 }
 

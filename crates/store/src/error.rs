@@ -58,6 +58,45 @@ pub enum Error {
         url: String,
     },
 
+    /// Two variables give one dimension different lengths (xarray refuses such a dataset).
+    #[error("conflicting sizes for dimension `{dim}` in {url}: {length} on `{variable}`, {other_length} on `{other}`")]
+    ConflictingDimension {
+        /// The store's URL.
+        url: String,
+        /// The dimension.
+        dim: String,
+        /// The first variable that has it, and its length there.
+        variable: String,
+        /// Its length on `variable`.
+        length: u64,
+        /// A variable that disagrees.
+        other: String,
+        /// Its length on `other`.
+        other_length: u64,
+    },
+
+    /// CF encoding attributes that cannot be read as numbers.
+    #[error("cannot read the encoding of `{variable}` in {url}: {reason}")]
+    BadEncoding {
+        /// The store's URL.
+        url: String,
+        /// The variable.
+        variable: String,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// `time_dim` names a dimension no variable has.
+    #[error("no dimension `{dim}` to iterate as time in {url} (its dimensions: {available})")]
+    NoSuchTimeDim {
+        /// The store's URL.
+        url: String,
+        /// The dimension asked for.
+        dim: String,
+        /// The dimensions there are.
+        available: String,
+    },
+
     /// A metadata document could not be read.
     #[error("cannot read metadata `{key}` of {url}")]
     ReadMetadata {

@@ -205,13 +205,17 @@ impl StoreIo {
         key: &str,
         range: Option<GetRange>,
     ) -> Result<Option<Bytes>, GetFailure> {
-        let budget = self.options.deadline();
+        // A deadline past any run's length is as good as none, and cannot overflow a clock.
+        let budget = self.options.deadline().min(Duration::from_secs(1 << 32));
         // Remote stores only (the request limiter is theirs).
         let deadline = self
             .limiter
             .is_some()
             .then(|| tokio::time::Instant::now() + budget);
-        let path = Path::from(key);
+        let path = object_path(key).map_err(GetFailure::Store)?;
+        if let Some(root) = &self.local_root {
+            check_plain_file(root, key)?;
+        }
         let mut backoff = self.options.initial_backoff;
         let mut attempt = 0;
         loop {
@@ -260,6 +264,30 @@ impl StoreIo {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.options.max_backoff);
         }
+    }
+}
+
+/// The object path of a store key, taken as it is. `Path::from` would percent-encode what
+/// object_store reserves (`%`, `#`, `[`, non-ASCII letters), and its backends then read
+/// another key than the one zarr-python wrote (`temp%C3%A9rature/c/0` for `température/c/0`).
+pub(crate) fn object_path(key: &str) -> Result<Path, object_store::Error> {
+    Path::parse(key).map_err(|source| object_store::Error::InvalidPath { source })
+}
+
+/// A local store's key must be a regular file, or nothing (a directory too reads as no
+/// object, as object_store reads it): object_store would block for ever reading a FIFO.
+fn check_plain_file(root: &std::path::Path, key: &str) -> Result<(), GetFailure> {
+    let Some(path) = key_path(root, key) else {
+        return Ok(());
+    };
+    match std::fs::metadata(&path) {
+        Ok(metadata) if !metadata.is_file() && !metadata.is_dir() => {
+            Err(GetFailure::Store(object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: format!("{} is not a regular file", path.display()).into(),
+            }))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod cache;
+mod cf_attributes;
 mod chunk;
 mod cloud;
 mod dataset;
@@ -38,6 +39,7 @@ mod metadata;
 mod options;
 mod ranges;
 mod read_memory;
+mod time_dim;
 mod variable;
 
 use std::sync::Arc;
@@ -46,6 +48,7 @@ use futures::Stream;
 use zarrpipe_core::Staged;
 
 pub use cache::DiskCache;
+pub use cf_attributes::Encoding;
 pub use chunk::{ChunkRequest, EncodedChunk};
 pub use dataset::Dataset;
 pub use error::{Error, Result};
@@ -55,6 +58,7 @@ pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
 pub use read_memory::{ReadBuffer, ReadMemory};
+pub use time_dim::{TimeDim, TimeDimReason};
 pub use variable::{Variable, ZarrArray, MAX_CHUNK_BYTES};
 
 /// Stream adapters of the store stage.

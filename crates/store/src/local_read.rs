@@ -20,13 +20,17 @@ pub(crate) enum LocalRead {
     Declined,
 }
 
-/// The file of `key` under `root`, for keys made only of plain characters (what Zarr writes;
-/// object_store would encode others) and without `.` or `..` segments.
+/// The file of `key` under `root`: any name zarr-python writes (Unicode, spaces, `%`, `#`),
+/// but no empty, `.` or `..` segment and no control character, so a key from untrusted
+/// metadata cannot leave the store.
 pub(crate) fn key_path(root: &Path, key: &str) -> Option<PathBuf> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
     let mut path = root.to_path_buf();
     for segment in key.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." || !segment.chars().all(plain) {
+        if segment.is_empty()
+            || segment == "."
+            || segment == ".."
+            || segment.chars().any(char::is_control)
+        {
             return None;
         }
         path.push(segment);

@@ -2,12 +2,11 @@
 //! consolidated metadata when the store has it (one request) or by listing otherwise.
 
 use futures::future::BoxFuture;
-use object_store::path::Path;
 use serde_json::{Map, Value};
 use zarrs::array::{ArrayMetadata, ArrayMetadataV2};
 use zarrs::metadata::v3::ArrayMetadataV3;
 
-use crate::io::GetFailure;
+use crate::io::{object_path, GetFailure};
 use crate::location::Location;
 use crate::{Error, Result};
 
@@ -24,12 +23,14 @@ pub(crate) struct Hierarchy {
 
 pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
     if let Some(root) = read_json(location, "zarr.json").await? {
+        check_format(location, "zarr.json", &root, 3)?;
         return read_v3(location, root).await;
     }
     if let Some(consolidated) = read_json(location, ".zmetadata").await? {
         return read_v2_consolidated(location, consolidated);
     }
-    if read_json(location, ".zgroup").await?.is_some() {
+    if let Some(group) = read_json(location, ".zgroup").await? {
+        check_format(location, ".zgroup", &group, 2)?;
         let attributes = read_attributes(location, ".zattrs").await?;
         let mut arrays = Vec::new();
         list_arrays(location, 2, String::new(), &mut arrays).await?;
@@ -41,6 +42,7 @@ pub(crate) async fn read_hierarchy(location: &Location) -> Result<Hierarchy> {
         });
     }
     if let Some(array) = read_json(location, ".zarray").await? {
+        check_format(location, ".zarray", &array, 2)?;
         let attributes = read_attributes(location, ".zattrs").await?;
         let metadata = parse_v2(location, ".zarray", array, attributes)?;
         return Ok(Hierarchy {
@@ -204,7 +206,14 @@ fn read_v2_consolidated(location: &Location, consolidated: Value) -> Result<Hier
 }
 
 async fn list_children(location: &Location, prefix: &str) -> Result<Vec<String>> {
-    let path = (!prefix.is_empty()).then(|| Path::from(prefix));
+    let path = match prefix.is_empty() {
+        true => None,
+        false => Some(object_path(prefix).map_err(|source| Error::List {
+            url: location.url.clone(),
+            prefix: prefix.to_string(),
+            source,
+        })?),
+    };
     let listing = location
         .store
         .list_with_delimiter(path.as_ref())
@@ -283,6 +292,32 @@ fn parse_v2(
         })?;
     metadata.attributes = attributes;
     Ok(ArrayMetadata::V2(metadata))
+}
+
+/// A root document must be a JSON object of the format its name promises, as zarr-python
+/// requires: a list, or `zarr_format: 4`, is refused rather than read as something else.
+fn check_format(location: &Location, key: &str, document: &Value, expected: u64) -> Result<()> {
+    let found = match document {
+        Value::Object(map) => map.get("zarr_format"),
+        _ => {
+            return Err(Error::MalformedMetadata {
+                url: location.url.clone(),
+                key: key.to_string(),
+                source: serde::de::Error::custom("expected a JSON object"),
+            })
+        }
+    };
+    match found.and_then(Value::as_u64) {
+        Some(format) if format == expected => Ok(()),
+        _ => Err(Error::MalformedMetadata {
+            url: location.url.clone(),
+            key: key.to_string(),
+            source: serde::de::Error::custom(format!(
+                "expected `zarr_format: {expected}`, found {}",
+                found.map_or("none".to_string(), Value::to_string)
+            )),
+        }),
+    }
 }
 
 fn node_type(document: &Value) -> Option<&str> {

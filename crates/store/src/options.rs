@@ -1,5 +1,6 @@
-//! How a dataset's store is reached: object_store options, retries and timeouts, request
-//! limits, range merging and the local chunk cache.
+//! How a dataset's store is reached (object_store options, retries and timeouts, request
+//! limits, range merging, the local chunk cache) and how it is read (xarray's `mask_and_scale`,
+//! the time dimension).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -44,6 +45,13 @@ pub struct StoreOptions {
     pub merge_gap: u64,
     /// Keep fetched chunks on local disk, so later epochs read them locally.
     pub cache: Option<CacheOptions>,
+    /// Decode CF packing and missing values as xarray's `mask_and_scale` does (default
+    /// true): `scale_factor`, `add_offset`, `_FillValue`, `missing_value`, `_Unsigned`.
+    /// False gives the stored values.
+    pub mask_and_scale: bool,
+    /// The dimension to iterate as time (default `None`: found by its meaning, see
+    /// [`Dataset::time_dim`](crate::Dataset::time_dim)).
+    pub time_dim: Option<String>,
 }
 
 /// A bounded on-disk chunk cache: least recently used entries go first.
@@ -66,6 +74,8 @@ impl Default for StoreOptions {
             max_requests: 64,
             merge_gap: 0,
             cache: None,
+            mask_and_scale: true,
+            time_dim: None,
         }
     }
 }
@@ -139,11 +149,26 @@ impl StoreOptions {
         self
     }
 
+    /// Sets [`StoreOptions::mask_and_scale`].
+    pub fn mask_and_scale(mut self, decode: bool) -> Self {
+        self.mask_and_scale = decode;
+        self
+    }
+
+    /// Sets [`StoreOptions::time_dim`].
+    pub fn time_dim(mut self, dim: impl Into<String>) -> Self {
+        self.time_dim = Some(dim.into());
+        self
+    }
+
     /// The longest one fetch may take, retries and backoff included: past it the fetch
     /// fails with [`Error::FetchTimeout`](crate::Error::FetchTimeout), so a hung server
     /// never hangs the pipeline.
     pub fn deadline(&self) -> Duration {
-        let attempts = self.retries as u32 + 1;
-        self.timeout * attempts + self.max_backoff * attempts
+        let attempts = u32::try_from(self.retries)
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
+        let per_attempt = self.timeout.saturating_add(self.max_backoff);
+        per_attempt.saturating_mul(attempts)
     }
 }

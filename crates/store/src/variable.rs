@@ -3,11 +3,12 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use serde_json::{Map, Value};
-use zarrpipe_core::DType;
+use zarrpipe_core::{CfDecoding, DType};
 use zarrs::array::{Array, ArrayMetadata, ArraySubset};
 use zarrs::plugin::{ExtensionName, ZarrVersion};
 use zarrs::storage::AsyncReadableStorageTraits;
 
+use crate::cf_attributes::{read_encoding, Encoding};
 use crate::io::StoreIo;
 use crate::location::Location;
 use crate::ranges::{nth_in_ranges, ShardLayout};
@@ -19,8 +20,15 @@ pub type ZarrArray = Array<dyn AsyncReadableStorageTraits>;
 /// One array of a dataset, with its dimension names (xarray's view of it).
 pub struct Variable {
     name: String,
+    /// Its path in the store: the name, or "" for a store whose root is the array.
+    path: String,
     dims: Vec<String>,
     dtype: DType,
+    /// Its CF encoding attributes.
+    encoding: Encoding,
+    /// How its values decode: the encoding's, unless the dataset was opened with
+    /// `mask_and_scale` off.
+    decoding: Option<CfDecoding>,
     is_coordinate: bool,
     array: ZarrArray,
     io: Arc<StoreIo>,
@@ -35,12 +43,15 @@ impl Variable {
     pub(crate) fn new(
         location: &Location,
         name: String,
+        path: &str,
         storage: Arc<dyn AsyncReadableStorageTraits>,
         metadata: ArrayMetadata,
     ) -> Result<Self> {
         let url = &location.url;
-        let path = format!("/{name}");
-        let array = Array::new_with_metadata(storage, &path, metadata).map_err(|source| {
+        // A root array ("") keeps its chunks at the store's root, whatever it is named.
+        let is_root = path.is_empty();
+        let node_path = format!("/{path}");
+        let array = Array::new_with_metadata(storage, &node_path, metadata).map_err(|source| {
             Error::InvalidArray {
                 url: url.clone(),
                 variable: name.clone(),
@@ -56,6 +67,33 @@ impl Variable {
                 variable: name.clone(),
                 data_type,
             })?;
+        // xarray takes a v2 array's `fill_value` for its `_FillValue`; a root array is no
+        // xarray dataset (`xr.open_zarr` refuses it) and reads as zarr-python reads it.
+        let zarr_fill_value = match array.metadata() {
+            ArrayMetadata::V2(metadata) if !is_root => {
+                serde_json::to_value(&metadata.fill_value).ok()
+            }
+            _ => None,
+        };
+        let zarr_format = match array.metadata() {
+            ArrayMetadata::V2(_) => 2,
+            ArrayMetadata::V3(_) => 3,
+        };
+        let encoding = read_encoding(
+            dtype,
+            array.attributes(),
+            zarr_fill_value.as_ref(),
+            zarr_format,
+        )
+        .map_err(|reason| Error::BadEncoding {
+            url: url.clone(),
+            variable: name.clone(),
+            reason,
+        })?;
+        let decoding = match location.io.options.mask_and_scale {
+            true => encoding.decoding.clone(),
+            false => None,
+        };
         let dims = dimension_names(&array, &name)?;
         check_sizes(&array, &name, dtype)?;
         let regular = match array.metadata() {
@@ -72,8 +110,11 @@ impl Variable {
             .and_then(|shard_shape| ShardLayout::of(array.metadata(), shard_shape));
         Ok(Self {
             name,
+            path: path.to_string(),
             dims,
             dtype,
+            encoding,
+            decoding,
             is_coordinate: false,
             array,
             io: location.io.clone(),
@@ -91,6 +132,17 @@ impl Variable {
         &self.name
     }
 
+    /// Its path in the store: the name, or "" for a store whose root is the array.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The prefix under which its objects (metadata and chunks) are listed; `None` for a
+    /// root array, whose objects are the whole store's.
+    pub fn list_prefix(&self) -> Option<object_store::path::Path> {
+        (!self.path.is_empty()).then(|| object_store::path::Path::parse(&self.path).ok())?
+    }
+
     /// Dimension names, one per axis: v3 `dimension_names`, v2 `_ARRAY_DIMENSIONS`, or
     /// `dim_0`, `dim_1`, ... when the store has none.
     pub fn dims(&self) -> &[String] {
@@ -105,6 +157,17 @@ impl Variable {
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// How its stored values decode to what xarray gives (`None`: as stored, also when the
+    /// dataset was opened with [`mask_and_scale`](crate::StoreOptions::mask_and_scale) off).
+    pub fn decoding(&self) -> Option<&CfDecoding> {
+        self.decoding.as_ref()
+    }
+
+    /// Its CF encoding attributes, whether or not they are applied.
+    pub fn encoding(&self) -> &Encoding {
+        &self.encoding
     }
 
     /// Elements along each axis.

@@ -1,7 +1,7 @@
 // Collation kernels, compiled at run time with NVRTC. `gather` copies every piece of a batch
 // (a box of one decoded chunk) into the float32 tensor in one launch: blockIdx.y walks the
 // pieces, blockIdx.x and threadIdx.x the elements of one, consecutive threads on consecutive
-// elements of the innermost axis. `finish` normalises, replaces NaN, writes the mask and
+// elements of the innermost axis, CF-decoding where the piece's variable has an encoding. `finish` normalises, replaces NaN, writes the mask and
 // casts, element by element; `derived` computes derived channels from their host-made tables.
 // All compute exactly what the host collator computes, in float32 with IEEE rounding, so the
 // tensors are bit-identical. Every piece was checked on the CPU:
@@ -14,16 +14,27 @@ typedef unsigned short u16;
 typedef unsigned char u8;
 
 #define MAX_AXES 8
+#define MAX_MISSING 4
+
+#define CF_DECODE 1u
+#define CF_SCALE 2u
+#define CF_OFFSET 4u
 
 struct Piece {
   u64 src;  // address of the chunk's first element of the box
   u64 dst;  // element of the tensor where the box starts
   u64 len;  // elements in the box
-  u32 dtype;
+  u32 dtype;  // as the elements are read (after CF's _Unsigned)
   u32 rank;
   u64 extent[MAX_AXES];
   u64 src_stride[MAX_AXES];
   u64 dst_stride[MAX_AXES];
+  // CF decoding (zarrpipe_core::CfDecoding): CF_* flags, then the count of missing values.
+  u32 cf;
+  u32 missing_count;
+  double scale;
+  double offset;
+  double missing[MAX_MISSING];
 };
 
 // zarrpipe_core::DType, in the order of `dtype_code` in device/mod.rs.
@@ -60,6 +71,42 @@ __device__ float load_f32(const u8* src, u64 i, u32 dtype) {
   }
 }
 
+__device__ double load_f64(const u8* src, u64 i, u32 dtype) {
+  switch (dtype) {
+    case BOOL: return src[i] != 0 ? 1.0 : 0.0;
+    case I8: return (double)((const signed char*)src)[i];
+    case I16: return (double)((const short*)src)[i];
+    case I32: return (double)((const int*)src)[i];
+    case I64: return __ll2double_rn(((const i64*)src)[i]);
+    case U8: return (double)src[i];
+    case U16: return (double)((const u16*)src)[i];
+    case U32: return (double)((const u32*)src)[i];
+    case U64: return __ull2double_rn(((const u64*)src)[i]);
+    case F16: return (double)f16_to_f32(((const u16*)src)[i]);
+    case BF16: return (double)__uint_as_float((u32)((const u16*)src)[i] << 16);
+    case F32: return (double)((const float*)src)[i];
+    default: return ((const double*)src)[i];
+  }
+}
+
+// zarrpipe_core::CfDecoding::decode, then the cast to float32: a missing value is NaN, the
+// rest x * scale + offset in float64, rounded after each operation (never fused). NaNs
+// convert as the CPU converts them (sign and leading payload bits kept, quietened), where
+// CUDA's conversion would give its one canonical NaN.
+__device__ float cf_decode(const Piece& piece, const u8* src, u64 i) {
+  double x = load_f64(src, i, piece.dtype);
+  for (u32 k = 0; k < piece.missing_count; ++k) {
+    if (x == piece.missing[k]) return __uint_as_float(0x7fc00000u);
+  }
+  if (piece.cf & CF_SCALE) x = __dmul_rn(x, piece.scale);
+  if (piece.cf & CF_OFFSET) x = __dadd_rn(x, piece.offset);
+  if (x != x) {
+    u64 bits = (u64)__double_as_longlong(x);
+    return __uint_as_float((u32)(bits >> 32) & 0x80000000u | 0x7fc00000u | (u32)(bits >> 29) & 0x7fffffu);
+  }
+  return __double2float_rn(x);
+}
+
 // Each warp takes a segment of up to GATHER_SEGMENT elements of one row of a piece (its
 // innermost axis) at a time and works out where the row starts once: per element, the 64-bit
 // divisions cost more than the copy.
@@ -89,7 +136,11 @@ extern "C" __global__ void gather(const Piece* pieces, u64 count, float* out) {
       }
       const u64 from = unit % segments * GATHER_SEGMENT;
       const u64 to = min(from + GATHER_SEGMENT, row_len);
-      for (u64 i = from + lane; i < to; i += 32) out[d + i * dst_step] = load_f32(src, s + i * src_step, piece.dtype);
+      if (piece.cf & CF_DECODE) {
+        for (u64 i = from + lane; i < to; i += 32) out[d + i * dst_step] = cf_decode(piece, src, s + i * src_step);
+      } else {
+        for (u64 i = from + lane; i < to; i += 32) out[d + i * dst_step] = load_f32(src, s + i * src_step, piece.dtype);
+      }
     }
   }
 }

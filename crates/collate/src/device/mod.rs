@@ -19,7 +19,7 @@ use zarrpipe_codec_gpu::cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use zarrpipe_codec_gpu::{kernel, load_module};
-use zarrpipe_core::DType;
+use zarrpipe_core::{CfDecoding, DType};
 use zarrpipe_store::ChunkRequest;
 
 #[cfg(feature = "candle")]
@@ -194,6 +194,7 @@ impl DeviceCollator {
         let (inputs, nan_mask) = self.tensor(
             input_buffers,
             &plan.inputs,
+            &plan.decodings,
             &plan.input_shape,
             &addresses,
             derived(self.layout().input_offsets()).as_ref(),
@@ -206,6 +207,7 @@ impl DeviceCollator {
                 let (targets, _) = self.tensor(
                     buffers,
                     pieces,
+                    &plan.decodings,
                     shape,
                     &addresses,
                     tables.as_ref(),
@@ -264,6 +266,7 @@ impl DeviceCollator {
         &self,
         buffers: TensorBuffers,
         pieces: &[Piece],
+        decodings: &[Option<CfDecoding>],
         shape: &[usize],
         addresses: &[u64],
         derived: Option<&DerivedPlan>,
@@ -282,7 +285,7 @@ impl DeviceCollator {
         if self.layout().prefilled() {
             self.launch_fill(values, len, stream)?;
         }
-        self.launch_gather(pieces, addresses, values, stream)?;
+        self.launch_gather(pieces, decodings, addresses, values, stream)?;
         if let Some(derived) = derived {
             self.launch_derived(derived, values, stream)?;
         }
@@ -298,6 +301,7 @@ impl DeviceCollator {
     fn launch_gather(
         &self,
         pieces: &[Piece],
+        decodings: &[Option<CfDecoding>],
         addresses: &[u64],
         out: u64,
         stream: &Arc<CudaStream>,
@@ -305,7 +309,7 @@ impl DeviceCollator {
         if pieces.is_empty() {
             return Ok(());
         }
-        let words = descriptors(pieces, addresses);
+        let words = descriptors(pieces, decodings, addresses)?;
         let bytes: Vec<u8> = words.iter().flat_map(|word| word.to_ne_bytes()).collect();
         let table = self.staging().upload(&bytes, stream)?;
         let table = table.device_ptr(stream).0;
@@ -487,20 +491,56 @@ fn derived_tables(plan: &DerivedPlan) -> (Vec<u8>, usize, usize) {
     (bytes, jobs_at, values_at)
 }
 
-/// The pieces as the kernel's `Piece` structs (see `collate.cu`), 8-byte words.
-fn descriptors(pieces: &[Piece], addresses: &[u64]) -> Vec<u64> {
-    let mut words = Vec::with_capacity(pieces.len() * (4 + 3 * MAX_AXES));
+/// Most missing values of one variable the `gather` kernel compares (`MAX_MISSING` in
+/// `collate.cu`).
+const MAX_MISSING: usize = 4;
+
+/// The pieces as the kernel's `Piece` structs (see `collate.cu`), 8-byte words; a piece's
+/// CF decoding is its variable's in `decodings`.
+fn descriptors(
+    pieces: &[Piece],
+    decodings: &[Option<CfDecoding>],
+    addresses: &[u64],
+) -> Result<Vec<u64>> {
+    let mut words = Vec::with_capacity(pieces.len() * (7 + 3 * MAX_AXES + MAX_MISSING));
     for piece in pieces {
         let rank = piece.extent.len();
+        let cf = decodings.get(piece.variable).and_then(Option::as_ref);
         let src = addresses[piece.chunk] + piece.src_start * piece.dtype.size() as u64;
+        let read_as = cf.map_or(piece.dtype, |cf| cf.element_type(piece.dtype));
         words.extend([src, piece.dst_start, piece.len()]);
-        words.push(dtype_code(piece.dtype) as u64 | (rank as u64) << 32);
+        words.push(dtype_code(read_as) as u64 | (rank as u64) << 32);
         for axes in [&piece.extent, &piece.src_strides, &piece.dst_strides] {
             words.extend(axes.iter().copied());
             words.extend(std::iter::repeat_n(0, MAX_AXES - rank));
         }
+        words.extend(cf_words(cf)?);
     }
-    words
+    Ok(words)
+}
+
+/// A CF decoding as the kernel's `Piece` holds it: flags and count, scale, offset, missing.
+fn cf_words(cf: Option<&CfDecoding>) -> Result<[u64; 3 + MAX_MISSING]> {
+    let mut words = [0u64; 3 + MAX_MISSING];
+    let Some(cf) = cf else {
+        return Ok(words);
+    };
+    if cf.missing.len() > MAX_MISSING {
+        return Err(Error::BadOptions {
+            reason: format!(
+                "a variable has {} missing values; the GPU collator compares at most {MAX_MISSING} (collate on the host)",
+                cf.missing.len()
+            ),
+        });
+    }
+    let flags = 1 | (cf.scale_factor.is_some() as u64) << 1 | (cf.add_offset.is_some() as u64) << 2;
+    words[0] = flags | (cf.missing.len() as u64) << 32;
+    words[1] = cf.scale_factor.unwrap_or(1.0).to_bits();
+    words[2] = cf.add_offset.unwrap_or(0.0).to_bits();
+    for (word, value) in words[3..].iter_mut().zip(&cf.missing) {
+        *word = value.to_bits();
+    }
+    Ok(words)
 }
 
 /// Thread blocks the largest piece keeps busy: `gather` gives each warp (8 to a block) a
