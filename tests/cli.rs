@@ -799,3 +799,19 @@ fn a_chunk_that_is_a_fifo_is_an_error_not_a_hang() {
     ]);
     fails_saying(&output, "is not a regular file");
 }
+
+#[test]
+fn a_shape_of_2_62_is_refused_not_read_for_ever() {
+    let (_dir, path) = archive_copy("valid_time_v3.zarr");
+    let root = path.join("zarr.json");
+    let mut metadata: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
+    for name in ["t2m", "valid_time"] {
+        metadata["consolidated_metadata"]["metadata"][name]["shape"][0] =
+            serde_json::json!(1u64 << 62);
+    }
+    std::fs::write(&root, serde_json::to_vec(&metadata).unwrap()).unwrap();
+    let path = path.to_str().unwrap();
+    fails_saying(&zarrpipe(&["stats", path]), "overflows");
+    fails_saying(&zarrpipe(&["run", path]), "overflows");
+}

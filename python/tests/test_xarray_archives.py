@@ -247,7 +247,7 @@ def assert_same(got: np.ndarray, want: np.ndarray) -> None:
 
 
 def iterated(pipe: zarrpipe.Pipeline) -> list[str]:
-    return [name for name, _, _, _, is_iterated in pipe.dims if is_iterated]
+    return [dim["name"] for dim in pipe.dims if dim["iterated"]]
 
 
 # --- CF decoding: mask_and_scale -------------------------------------------------------------
@@ -415,7 +415,7 @@ def test_a_root_array_is_one_variable_named_after_its_folder(archive, zarr_forma
     pipe = zarrpipe.Pipeline(path, input_dims={"dim_0": 10, "dim_1": 10}, batch_size=1,
                              tensors="raw")
     assert pipe.variables == [name]
-    assert [d[0] for d in pipe.dims] == ["dim_0", "dim_1"]
+    assert [d["name"] for d in pipe.dims] == ["dim_0", "dim_1"]
     (batch,) = list(pipe)
     assert_same(as_numpy(batch.inputs)[0, 0], want)
     assert float(as_numpy(batch.inputs).mean()) == 49.5
