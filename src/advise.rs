@@ -115,6 +115,9 @@ pub struct Advice {
     pub not_measured: Vec<String>,
     /// Index in `candidates` of the fastest.
     pub best: usize,
+    /// Whether the store's own layout fed faster than every candidate: then the advice is
+    /// to keep it.
+    pub keep_store_layout: bool,
     /// Why it is the fastest, in a sentence or two.
     pub reason: String,
 }
@@ -212,7 +215,17 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
                 .total_cmp(&candidates[b].feed_bytes_per_s)
         })
         .unwrap_or(0);
-    let reason = reason(&candidates[best], &source, &candidates, &rates);
+    let keep_store_layout = source.feed_bytes_per_s >= candidates[best].feed_bytes_per_s;
+    let reason = match keep_store_layout {
+        true => format!(
+            "the store's own layout: it feeds {:.1} MB/s decoded, and the fastest other layout measured, {}, {:.1} MB/s ({:.2}x): keep it",
+            source.feed_bytes_per_s / 1e6,
+            candidates[best].name,
+            candidates[best].feed_bytes_per_s / 1e6,
+            candidates[best].feed_bytes_per_s / source.feed_bytes_per_s.max(1e-9)
+        ),
+        false => reason(&candidates[best], &source, &candidates, &rates),
+    };
     Ok(Advice {
         variable: variable.name().to_string(),
         sample: region,
@@ -226,6 +239,7 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
         candidates,
         not_measured,
         best,
+        keep_store_layout,
         reason,
     })
 }

@@ -178,6 +178,9 @@ pub enum StatsError {
     /// Laying out a variable's channels failed.
     #[error("statistics: laying out the channels")]
     Layout(#[from] zarrpipe_batcher::Error),
+    /// Reading the coordinates that name the channels failed.
+    #[error("statistics: naming the channels by their coordinates")]
+    Labels(#[source] zarrpipe_pipeline::Error),
     /// Finding the missing steps failed.
     #[error("statistics: finding missing steps")]
     Missing(#[from] zarrpipe_pipeline::Error),
@@ -255,6 +258,12 @@ pub async fn channel_stats(
             SampleLayout::new(dataset, &[name], &spec)
         })
         .collect::<Result<_, _>>()?;
+    let mut layouts = layouts;
+    for layout in &mut layouts {
+        zarrpipe_pipeline::label_channels(dataset, layout)
+            .await
+            .map_err(StatsError::Labels)?;
+    }
     let has_dim = layouts.iter().any(|l| l.variables()[0].axis(dim).is_some());
     let missing = match has_dim {
         true => Some(zarrpipe_pipeline::find_missing_steps(dataset, &names, dim).await?),

@@ -437,6 +437,34 @@ mod on_gpu {
         });
     }
 
+    /// Channels picked by level value (`xr_v3`: levels 1000, 850, 500, two to a chunk), out of
+    /// order and beside a surface variable, gathered on the GPU as on the CPU.
+    #[test]
+    fn selected_levels_match_the_cpu() {
+        let _gpu = share_gpu();
+        let url = common::store_path("xr_v3");
+        runtime().block_on(async {
+            let url = &url;
+            for levels in [vec![500.0, 1000.0], vec![850.0]] {
+                let picked = || {
+                    Pipeline::builder(url)
+                        .variables(["t2m", "z"])
+                        .select_channels("level", levels.clone())
+                        .window_spec(
+                            WindowSpec::new()
+                                .window("latitude", 5, 3)
+                                .window("longitude", 7, 6)
+                                .edge(Edge::Pad),
+                        )
+                        .shuffle(Shuffle::Full)
+                        .seed(4)
+                        .batch_size(3)
+                };
+                check_equal(picked, |v| v).await;
+            }
+        });
+    }
+
     /// Static fields and derived channels, in padded shuffled patches and in forecasting
     /// pairs, normalised (derived channels named in the statistics or not) and cast.
     #[test]

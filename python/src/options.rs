@@ -34,6 +34,8 @@ pub(crate) struct Config {
     pub edge: Edge,
     pub missing: Missing,
     pub select: Vec<(String, String, String)>,
+    /// Channels of stacked dimensions by coordinate value: (dim, values).
+    pub select_channels: Vec<(String, Vec<String>)>,
     pub normalize: Option<String>,
     pub nan_fill: Option<f32>,
     pub nan_mask: bool,
@@ -87,6 +89,7 @@ const KEYS: &[&str] = &[
     "edge",
     "missing",
     "select",
+    "select_channels",
     "normalize",
     "nan_fill",
     "nan_mask",
@@ -296,6 +299,7 @@ impl Config {
             edge,
             missing,
             select: get(options, "select")?.unwrap_or_default(),
+            select_channels: get(options, "select_channels")?.unwrap_or_default(),
             normalize: get(options, "normalize")?,
             nan_fill: get(options, "nan_fill")?,
             nan_mask: get(options, "nan_mask")?.unwrap_or(false),
@@ -383,6 +387,9 @@ impl Config {
                 static_fields: self.channel_inputs.0.clone(),
                 derived: self.channel_inputs.1.clone(),
             });
+        for (dim, values) in &self.select_channels {
+            builder = builder.select_channels(dim.clone(), values.iter().map(String::as_str));
+        }
         for (dim, from, to) in &self.select {
             builder = builder.select(dim.clone(), from.as_str(), to.as_str());
         }

@@ -190,6 +190,19 @@ def write_anemoi_like(path) -> str:
     return str(path)
 
 
+def write_levels(path, zarr_format: int = 3) -> str:
+    """ERA5 on pressure levels beside a surface field: z (time, level, latitude, longitude)
+    on levels 1000, 850, 600, 500 hPa, two levels to a chunk, and t2m (time, lat, lon)."""
+    r = rng(12)
+    ds = xr.Dataset(
+        {"z": (("time", "level", "latitude", "longitude"),
+               r.normal(5e4, 3e3, (NT, 4, NLAT, NLON)).astype(np.float32)),
+         "t2m": (("time", "latitude", "longitude"), temperatures(13).astype(np.float32))},
+        coords={"time": ("time", times()), "level": ("level", [1000, 850, 600, 500]),
+                **grid()})
+    return to_zarr(ds, path, zarr_format, {"z": {"chunks": (1, 2, NLAT, NLON)}})
+
+
 def write_root_array(path, zarr_format: int) -> str:
     values = np.arange(100, dtype=np.float32).reshape(10, 10)
     if zarr_format == 2:
@@ -442,3 +455,38 @@ def test_anemoi_like_data_equals_xarray(archive):
     inputs = as_numpy(batch.inputs)
     assert inputs.shape == (8, 3, 10)  # variable x ensemble stacked as 3 channels
     assert_same(inputs, want.reshape(8, 3, 10))
+
+
+def test_anemoi_variables_are_channels_named_and_picked_by_name(archive):
+    """anemoi keeps its variable names in the root attribute `variables`: channels are named
+    by them, and `select={"variable": [...]}` picks them in the order given."""
+    path = archive(write_anemoi_like, name="anemoi.zarr")
+    want = xarray_values(path, "data")
+    names = zarr.open_group(path, mode="r").attrs["variables"]
+    pipe = zarrpipe.Pipeline(path, variables=["data"], input_dims={"cell": 10}, batch_size=8,
+                             missing="ignore", tensors="raw")
+    assert pipe.channels == [f"data[variable={name},ensemble=0]" for name in names]
+    picked = [names[2], names[0]]
+    pipe = zarrpipe.Pipeline(path, variables=["data"], input_dims={"cell": 10}, batch_size=8,
+                             missing="ignore", tensors="raw", select={"variable": picked})
+    assert pipe.channels == [f"data[variable={name},ensemble=0]" for name in picked]
+    (batch,) = list(pipe)
+    assert_same(as_numpy(batch.inputs), want[:, [2, 0], 0, :].reshape(8, 2, 10))
+
+
+def test_levels_are_named_and_picked_by_value(archive):
+    """A level variable beside a surface one: channels named by the level's value, a list of
+    values picks them in its order, and the surface variable keeps its channel."""
+    path = archive(write_levels, name="levels.zarr")
+    with xr.open_zarr(path) as ds:
+        z = ds["z"].values.astype(np.float32)
+        t2m = ds["t2m"].values.astype(np.float32)
+    pipe = zarrpipe.Pipeline(path, variables=["t2m", "z"], batch_size=4, tensors="raw",
+                             select={"level": [850, 500]})
+    assert pipe.channels == ["t2m", "z[level=850]", "z[level=500]"]
+    got = np.concatenate([as_numpy(b.inputs) for b in pipe])
+    assert_same(got[:, 0], t2m)
+    assert_same(got[:, 1], z[:, 1])
+    assert_same(got[:, 2], z[:, 3])
+    with pytest.raises((zarrpipe.ZarrpipeError, ValueError), match="700"):
+        zarrpipe.Pipeline(path, variables=["t2m", "z"], select={"level": [700]})

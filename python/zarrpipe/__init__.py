@@ -320,7 +320,10 @@ class Pipeline:
       overlap. ``time`` is iterated (one sample per step) unless windowed. ``batch_dims`` and
       ``concat_input_dims`` as xbatcher's. ``edge``: ``"drop"`` windows that would cross the
       end, ``"pad"`` them (batches carry a ``mask``) or ``"shift"`` them back.
-    - ``select``: ``{dim: (from, to)}`` coordinate ranges (dates or numbers), ends included.
+    - ``select``: ``{dim: (from, to)}`` coordinate ranges (dates or numbers), ends included;
+      ``{dim: [v, ...]}`` (a list, or one value) the channels of a dimension stacked as
+      channels at those coordinate values, in that order (``{"level": [500, 850]}``; variables
+      without the dimension keep theirs). Channels are named by value: ``"z[level=500]"``.
     - ``history`` / ``leads``: forecasting pairs, ``history`` input steps and targets ``leads``
       steps ahead.
     - ``batch_size``, ``drop_last``; ``shuffle`` (False, True or ``"full"``, ``"blocks"``),
@@ -391,7 +394,7 @@ class Pipeline:
         leads: Sequence[int] | int | None = None,
         edge: str = "drop",
         missing: str = "skip",
-        select: Mapping[str, tuple[Any, Any]] | None = None,
+        select: Mapping[str, tuple[Any, Any] | list[Any] | Any] | None = None,
         normalize: Any = None,
         nan_fill: float | None = None,
         nan_mask: bool = False,
@@ -457,8 +460,13 @@ class Pipeline:
             "edge": edge,
             "missing": missing,
             "select": [
-                (dim, _coordinate_text(start), _coordinate_text(end))
-                for dim, (start, end) in (select or {}).items()
+                (dim, _coordinate_text(picked[0]), _coordinate_text(picked[1]))
+                for dim, picked in (select or {}).items() if isinstance(picked, tuple)
+            ],
+            "select_channels": [
+                (dim, [_coordinate_text(value) for value in
+                       (picked if isinstance(picked, list) else [picked])])
+                for dim, picked in (select or {}).items() if not isinstance(picked, tuple)
             ],
             "normalize": _normalize_json(normalize, url, variables, store_options,
                                          mask_and_scale, time_dim),

@@ -99,9 +99,13 @@ fn print_advice(url: &str, advice: &Advice) {
             figures.limited_by
         );
     };
-    row(&advice.source, "  ");
+    row(
+        &advice.source,
+        if advice.keep_store_layout { "* " } else { "  " },
+    );
     for (index, figures) in advice.candidates.iter().enumerate() {
-        row(figures, if index == advice.best { "* " } else { "  " });
+        let best = index == advice.best && !advice.keep_store_layout;
+        row(figures, if best { "* " } else { "  " });
     }
     for name in &advice.not_measured {
         println!("  {name}: not measured (time limit)");

@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use zarrpipe::batcher::{Batcher, MissingSteps, PlanSummary, SampleLayout};
-use zarrpipe::pipeline::apply_missing_steps;
+use zarrpipe::pipeline::{apply_missing_steps, label_channels};
 
 use super::store::StoreArgs;
 use super::windows::WindowArgs;
@@ -26,11 +26,12 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     } else {
         args.windows.variables.clone()
     };
-    let layout = SampleLayout::new(
+    let mut layout = SampleLayout::new(
         &dataset,
         &variables,
         &args.windows.resolved_spec(&dataset).await?,
     )?;
+    label_channels(&dataset, &mut layout).await?;
     let layout =
         Arc::new(apply_missing_steps(&dataset, layout, args.windows.missing.into()).await?);
     let batcher = Batcher::with_options(

@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 use zarrpipe::batcher::{Edge, EpochOptions, Missing, Ranks, Shuffle, WindowSpec};
-use zarrpipe::pipeline::{resolve_selections, Selection};
+use zarrpipe::pipeline::{resolve_selections, ChannelSelection, Selection};
 use zarrpipe::store::Dataset;
 
 /// `DIM=SIZE,DIM=SIZE` in the order given.
@@ -42,9 +42,11 @@ pub struct WindowArgs {
     #[arg(long, value_enum, default_value_t = EdgeArg::Drop)]
     pub edge: EdgeArg,
     /// Keep samples between two coordinate values of a dimension, ends included (repeatable):
-    /// `time=2000-01-01..2000-01-31T18:00`, `latitude=70..30`.
-    #[arg(long, value_name = "DIM=FROM..TO", value_parser = parse_selection)]
-    pub select: Vec<Selection>,
+    /// `time=2000-01-01..2000-01-31T18:00`, `latitude=70..30`; on a dimension stacked as
+    /// channels, the channels of the values listed or inside the range: `level=500,850`,
+    /// `level=300..700` (variables without it keep theirs).
+    #[arg(long, value_name = "DIM=FROM..TO|DIM=V,...", value_parser = parse_selection)]
+    pub select: Vec<SelectArg>,
     /// Forecasting pairs: input steps ending at each sample's time step (needs --leads).
     #[arg(long, value_name = "STEPS", requires = "leads")]
     pub history: Option<u64>,
@@ -123,7 +125,8 @@ impl WindowArgs {
 
     /// [`spec`](Self::spec) with the selections resolved to index ranges of `dataset`.
     pub async fn resolved_spec(&self, dataset: &Dataset) -> anyhow::Result<WindowSpec> {
-        Ok(resolve_selections(dataset, self.spec()?, &self.select).await?)
+        let (ranges, lists) = self.selections();
+        Ok(resolve_selections(dataset, self.spec()?, &ranges, &lists).await?)
     }
 
     /// The window specification, windows in the order --input-dims gives them.
@@ -149,14 +152,45 @@ impl WindowArgs {
     }
 }
 
-fn parse_selection(text: &str) -> Result<Selection, String> {
-    let (dim, range) = text.split_once('=').ok_or("expected DIM=FROM..TO")?;
-    let (from, to) = range.split_once("..").ok_or("expected DIM=FROM..TO")?;
-    Ok(Selection {
+/// A `--select`: a range of coordinate values, or a list of them.
+#[derive(Debug, Clone)]
+pub enum SelectArg {
+    Range(Selection),
+    Values(ChannelSelection),
+}
+
+impl WindowArgs {
+    /// The ranges and the value lists of `--select`.
+    pub fn selections(&self) -> (Vec<Selection>, Vec<ChannelSelection>) {
+        let mut ranges = Vec::new();
+        let mut lists = Vec::new();
+        for selection in &self.select {
+            match selection {
+                SelectArg::Range(range) => ranges.push(range.clone()),
+                SelectArg::Values(list) => lists.push(list.clone()),
+            }
+        }
+        (ranges, lists)
+    }
+}
+
+fn parse_selection(text: &str) -> Result<SelectArg, String> {
+    let expected = "expected DIM=FROM..TO or DIM=VALUE,VALUE,...";
+    let (dim, picked) = text.split_once('=').ok_or(expected)?;
+    if dim.is_empty() || picked.is_empty() {
+        return Err(expected.into());
+    }
+    if let Some((from, to)) = picked.split_once("..") {
+        return Ok(SelectArg::Range(Selection {
+            dim: dim.to_string(),
+            from: from.into(),
+            to: to.into(),
+        }));
+    }
+    Ok(SelectArg::Values(ChannelSelection {
         dim: dim.to_string(),
-        from: from.into(),
-        to: to.into(),
-    })
+        values: picked.split(',').map(|value| value.trim().into()).collect(),
+    }))
 }
 
 fn parse_sizes(text: &str) -> Result<DimSizes, String> {

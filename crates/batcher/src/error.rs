@@ -150,6 +150,16 @@ pub enum Error {
         dim: String,
     },
 
+    /// A selection of channels along a dimension that is not stacked as channels, that no
+    /// variable has, or with indices past its end.
+    #[error("channel selection on `{dim}`: {reason}")]
+    BadStackedSelection {
+        /// The dimension selected on.
+        dim: String,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// Padded windows together with a selection.
     #[error("padded windows cannot be combined with a selection on `{dim}`: padding is for the array's edge")]
     PadWithSelection {

@@ -53,6 +53,8 @@ pub struct SampleLayout {
     /// Under [`Missing::Fill`] with gaps: the time axis laid out on the regular grid, and the
     /// stored step of each grid step (`None`: a gap's step, NaN in the batches).
     grid: Option<(usize, Arc<Vec<Option<u64>>>)>,
+    /// Stacked dimensions cut to index lists ([`WindowSpec::stacked`]).
+    stacked: Vec<(String, Vec<u64>)>,
 }
 
 /// Batches fixed by the layout (xbatcher's `batch_dims` / `concat_input_dims`): `count`
@@ -174,20 +176,36 @@ pub struct Channel {
     pub variable: String,
     /// Its index along each stacked dimension, by name.
     pub index: Vec<(String, u64)>,
+    /// The coordinate value at each index, as text, where the dimension has a coordinate
+    /// (see [`SampleLayout::label_stacked`]); `None` where it has none.
+    pub values: Vec<Option<String>>,
 }
 
 impl Channel {
-    /// `t2m`, or `z[level=3]` for a stacked dimension.
+    /// `t2m`, or for a stacked dimension `z[level=500]` (by its coordinate value), or
+    /// `z[level=3]` (by index) where the dimension has no coordinate.
     pub fn label(&self) -> String {
-        if self.index.is_empty() {
-            return self.variable.clone();
+        let values = self.index.iter().enumerate().map(|(at, (dim, i))| {
+            match self.values.get(at).and_then(Option::as_ref) {
+                Some(value) => format!("{dim}={value}"),
+                None => format!("{dim}={i}"),
+            }
+        });
+        self.labelled(values)
+    }
+
+    /// `z[level=3]`: by index, whatever the coordinate (how statistics files written before
+    /// channels were named by value name them).
+    pub fn index_label(&self) -> String {
+        self.labelled(self.index.iter().map(|(dim, i)| format!("{dim}={i}")))
+    }
+
+    fn labelled(&self, parts: impl Iterator<Item = String>) -> String {
+        let parts: Vec<String> = parts.collect();
+        match parts.is_empty() {
+            true => self.variable.clone(),
+            false => format!("{}[{}]", self.variable, parts.join(",")),
         }
-        let index: Vec<String> = self
-            .index
-            .iter()
-            .map(|(dim, i)| format!("{dim}={i}"))
-            .collect();
-        format!("{}[{}]", self.variable, index.join(","))
     }
 }
 
@@ -266,7 +284,8 @@ impl SampleLayout {
         apply_ranges(&spec.ranges, &mut sample_dims)?;
         let derived_count = sources.len() - variables.len();
         check_sample_size(&variables, derived_count, &sample_dims, spec)?;
-        let (channels, channel_ranges, derived) = channels(&sources, &sample_dims);
+        let stacked = check_stacked(&spec.stacked, &variables, &sample_dims)?;
+        let (channels, channel_ranges, derived) = channels(&sources, &sample_dims, &stacked);
         let (input_offsets, target_offsets, forecast_axis) = match &spec.forecast {
             None => (vec![0], Vec::new(), None),
             Some(forecast) => forecast_offsets(forecast, &mut sample_dims)?,
@@ -288,6 +307,7 @@ impl SampleLayout {
             kept: None,
             skipped: 0,
             grid: None,
+            stacked,
         })
     }
 
@@ -633,6 +653,69 @@ impl SampleLayout {
         .collect()
     }
 
+    /// Parts of variable `variable`'s region for `sample` ([`region`](Self::region)), one
+    /// per run of consecutive selected indices along its selected stacked dimensions (one
+    /// part, the region, without selections), each with the number of its first channel
+    /// among the variable's channels. A part's channels follow each other as its indices do.
+    pub fn region_parts(&self, variable: usize, sample: &Sample) -> Vec<(Vec<Range<u64>>, usize)> {
+        let region = self.region(variable, sample);
+        let array = &self.variables[variable];
+        let mut parts = vec![(region, 0usize)];
+        // Channels of each stacked axis, from the last (fastest) to the first.
+        let mut stride = 1usize;
+        for (axis, name) in array.dims().iter().enumerate().rev() {
+            if self.sample_axis(name).is_some() {
+                continue;
+            }
+            let length = array.shape()[axis];
+            let Some((_, indices)) = self.stacked.iter().find(|(dim, _)| dim == name) else {
+                stride *= length as usize;
+                continue;
+            };
+            let runs = runs(indices);
+            parts = parts
+                .into_iter()
+                .flat_map(|(region, first)| {
+                    runs.iter().map(move |&(position, start, len)| {
+                        let mut region = region.clone();
+                        region[axis] = start..start + len;
+                        (region, first + position * stride)
+                    })
+                })
+                .collect();
+            stride *= indices.len();
+        }
+        parts
+    }
+
+    /// The channels variable `variable` has along its stacked axis `axis`: the selected
+    /// indices' count, else the dimension's length.
+    pub fn stacked_len(&self, variable: usize, axis: usize) -> u64 {
+        let array = &self.variables[variable];
+        let name = &array.dims()[axis];
+        match self.stacked.iter().find(|(dim, _)| dim == name) {
+            Some((_, indices)) => indices.len() as u64,
+            None => array.shape()[axis],
+        }
+    }
+
+    /// The stacked dimensions cut to index lists ([`WindowSpec::stacked`]).
+    pub fn stacked(&self) -> &[(String, Vec<u64>)] {
+        &self.stacked
+    }
+
+    /// Names the channels along stacked dimension `dim` by its coordinate's values (one per
+    /// index of the dimension), so labels read `z[level=500]`.
+    pub fn label_stacked(&mut self, dim: &str, values: &[String]) {
+        for channel in &mut self.channels {
+            for (at, (name, index)) in channel.index.iter().enumerate() {
+                if name == dim {
+                    channel.values[at] = values.get(*index as usize).cloned();
+                }
+            }
+        }
+    }
+
     /// A stable hash of what defines the samples (variables, sample dimensions, windows), for
     /// [`SamplerSpec::layout_hash`](crate::SamplerSpec): a saved state only resumes the same
     /// layout.
@@ -647,6 +730,12 @@ impl SampleLayout {
         for (_, kind) in &self.derived {
             hash.bytes(kind.name().as_bytes());
             hash.u64(0xfe);
+        }
+        // Likewise selected channels: layouts without selections hash as before.
+        for (dim, indices) in &self.stacked {
+            hash.bytes(dim.as_bytes());
+            indices.iter().for_each(|&index| hash.u64(index));
+            hash.u64(0xfd);
         }
         for dim in &self.sample_dims {
             hash.bytes(dim.name.as_bytes());
@@ -743,18 +832,17 @@ impl SampleLayout {
         for sample in shifted {
             let sample = &sample;
             for &variable in &per_batch {
-                let region = clip(
-                    &self.region(variable, sample),
-                    self.variables[variable].shape(),
-                );
                 let array = &self.variables[variable];
-                for chunk in array.chunks_in(&region) {
-                    let inner = array.inner_chunks_in(&chunk, &region);
-                    let entry = needed
-                        .entry((variable, chunk))
-                        .or_insert_with(|| inner.as_ref().map(|_| BTreeSet::new()));
-                    if let (Some(set), Some(inner)) = (entry.as_mut(), inner) {
-                        set.extend(inner);
+                for (region, _) in self.region_parts(variable, sample) {
+                    let region = clip(&region, array.shape());
+                    for chunk in array.chunks_in(&region) {
+                        let inner = array.inner_chunks_in(&chunk, &region);
+                        let entry = needed
+                            .entry((variable, chunk))
+                            .or_insert_with(|| inner.as_ref().map(|_| BTreeSet::new()));
+                        if let (Some(set), Some(inner)) = (entry.as_mut(), inner) {
+                            set.extend(inner);
+                        }
                     }
                 }
             }
@@ -1145,10 +1233,71 @@ fn derived_names(sources: &[Source]) -> Vec<&'static str> {
         .collect()
 }
 
+/// The indices of a stacked dimension of `length` that become channels: the selected ones,
+/// else all of them.
+fn stacked_indices(selections: &[(String, Vec<u64>)], dim: &str, length: u64) -> Vec<u64> {
+    match selections.iter().find(|(name, _)| name == dim) {
+        Some((_, indices)) => indices.clone(),
+        None => (0..length).collect(),
+    }
+}
+
+/// Channel selections must be on dimensions stacked as channels that some variable has,
+/// each index inside it, none twice.
+fn check_stacked(
+    selections: &[(String, Vec<u64>)],
+    variables: &[Arc<Variable>],
+    sample_dims: &[SampleDim],
+) -> Result<Vec<(String, Vec<u64>)>> {
+    for (dim, indices) in selections {
+        let fail = |reason: String| Error::BadStackedSelection {
+            dim: dim.clone(),
+            reason,
+        };
+        if sample_dims.iter().any(|sample_dim| &sample_dim.name == dim) {
+            return Err(fail("it is iterated or windowed, not stacked as channels: select a range FROM..TO of it".into()));
+        }
+        let length = variables
+            .iter()
+            .find_map(|variable| Some(variable.shape()[variable.axis(dim)?]))
+            .ok_or_else(|| fail("none of the variables has this dimension".into()))?;
+        if indices.is_empty() {
+            return Err(fail("no index selected".into()));
+        }
+        if let Some(&past) = indices.iter().find(|&&index| index >= length) {
+            return Err(fail(format!("index {past} is past its {length} elements")));
+        }
+        let mut seen = indices.clone();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != indices.len() {
+            return Err(fail("an index is selected twice".into()));
+        }
+    }
+    Ok(selections.to_vec())
+}
+
+/// Runs of consecutive indices in `indices` (in their order): (position of the run's first
+/// in `indices`, its first index, its length).
+fn runs(indices: &[u64]) -> Vec<(usize, u64, u64)> {
+    let mut runs: Vec<(usize, u64, u64)> = Vec::new();
+    for (position, &index) in indices.iter().enumerate() {
+        match runs.last_mut() {
+            Some((_, start, len)) if *start + *len == index => *len += 1,
+            _ => runs.push((position, index, 1)),
+        }
+    }
+    runs
+}
+
 /// The channels in order, each variable's range of them, and the derived ones' positions.
 type Channels = (Vec<Channel>, Vec<Range<usize>>, Vec<(usize, Derived)>);
 
-fn channels(sources: &[Source], sample_dims: &[SampleDim]) -> Channels {
+fn channels(
+    sources: &[Source],
+    sample_dims: &[SampleDim],
+    selections: &[(String, Vec<u64>)],
+) -> Channels {
     let mut channels = Vec::new();
     let mut ranges = Vec::new();
     let mut derived = Vec::new();
@@ -1159,29 +1308,33 @@ fn channels(sources: &[Source], sample_dims: &[SampleDim]) -> Channels {
                 channels.push(Channel {
                     variable: kind.name().to_string(),
                     index: Vec::new(),
+                    values: Vec::new(),
                 });
                 continue;
             }
             Source::Variable(variable) => variable,
         };
         let first = channels.len();
-        let stacked: Vec<(&String, u64)> = variable
+        // Each stacked dimension's indices: the selected ones, else all of them.
+        let stacked: Vec<(&String, Vec<u64>)> = variable
             .dims()
             .iter()
             .zip(variable.shape())
             .filter(|(name, _)| !sample_dims.iter().any(|dim| &dim.name == *name))
-            .map(|(name, &length)| (name, length))
+            .map(|(name, &length)| (name, stacked_indices(selections, name, length)))
             .collect();
-        let count: u64 = stacked.iter().map(|(_, length)| length).product();
+        let count: u64 = stacked.iter().map(|(_, at)| at.len() as u64).product();
         for flat in 0..count {
             let mut rest = flat;
             let mut index = vec![(String::new(), 0); stacked.len()];
-            for (slot, (name, length)) in index.iter_mut().zip(&stacked).rev() {
-                *slot = ((*name).clone(), rest % length);
-                rest /= length;
+            for (slot, (name, at)) in index.iter_mut().zip(&stacked).rev() {
+                let len = at.len() as u64;
+                *slot = ((*name).clone(), at[(rest % len) as usize]);
+                rest /= len;
             }
             channels.push(Channel {
                 variable: variable.name().to_string(),
+                values: vec![None; index.len()],
                 index,
             });
         }

@@ -71,6 +71,11 @@ pub struct WindowSpec {
     /// batch per window position.
     #[serde(default)]
     pub concat_input_dims: bool,
+    /// Dimensions stacked as channels, cut to these indices, in this order: only they
+    /// become channels, of the variables that have the dimension (`--select level=500,850`,
+    /// resolved by coordinate value). Variables without the dimension are not affected.
+    #[serde(default)]
+    pub stacked: Vec<(String, Vec<u64>)>,
 }
 
 impl WindowSpec {

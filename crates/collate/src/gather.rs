@@ -203,19 +203,47 @@ fn plan_window(
     (chunks, count): &(ChunkIndex<'_>, usize),
     pieces: &mut Vec<Piece>,
 ) -> Result<()> {
-    let variable = &layout.variables()[number];
-    let region = layout.region(number, sample);
     let static_position = layout
         .static_variables()
         .iter()
         .position(|&kept| kept == number)
         .map(|k| count + k);
+    // One part per run of selected channels (the whole region without selections).
+    let plane: u64 = layout.sample_shape()[1..].iter().product::<usize>() as u64;
+    for (region, first) in layout.region_parts(number, sample) {
+        let base = base + first as u64 * plane;
+        let part = (region.as_slice(), base, static_position);
+        plan_part(
+            layout,
+            sample,
+            number,
+            part,
+            dst_strides,
+            (chunks, *count),
+            pieces,
+        )?;
+    }
+    Ok(())
+}
+
+/// The pieces of one part of variable `number`'s region (`region_parts`), whose first
+/// channel starts at `base`.
+fn plan_part(
+    layout: &SampleLayout,
+    sample: &Sample,
+    number: usize,
+    (region, base, static_position): (&[std::ops::Range<u64>], u64, Option<usize>),
+    dst_strides: &[usize],
+    (chunks, _count): (&ChunkIndex<'_>, usize),
+    pieces: &mut Vec<Piece>,
+) -> Result<()> {
+    let variable = &layout.variables()[number];
     let boxes = match static_position {
-        Some(position) => static_box(variable, &region)
+        Some(position) => static_box(variable, region)
             .map(|whole| (position, whole))
             .into_iter()
             .collect(),
-        None => window_boxes(layout, number, &region)?
+        None => window_boxes(layout, number, region)?
             .into_iter()
             .map(|chunk| {
                 let &(position, _) = chunks
@@ -374,7 +402,8 @@ pub(crate) fn destination_strides(layout: &SampleLayout, variable: usize) -> Vec
         .collect();
     let sample_shape = layout.sample_shape();
     let plane: usize = sample_shape[1..].iter().product();
-    let variable = &layout.variables()[variable];
+    let number = variable;
+    let variable = &layout.variables()[number];
     let mut channel_stride = plane;
     let mut strides = vec![0; variable.dims().len()];
     // Stacked dims in reverse C order: the last one varies fastest between channels.
@@ -383,7 +412,7 @@ pub(crate) fn destination_strides(layout: &SampleLayout, variable: usize) -> Vec
             strides[axis] = sample_shape[position + 2..].iter().product();
         } else if layout.sample_axis(name).is_none() {
             strides[axis] = channel_stride;
-            channel_stride *= variable.shape()[axis] as usize;
+            channel_stride *= layout.stacked_len(number, axis) as usize;
         }
         // Iterated dims keep stride 0: the sample holds one step.
     }

@@ -198,45 +198,45 @@ impl HostCollator {
         out: &mut [f32],
     ) -> Result<()> {
         let variable = &self.layout.variables()[number];
-        let region = self.layout.region(number, sample);
         let strides = destination_strides(&self.layout, number);
-        if self.layout.is_static(number) {
-            let fields = self.options.static_fields.as_ref();
-            let field = fields
-                .and_then(|fields| Some(&fields.fields()[fields.field_of(&self.layout, number)?]))
-                .ok_or_else(|| Error::BadOptions {
+        let plane = self.plane_len();
+        let field = match self.layout.is_static(number) {
+            true => {
+                let fields = self.options.static_fields.as_ref();
+                let field = fields.and_then(|fields| {
+                    Some(&fields.fields()[fields.field_of(&self.layout, number)?])
+                });
+                Some(field.ok_or_else(|| Error::BadOptions {
                     reason: format!("no static field for variable `{}`", variable.name()),
-                })?;
-            if let Some(whole) = static_box(variable, &region) {
+                })?)
+            }
+            false => None,
+        };
+        // One part per run of selected channels (the whole region without selections).
+        for (region, first) in self.layout.region_parts(number, sample) {
+            let out = &mut out[first * plane..];
+            if let Some(field) = field {
+                if let Some(whole) = static_box(variable, &region) {
+                    let copy = BoxCopy {
+                        region: &region,
+                        chunk: &whole,
+                    };
+                    let (dtype, cf) = (field.dtype, variable.decoding());
+                    copy.run(dtype, cf, &field.bytes, &strides, out);
+                }
+                continue;
+            }
+            for window_box in window_boxes(&self.layout, number, &region)? {
+                let chunk = chunks
+                    .get(&(number, window_box.indices.as_slice()))
+                    .ok_or_else(|| missing_chunk(sample, variable, &window_box.indices))?;
                 let copy = BoxCopy {
                     region: &region,
-                    chunk: &whole,
+                    chunk: &window_box,
                 };
-                copy.run(
-                    field.dtype,
-                    variable.decoding(),
-                    &field.bytes,
-                    &strides,
-                    out,
-                );
+                let (dtype, cf) = (chunk.dtype(), variable.decoding());
+                copy.run(dtype, cf, &chunk.bytes, &strides, out);
             }
-            return Ok(());
-        }
-        for window_box in window_boxes(&self.layout, number, &region)? {
-            let chunk = chunks
-                .get(&(number, window_box.indices.as_slice()))
-                .ok_or_else(|| missing_chunk(sample, variable, &window_box.indices))?;
-            let copy = BoxCopy {
-                region: &region,
-                chunk: &window_box,
-            };
-            copy.run(
-                chunk.dtype(),
-                variable.decoding(),
-                &chunk.bytes,
-                &strides,
-                out,
-            );
         }
         Ok(())
     }

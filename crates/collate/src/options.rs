@@ -71,6 +71,9 @@ impl Normalization {
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
         let (channels, variables) = Self::stats_entries(json)?;
         check_values_decoded_alike(layout, json)?;
+        // Earlier formats named stacked channels by index (`z[level=3]`), not by value.
+        let report: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+        let by_index = report["format"] != "zarrpipe-stats/3";
         let count = layout.channels().len();
         let mut normalization = Self {
             mean: vec![0.0; count],
@@ -78,7 +81,10 @@ impl Normalization {
         };
         let derived = layout.derived_channels();
         for (number, channel) in layout.channels().iter().enumerate() {
-            let label = channel.label();
+            let label = match by_index {
+                true => channel.index_label(),
+                false => channel.label(),
+            };
             let entry = channels
                 .iter()
                 .find(|entry| entry["channel"] == label.as_str())

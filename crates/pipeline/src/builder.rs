@@ -15,7 +15,9 @@ use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
 use crate::channels::read_channel_inputs;
 use crate::missing::apply_missing_steps;
-use crate::select::{coordinate_values, resolve_selections, CoordValue, Selection};
+use crate::select::{
+    coordinate_values, label_channels, resolve_selections, ChannelSelection, CoordValue, Selection,
+};
 use crate::stream::BatchStream;
 use crate::{Error, PipelineExt, Result};
 
@@ -74,6 +76,7 @@ struct Config {
     decode_on: DecodeOn,
     decoder: Option<Arc<dyn BatchDecoder>>,
     selections: Vec<Selection>,
+    channel_selections: Vec<ChannelSelection>,
     missing: Missing,
     /// A layout resolved before (see [`PipelineBuilder::layout`]).
     layout: Option<Arc<SampleLayout>>,
@@ -124,6 +127,7 @@ impl PipelineBuilder {
             decode_on: DecodeOn::Cpu,
             decoder: None,
             selections: Vec::new(),
+            channel_selections: Vec::new(),
             missing: Missing::Skip,
             layout: None,
             store_options: StoreOptions::default(),
@@ -203,6 +207,23 @@ impl<P: CollateOn> PipelineBuilder<P> {
             dim: dim.into(),
             from: from.into(),
             to: to.into(),
+        });
+        self
+    }
+
+    /// Keeps the channels of `dim`, a dimension stacked as channels, whose coordinate values
+    /// are `values`, in that order (`--select level=500,850`; a range of a stacked dimension
+    /// through [`select`](Self::select) keeps the channels inside it). Variables without
+    /// `dim` are not affected, so surface and level variables mix. One value of a sample
+    /// dimension selects that step.
+    pub fn select_channels<V: Into<CoordValue>>(
+        mut self,
+        dim: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        self.config.channel_selections.push(ChannelSelection {
+            dim: dim.into(),
+            values: values.into_iter().map(Into::into).collect(),
         });
         self
     }
@@ -663,8 +684,11 @@ impl Config {
                 } else {
                     self.variables
                 };
-                let spec = resolve_selections(&dataset, self.spec, &self.selections).await?;
-                let layout = SampleLayout::new(&dataset, &variables, &spec)?;
+                let selections = (&self.selections, &self.channel_selections);
+                let spec =
+                    resolve_selections(&dataset, self.spec, selections.0, selections.1).await?;
+                let mut layout = SampleLayout::new(&dataset, &variables, &spec)?;
+                label_channels(&dataset, &mut layout).await?;
                 Arc::new(apply_missing_steps(&dataset, layout, self.missing).await?)
             }
         };

@@ -57,6 +57,7 @@
 #![warn(missing_docs)]
 
 mod builder;
+mod calendar;
 mod channels;
 mod error;
 #[cfg(feature = "cuda")]
@@ -75,7 +76,10 @@ pub use gpu::{GpuBatch, GpuDevice};
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use missing::{apply_missing_steps, find_missing_steps, time_dim, MAX_CHECKED_CHUNKS};
 pub use prefetch::Prefetch;
-pub use select::{index_range, resolve_selections, CoordValue, Selection};
+pub use select::{
+    dim_labels, index_range, label_channels, resolve_selections, ChannelSelection, CoordValue,
+    Selection,
+};
 pub use stream::BatchStream;
 #[cfg(feature = "candle")]
 pub use zarrpipe_collate::Candle;

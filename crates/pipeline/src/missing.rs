@@ -124,8 +124,10 @@ pub async fn find_missing_steps(
 struct Coordinate {
     dim: String,
     values: Vec<f64>,
-    /// CF time units (`hours since 2020-01-01`) with a Gregorian calendar.
+    /// CF time units (`hours since 2020-01-01`).
     units: Option<String>,
+    /// Its CF `calendar` (`None`: Gregorian).
+    calendar: Option<String>,
 }
 
 impl Coordinate {
@@ -137,16 +139,14 @@ impl Coordinate {
             return Ok(None);
         }
         let attribute = |name: &str| variable.attributes().get(name)?.as_str();
-        let gregorian = attribute("calendar").is_none_or(|calendar| {
-            matches!(calendar, "standard" | "gregorian" | "proleptic_gregorian")
-        });
         let units = attribute("units")
-            .filter(|units| units.contains(" since ") && gregorian)
+            .filter(|units| units.contains(" since "))
             .map(str::to_string);
         Ok(Some(Self {
             dim: dim.to_string(),
             values: coordinate_values(dataset, dim).await?,
             units,
+            calendar: attribute("calendar").map(str::to_string),
         }))
     }
 
@@ -154,7 +154,7 @@ impl Coordinate {
         let date = self
             .units
             .as_deref()
-            .and_then(|units| cf_date(value, units));
+            .and_then(|units| cf_date(value, units, self.calendar.as_deref()));
         date.unwrap_or_else(|| format!("{}={value}", self.dim))
     }
 

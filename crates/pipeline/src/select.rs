@@ -4,11 +4,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use zarrpipe_batcher::WindowSpec;
+use zarrpipe_batcher::{SampleLayout, WindowSpec};
 use zarrpipe_codec_gpu::{read_array, CpuDecoder};
 use zarrpipe_core::decoded_values_f64;
 use zarrpipe_store::Dataset;
 
+use crate::calendar::Calendar;
 use crate::{Error, Result};
 
 /// A coordinate value: a number in the coordinate's own units, or a date for CF time
@@ -48,6 +49,18 @@ pub struct Selection {
     pub to: CoordValue,
 }
 
+/// Channels of a dimension stacked as channels, picked by coordinate value, in the order
+/// given (`--select level=500,850`, `.select_channels("level", [500.0, 850.0])`): variables
+/// with the dimension get these channels, variables without it are not affected. On a sample
+/// dimension one value is the range from it to itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelSelection {
+    /// The dimension (its 1-D coordinate variable has the same name, else its indices count).
+    pub dim: String,
+    /// The coordinate values of the channels kept.
+    pub values: Vec<CoordValue>,
+}
+
 /// The index range of `selection`'s dimension whose coordinate values lie between its ends.
 pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Range<u64>> {
     let dim = &selection.dim;
@@ -79,7 +92,7 @@ pub async fn index_range(dataset: &Dataset, selection: &Selection) -> Result<Ran
         // Dates are shown as dates (when the units are CF time), numbers as numbers.
         let dates = matches!(selection.from, CoordValue::Date(_))
             || matches!(selection.to, CoordValue::Date(_));
-        let show = |value: f64| match dates.then(|| cf_date(value, units)).flatten() {
+        let show = |value: f64| match dates.then(|| cf_date(value, units, calendar)).flatten() {
             Some(date) => date,
             None => format!("{value}"),
         };
@@ -123,34 +136,185 @@ pub(crate) async fn coordinate_values(dataset: &Dataset, dim: &str) -> Result<Ve
     ))
 }
 
-/// `spec` with each selection resolved to an index range of `dataset` (reads coordinates).
+/// `spec` with each selection resolved against `dataset`'s coordinates: on a sample
+/// dimension (iterated or windowed) an index range; on a dimension stacked as channels the
+/// indices of the channels kept ([`WindowSpec::stacked`]), from a range or a list of values.
 pub async fn resolve_selections(
     dataset: &Dataset,
     mut spec: WindowSpec,
     selections: &[Selection],
+    channels: &[ChannelSelection],
 ) -> Result<WindowSpec> {
     for selection in selections {
         let range = index_range(dataset, selection).await?;
-        spec = spec.select_indices(selection.dim.clone(), range);
+        spec = match is_sample_dim(dataset, &spec, &selection.dim) {
+            true => spec.select_indices(selection.dim.clone(), range),
+            false => with_stacked(spec, &selection.dim, range.collect())?,
+        };
+    }
+    for selection in channels {
+        let dim = &selection.dim;
+        if is_sample_dim(dataset, &spec, dim) {
+            let [value] = selection.values.as_slice() else {
+                return Err(Error::Select {
+                    dim: dim.clone(),
+                    reason: "it is iterated or windowed: select a range FROM..TO of it, not a list of values (a list picks channels of a dimension stacked as channels)".into(),
+                });
+            };
+            let range = Selection {
+                dim: dim.clone(),
+                from: value.clone(),
+                to: value.clone(),
+            };
+            let range = index_range(dataset, &range).await?;
+            spec = spec.select_indices(dim.clone(), range);
+            continue;
+        }
+        let mut indices = Vec::with_capacity(selection.values.len());
+        for value in &selection.values {
+            indices.push(channel_index(dataset, dim, value).await?);
+        }
+        spec = with_stacked(spec, dim, indices)?;
     }
     Ok(spec)
 }
 
-/// A date as a number in CF `units` (`hours since 2000-01-01`), proleptic Gregorian calendar.
-fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Result<f64, String> {
-    if let Some(calendar) =
-        calendar.filter(|c| !matches!(*c, "standard" | "gregorian" | "proleptic_gregorian"))
-    {
-        return Err(format!(
-            "calendar `{calendar}` is not supported (only the Gregorian calendar)"
-        ));
+/// Whether `dim` is a sample dimension under `spec`: windowed, iterated, a batch dim, or the
+/// dataset's time dimension iterated by default.
+fn is_sample_dim(dataset: &Dataset, spec: &WindowSpec, dim: &str) -> bool {
+    let windowed = spec.windows.iter().any(|window| window.dim == dim);
+    let batched = spec.batch_dims.iter().any(|(name, _)| name == dim);
+    let iterated = match &spec.iterate {
+        Some(dims) => dims.iter().any(|name| name == dim),
+        None => dataset.time_dim().is_some_and(|time| time.name == dim),
+    };
+    windowed || batched || iterated
+}
+
+/// `spec` with stacked dimension `dim` cut to `indices` (once per dimension).
+fn with_stacked(mut spec: WindowSpec, dim: &str, indices: Vec<u64>) -> Result<WindowSpec> {
+    if spec.stacked.iter().any(|(name, _)| name == dim) {
+        return Err(Error::Select {
+            dim: dim.to_string(),
+            reason: "selected twice: give its channels in one selection".into(),
+        });
     }
+    spec.stacked.push((dim.to_string(), indices));
+    Ok(spec)
+}
+
+/// The index along `dim` of the coordinate value `value` (exactly that value; a dimension
+/// without a coordinate counts its indices).
+async fn channel_index(dataset: &Dataset, dim: &str, value: &CoordValue) -> Result<u64> {
+    let fail = |reason: String| Error::Select {
+        dim: dim.to_string(),
+        reason,
+    };
+    let has_coordinate = dataset
+        .variable(dim)
+        .is_ok_and(|coordinate| coordinate.dims() == [dim.to_string()]);
+    let values = match has_coordinate {
+        true => coordinate_values(dataset, dim).await?,
+        false => {
+            let length = dataset.dims().get(dim).copied().unwrap_or(0);
+            (0..length).map(|index| index as f64).collect()
+        }
+    };
+    let wanted = match value {
+        CoordValue::Number(number) => *number,
+        CoordValue::Date(text) => {
+            return match dim_labels(dataset, dim)
+                .await?
+                .iter()
+                .position(|label| label == text)
+            {
+                Some(index) => Ok(index as u64),
+                None => Err(fail(format!("no channel named `{text}`"))),
+            }
+        }
+    };
+    match values.iter().position(|&value| same_number(value, wanted)) {
+        Some(index) => Ok(index as u64),
+        None => {
+            let shown: Vec<String> = values.iter().take(40).map(|v| format!("{v}")).collect();
+            let more = if values.len() > 40 { ", ..." } else { "" };
+            Err(fail(format!(
+                "no coordinate value {wanted} (its values: {}{more})",
+                shown.join(", ")
+            )))
+        }
+    }
+}
+
+/// The names of `dim`'s elements: its 1-D coordinate's values (`500`, `0.25`), or for
+/// anemoi's `variable` dimension the names its root attribute `variables` lists; empty when
+/// neither exists.
+pub async fn dim_labels(dataset: &Dataset, dim: &str) -> Result<Vec<String>> {
+    let has_coordinate = dataset
+        .variable(dim)
+        .is_ok_and(|coordinate| coordinate.dims() == [dim.to_string()]);
+    if has_coordinate {
+        let values = coordinate_values(dataset, dim).await?;
+        return Ok(values.iter().map(|&value| number_label(value)).collect());
+    }
+    let length = dataset.dims().get(dim).copied().unwrap_or(0);
+    let named = dataset.attributes().get("variables").and_then(|names| {
+        names
+            .as_array()?
+            .iter()
+            .map(|name| name.as_str().map(str::to_string))
+            .collect::<Option<Vec<String>>>()
+    });
+    Ok(match named {
+        Some(names) if dim == "variable" && names.len() as u64 == length => names,
+        _ => Vec::new(),
+    })
+}
+
+/// A coordinate value as a label: as a float32 reads where it is one (`0.1` rather than
+/// `0.10000000149011612`), else as a float64.
+fn number_label(value: f64) -> String {
+    let single = value as f32;
+    match f64::from(single) == value {
+        true => format!("{single}"),
+        false => format!("{value}"),
+    }
+}
+
+/// Whether a coordinate value is the number a user wrote: equal, or equal as float32 for a
+/// coordinate that is a float32 value (`0.1` picks the float32 0.1).
+fn same_number(value: f64, wanted: f64) -> bool {
+    value == wanted || (f64::from(value as f32) == value && value as f32 == wanted as f32)
+}
+
+/// Names the channels of `layout` along each stacked dimension by [`dim_labels`].
+pub async fn label_channels(dataset: &Dataset, layout: &mut SampleLayout) -> Result<()> {
+    let mut dims: Vec<String> = layout
+        .channels()
+        .iter()
+        .flat_map(|channel| channel.index.iter().map(|(dim, _)| dim.clone()))
+        .collect();
+    dims.sort();
+    dims.dedup();
+    for dim in dims {
+        let labels = dim_labels(dataset, &dim).await?;
+        if !labels.is_empty() {
+            layout.label_stacked(&dim, &labels);
+        }
+    }
+    Ok(())
+}
+
+/// A date as a number in CF `units` (`hours since 2000-01-01`) of `calendar` (none:
+/// Gregorian; `noleap`, `360_day` and the other CF calendars as cftime counts them).
+fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Result<f64, String> {
+    let calendar = Calendar::parse(calendar)?;
     let (unit, epoch) = units.split_once(" since ").ok_or_else(|| {
         format!("a date was given, but the units `{units}` are not `<unit> since <date>`")
     })?;
     let seconds_per_unit = unit_seconds(unit)
         .ok_or_else(|| format!("time unit `{}` is not supported", unit.trim()))?;
-    Ok((seconds(date)? - seconds(epoch.trim())?) / seconds_per_unit)
+    Ok((seconds(date, calendar)? - seconds(epoch.trim(), calendar)?) / seconds_per_unit)
 }
 
 /// Seconds in a CF time unit (`hours`), as xarray reads them.
@@ -168,12 +332,18 @@ fn unit_seconds(unit: &str) -> Option<f64> {
 }
 
 /// Values of a CF time coordinate (`units` `hours since 2020-01-01`, Gregorian `calendar`)
-/// as seconds since 1970-01-01 00:00 UTC.
+/// as seconds since 1970-01-01 00:00 UTC (solar time needs the real calendar).
 pub(crate) fn cf_seconds_since_1970(
     values: &[f64],
     units: &str,
     calendar: Option<&str>,
 ) -> std::result::Result<Vec<f64>, String> {
+    if Calendar::parse(calendar)? != Calendar::Gregorian {
+        return Err(format!(
+            "calendar `{}` has no seconds since 1970 (derived time channels need the Gregorian calendar)",
+            calendar.unwrap_or_default()
+        ));
+    }
     let epoch = cf_time("1970-01-01", units, calendar)?;
     let (unit, _) = units.split_once(" since ").unwrap_or_default();
     let seconds_per_unit = unit_seconds(unit).unwrap_or(1.0);
@@ -183,18 +353,19 @@ pub(crate) fn cf_seconds_since_1970(
         .collect())
 }
 
-/// A number in CF `units` (`hours since 2000-01-01`) as a date, `2000-01-02T06:00`; `None`
-/// when the units are not CF time.
-pub(crate) fn cf_date(value: f64, units: &str) -> Option<String> {
+/// A number in CF `units` (`hours since 2000-01-01`) of `calendar` as a date,
+/// `2000-01-02T06:00`; `None` when the units are not CF time or the calendar is unknown.
+pub(crate) fn cf_date(value: f64, units: &str, calendar: Option<&str>) -> Option<String> {
+    let calendar = Calendar::parse(calendar).ok()?;
     let (unit, epoch) = units.split_once(" since ")?;
     let seconds_per_unit = unit_seconds(unit)?;
-    let total = seconds(epoch.trim()).ok()? + value * seconds_per_unit;
+    let total = seconds(epoch.trim(), calendar).ok()? + value * seconds_per_unit;
     if !total.is_finite() || total.abs() > 1e15 {
         return None;
     }
     let total = total.round() as i64;
     let (days, rest) = (total.div_euclid(86400), total.rem_euclid(86400));
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = calendar.date(days);
     let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
     Some(match second {
         0 => format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}"),
@@ -202,24 +373,8 @@ pub(crate) fn cf_date(value: f64, units: &str) -> Option<String> {
     })
 }
 
-/// The proleptic Gregorian date of a day number since 1970-01-01 (Howard Hinnant's
-/// algorithm, the inverse of [`days_from_civil`]).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Seconds since 1970-01-01 of `YYYY-MM-DD[( |T)HH:MM[:SS]]`.
-fn seconds(date: &str) -> std::result::Result<f64, String> {
+/// Seconds from `calendar`'s origin of `YYYY-MM-DD[( |T)HH:MM[:SS]]`.
+fn seconds(date: &str, calendar: Calendar) -> std::result::Result<f64, String> {
     let bad = || format!("`{date}` is not a date like 2020-01-31 or 2020-01-31T06:00");
     let (day, time) = date.split_once(['T', ' ']).unwrap_or((date, "00:00"));
     let parts: Vec<i64> = day
@@ -229,9 +384,7 @@ fn seconds(date: &str) -> std::result::Result<f64, String> {
     let [year, month, day] = parts[..] else {
         return Err(bad());
     };
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return Err(bad());
-    }
+    let days = calendar.days(year, month, day)?;
     let time = time.trim_end_matches('Z');
     let clock: Vec<f64> = time
         .split(':')
@@ -243,20 +396,7 @@ fn seconds(date: &str) -> std::result::Result<f64, String> {
         [h, m, s] => [h, m, s],
         _ => return Err(bad()),
     };
-    Ok(days_from_civil(year, month, day) as f64 * 86400.0
-        + hours * 3600.0
-        + minutes * 60.0
-        + seconds)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    Ok(days as f64 * 86400.0 + hours * 3600.0 + minutes * 60.0 + seconds)
 }
 
 #[cfg(test)]
@@ -265,8 +405,6 @@ mod tests {
 
     #[test]
     fn dates_become_cf_numbers() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
         assert_eq!(
             cf_time("2000-01-02", "hours since 2000-01-01", None),
             Ok(24.0)
@@ -283,11 +421,16 @@ mod tests {
             cf_time("2001-01-01", "days since 2000-01-01", None),
             Ok(366.0)
         ); // 2000 is a leap year
-        assert!(
-            cf_time("2000-01-02", "hours since 2000-01-01", Some("noleap"))
-                .unwrap_err()
-                .contains("noleap")
+        assert_eq!(
+            cf_time("2001-03-01", "days since 2001-02-28", Some("noleap")),
+            Ok(1.0)
         );
+        assert_eq!(
+            cf_time("2001-01-01", "days since 2000-01-01", Some("360_day")),
+            Ok(360.0)
+        );
+        assert!(cf_time("2001-02-29", "days since 2000-01-01", Some("noleap")).is_err());
+        assert!(cf_time("2000-01-02", "hours since 2000-01-01", Some("lunar")).is_err());
         assert!(cf_time("2000-13-02", "hours since 2000-01-01", None).is_err());
         assert_eq!(
             cf_seconds_since_1970(&[0.0, 1.5], "hours since 1970-01-02 00:00:00", None),
@@ -303,18 +446,22 @@ mod tests {
 
     #[test]
     fn cf_numbers_become_dates() {
-        for days in [-800_000, -1, 0, 59, 11_016, 11_017, 20_000, 2_000_000] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
         let units = "hours since 2000-01-01";
-        assert_eq!(cf_date(30.0, units).unwrap(), "2000-01-02T06:00");
-        assert_eq!(cf_date(-24.0, units).unwrap(), "1999-12-31T00:00");
+        assert_eq!(cf_date(30.0, units, None).unwrap(), "2000-01-02T06:00");
+        assert_eq!(cf_date(-24.0, units, None).unwrap(), "1999-12-31T00:00");
         assert_eq!(
-            cf_date(0.5, "minutes since 2000-01-01").unwrap(),
+            cf_date(0.5, "minutes since 2000-01-01", None).unwrap(),
             "2000-01-01T00:00:30"
         );
-        assert_eq!(cf_date(1.0, "K"), None);
+        assert_eq!(cf_date(1.0, "K", None), None);
+        assert_eq!(
+            cf_date(59.0, "days since 2001-01-01", Some("noleap")).unwrap(),
+            "2001-03-01T00:00"
+        );
+        assert_eq!(
+            cf_date(59.0, "days since 2001-01-01", Some("360_day")).unwrap(),
+            "2001-02-30T00:00"
+        );
     }
 
     #[test]
