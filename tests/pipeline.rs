@@ -47,7 +47,8 @@ async fn check_batches_equal_slices(url: &str) {
     assert_eq!(batches.num_batches(), 5);
     assert_eq!(layout.sample_shape(), vec![3, 4, 8]);
     let labels: Vec<String> = layout.channels().iter().map(|c| c.label()).collect();
-    assert_eq!(labels, ["t2m", "z[level=0]", "z[level=1]"]);
+    // Stacked channels are named by the level coordinate's values.
+    assert_eq!(labels, ["t2m", "z[level=50]", "z[level=1000]"]);
 
     let dataset = batches.dataset().clone();
     let t2m = bytes_to_f32(&read_whole(dataset.variable("t2m").unwrap()).await.unwrap());
@@ -599,7 +600,11 @@ async fn selections_by_date_and_latitude_band_keep_whole_samples_inside() {
     assert_eq!(touched(&train), [0, 1, 2].into());
     assert_eq!(touched(&validation), [3, 4, 5].into());
     for (builder, expected) in [
-        (t2m().select("level", 0.0, 2000.0), "not a sample dimension"),
+        // A range of a stacked dimension picks channels, of the variables that have it.
+        (
+            t2m().select("level", 0.0, 2000.0),
+            "none of the variables has this dimension",
+        ),
         (t2m().select("nope", 0.0, 1.0), "no 1-D coordinate"),
         (
             t2m().select("time", "2001-01-01", "2001-02-01"),
