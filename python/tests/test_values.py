@@ -17,7 +17,8 @@ def batches(pipe: zarrpipe.Pipeline) -> list[zarrpipe.Batch]:
 def test_whole_fields_stack_variables_and_levels_as_channels(xr_store):
     name, path = xr_store
     pipe = zarrpipe.Pipeline(path, variables=["t2m", "z", "tp"], batch_size=4, tensors="raw")
-    assert pipe.channels == ["t2m", "z[level=0]", "z[level=1]", "z[level=2]", "tp"]
+    # Levels are named by the level coordinate's values.
+    assert pipe.channels == ["t2m", "z[level=1000]", "z[level=850]", "z[level=500]", "tp"]
     assert pipe.sample_shape == (5, 11, 15)
     t2m, z, tp = (expected(name, v) for v in ("t2m", "z", "tp"))
     want = np.concatenate([t2m[:, None], z, tp[:, None].astype(np.float32)], axis=1)
