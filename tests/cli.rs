@@ -815,3 +815,63 @@ fn a_shape_of_2_62_is_refused_not_read_for_ever() {
     fails_saying(&zarrpipe(&["stats", path]), "overflows");
     fails_saying(&zarrpipe(&["run", path]), "overflows");
 }
+
+#[test]
+fn run_delivers_the_sum_xarray_decodes() {
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(archive("expected.json")).unwrap()).unwrap();
+    for store in [
+        "era5_int16_packed_v3.zarr",
+        "unsigned_v2.zarr",
+        "valid_time_v3.zarr",
+    ] {
+        let data_vars = expected["stores"][store]["data_vars"].as_object().unwrap();
+        let (name, want) = data_vars.iter().next().unwrap();
+        let values = want["decoded"]["values"].as_array().unwrap();
+        let sum: f64 = values
+            .iter()
+            .filter_map(|v| v.as_f64())
+            .map(|v| v as f32 as f64)
+            .sum();
+        let path = archive(store).to_string_lossy().into_owned();
+        let json: serde_json::Value = serde_json::from_str(
+            stdout(&zarrpipe(&[
+                "run",
+                &path,
+                "--var",
+                name,
+                "--checksum",
+                "--json",
+                "--missing",
+                "ignore",
+            ]))
+            .lines()
+            .last()
+            .unwrap(),
+        )
+        .unwrap();
+        let checksum = json["checksum"].as_f64().unwrap();
+        assert!(
+            (checksum - sum).abs() <= 1e-9 * sum.abs(),
+            "{store}: {checksum} vs xarray's {sum}"
+        );
+        assert_eq!(json["samples"], 6, "{store}: one sample per time step");
+    }
+}
+
+#[test]
+fn run_says_what_missing_steps_left_out() {
+    let text = stdout(&zarrpipe(&["run", &store_path("gaps_v2"), "--var", "t2m"]));
+    assert!(
+        text.contains("missing steps along `time`") && text.contains("--missing skip"),
+        "{text}"
+    );
+    let json = stdout(&zarrpipe(&[
+        "run",
+        &store_path("xr_v3"),
+        "--var",
+        "t2m",
+        "--json",
+    ]));
+    assert!(json.contains("\"io_covers\""), "{json}");
+}

@@ -587,3 +587,23 @@ async fn variables_with_any_name_read_over_s3_and_http() {
         }
     }
 }
+
+/// `info` over plain HTTP lists nothing (servers answer WebDAV's PROPFIND with an error page,
+/// retried each time): a few GETs, and the sizes it cannot know are unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_over_plain_http_sends_no_listing() {
+    let Some(http) = Loopback::http(fixtures().join("stores")).await else {
+        return;
+    };
+    let dataset = Dataset::open(&http.http_url("xr_v3")).await.unwrap();
+    let info = zarrpipe::info::describe(&dataset).await;
+    let log = http.faults.log();
+    assert!(log.iter().all(|line| line.starts_with("GET ")), "{log:?}");
+    assert!(log.len() <= 10, "{} requests: {log:?}", log.len());
+    assert!(info.variables.iter().all(|v| v.stored_bytes.is_none()));
+    let missing = info.missing.expect("the time coordinate is read");
+    assert!(missing
+        .unchecked
+        .iter()
+        .any(|why| why.contains("cannot be listed")));
+}

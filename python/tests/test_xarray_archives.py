@@ -490,3 +490,19 @@ def test_levels_are_named_and_picked_by_value(archive):
     assert_same(got[:, 2], z[:, 3])
     with pytest.raises((zarrpipe.ZarrpipeError, ValueError), match="700"):
         zarrpipe.Pipeline(path, variables=["t2m", "z"], select={"level": [700]})
+
+
+@pytest.mark.parametrize("write, variables", [
+    (write_int16_packed, ["t2m"]),
+    (write_float_fills, ["sst", "swh"]),
+])
+def test_rechunk_keeps_stored_values_and_their_encoding(archive, tmp_path, write, variables):
+    """`rechunk` copies the stored values and their encoding (a v2 store's `fill_value`
+    becomes v3's `_FillValue`): xarray decodes the copy as it decodes the source."""
+    source = archive(write, 2, name="source.zarr")
+    target = str(tmp_path / "rechunked.zarr")
+    zarrpipe.rechunk(source, target, {"time": 2})
+    for variable in variables:
+        assert_same(xarray_values(target, variable), xarray_values(source, variable))
+        raw = xarray_values(target, variable, mask_and_scale=False)
+        assert_same(raw, xarray_values(source, variable, mask_and_scale=False))
