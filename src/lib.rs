@@ -33,6 +33,7 @@ pub use zarrpipe_pipeline as pipeline;
 pub use zarrpipe_store as store;
 
 pub mod advise;
+pub mod bound;
 pub mod generate;
 pub mod info;
 pub mod rechunk;

@@ -875,3 +875,46 @@ fn run_says_what_missing_steps_left_out() {
     ]));
     assert!(json.contains("\"io_covers\""), "{json}");
 }
+
+#[test]
+fn bound_reads_and_decodes_every_chunk_file_with_the_codec_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    for codec in ["zstd", "blosc-lz4", "gzip", "none"] {
+        let path = dir.path().join(format!("{codec}.zarr"));
+        let path = path.to_str().unwrap();
+        stdout(&zarrpipe(&[
+            "generate", path, "--time", "2", "--levels", "2", "--lat", "16", "--lon", "32",
+            "--codec", codec,
+        ]));
+        let json: serde_json::Value = serde_json::from_str(&stdout(&zarrpipe(&[
+            "bound",
+            path,
+            "--threads",
+            "2",
+            "--passes",
+            "1",
+            "--decode-only",
+            "--json",
+        ])))
+        .unwrap();
+        // 4 surface fields and 3 level variables of 2 levels, 2 steps, 16 x 32 float32.
+        assert_eq!(json["chunks"], 2 * (4 + 3 * 2), "{codec}");
+        assert_eq!(
+            json["decoded_bytes"],
+            2 * (4 + 3 * 2) * 16 * 32 * 4,
+            "{codec}"
+        );
+        assert!(json["decoded_gb_per_s"].as_f64().unwrap() > 0.0, "{codec}");
+        assert!(
+            json["decode_only_gb_per_s"].as_f64().unwrap() > 0.0,
+            "{codec}"
+        );
+    }
+    let sharded = dir.path().join("sharded.zarr");
+    let sharded = sharded.to_str().unwrap();
+    stdout(&zarrpipe(&[
+        "generate", sharded, "--time", "2", "--levels", "1", "--lat", "16", "--lon", "32",
+        "--shard", "2",
+    ]));
+    fails_saying(&zarrpipe(&["bound", sharded]), "is sharded");
+}

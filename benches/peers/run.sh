@@ -153,6 +153,38 @@ for line in lines:
 EOF
 }
 
+# The CPU's bound on one dataset (`zarrpipe bound`: threads read each chunk file and
+# decompress it with the codec library alone into reused buffers, no zarrpipe stage), on every
+# core (what the host path uses) and on every core but two (CPU decoding beside a GPU); a
+# `cpu-bound` row each, `when` saying whether it ran before or after zarrpipe's rows.
+cpu_bound_rows() {
+  local dataset=$1 dir=$2 steps=$3 when=$4 cores
+  cores=$(nproc)
+  for threads in "$cores" $((cores > 2 ? cores - 2 : 1)); do
+    say "$dataset: zarrpipe bound --threads $threads ($when)"
+    timeout "${PEER_TIMEOUT:-600}" "$bin" bound "$dir" --threads "$threads" --passes "${PASSES:-2}" --json \
+      >"$work/bound.out" 2>"$work/bound.err"
+    python3 - "$dataset" "$threads" "$steps" "$when" "$work/bound.out" "$work/bound.err" <<'EOF' >>"$results"
+import json, sys
+dataset, threads, steps, when, out, err = sys.argv[1:7]
+tool = f"cpu-bound ({threads} threads, {when})"
+lines = [l for l in open(out) if l.startswith("{")]
+if not lines:
+    tail = " | ".join(open(err).read().strip().splitlines()[-2:])
+    print(json.dumps({"peer": "cpu-bound", "tool": tool, "dataset": dataset, "device": "cpu",
+                      "skipped": tail or "no output"}))
+else:
+    bound = json.loads(lines[-1])
+    print(json.dumps({"peer": "cpu-bound", "tool": tool, "dataset": dataset, "device": "cpu",
+                      "threads": int(threads), "when": when, "gb_per_s": bound["decoded_gb_per_s"],
+                      "seconds": bound["seconds"], "samples": int(steps),
+                      "samples_per_s": int(steps) / bound["seconds"],
+                      "decoded_bytes": bound["decoded_bytes"], "codec": bound["codec"],
+                      "notes": [f"{bound['chunks']} chunk files, read and decompressed by {threads} threads, no zarrpipe stage"]}))
+EOF
+  done
+}
+
 for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
   dir=$work/$dataset
   case $dataset in
@@ -182,6 +214,7 @@ for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
     "$bin" generate "$dir" "${gen[@]}" >&2 || { say "generating $dataset failed"; continue; }
     echo "${gen[*]}" >"$dir.args"
   fi
+  cpu_bound_rows "$dataset" "$dir" "${gen[1]}" before
   if [ "$device" != cpu ]; then
     if [ -n "${DECODES:-}" ]; then
       for decode in $DECODES; do zarrpipe_row "$dataset" "$dir" "$device" "$decode"; done
@@ -190,6 +223,7 @@ for dataset in ${DATASETS:-w1 w1-blosc-lz4 w1-sharded}; do
     fi
   fi
   zarrpipe_row "$dataset" "$dir" cpu
+  cpu_bound_rows "$dataset" "$dir" "${gen[1]}" after
   common=(--passes "${PASSES:-2}" --workers "${WORKERS:-8}" --peer-timeout "${PEER_TIMEOUT:-600}" --dataset "$dataset")
   [ -n "$deadline" ] && common+=(--deadline "$deadline")
   # shellcheck disable=SC2206 # options split on spaces, as given

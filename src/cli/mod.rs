@@ -1,6 +1,7 @@
 //! Command-line interface: argument parsing and one module per command.
 
 mod advise;
+mod bound;
 mod default_run;
 mod generate;
 mod info;
@@ -45,6 +46,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Rewrite a store as Zarr v3 with new chunks, shards and codec (resumable).
     Rechunk(rechunk::RechunkArgs),
+    /// The CPU's bound on a local store: threads read its chunk files and decompress them with
+    /// the codec library alone (reused buffers, no zarrpipe stage), decoded GB/s.
+    Bound(bound::BoundArgs),
     /// Measure this machine's read and decode rates on a sample of the store and of candidate
     /// layouts, and say which layout feeds it fastest and why.
     Advise(advise::AdviseArgs),
@@ -68,6 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Rechunk(args)) => rechunk::run(args).await,
         Some(Command::Advise(args)) => advise::run(args).await,
+        Some(Command::Bound(args)) => bound::run(args).await,
     }
 }
 
