@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The CPU's bound (`zarrpipe bound`) beside zarrpipe's two CPU decoding paths, epochs in a row,
+# three interleaved rounds on W1, W1 of 64 steps, w1-small and blosc-lz4:
+#   benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]
+# On a GPU host (the CPU decode + GPU collate row needs one); results in docs/benchmarks.md.
+set -u
+zp=${1:?usage: benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]}
+work=${2:-/tmp/zarrpipe-cpu-bound}
+mkdir -p "$work"
+cores=$(nproc)
+decode_threads=$((cores > 2 ? cores - 2 : 1))
+summary=$work/summary.py
+cat >"$summary" <<'EOF'
+import json, sys
+lines = [line for line in sys.stdin.read().splitlines() if line.startswith("{")]
+d = json.loads(lines[-1]) if lines else None
+if d is None:
+    print("no JSON")
+elif "chunks" in d:
+    print(f"{d['decoded_gb_per_s']:.2f} GB/s decoded ({d['chunks']} {d['codec']} chunks, {d['seconds']:.3f} s)")
+else:
+    print(f"{d['decoded_gb_per_s']:.2f} GB/s decoded, {d['epochs']} epochs in {d['seconds']:.3f} s")
+EOF
+declare -A gen=([w1]="--time 16" [w1-64]="--time 64" [w1-small]="--time 16 --chunks 320,640"
+                [w1-blosc-lz4]="--time 16 --codec blosc-lz4")
+datasets="w1 w1-64 w1-small w1-blosc-lz4"
+# shellcheck disable=SC2086 # the generate options split on spaces
+for ds in $datasets; do [ -e "$work/$ds/zarr.json" ] || "$zp" generate "$work/$ds" ${gen[$ds]} | tail -1; done
+for round in 1 2 3; do
+  for ds in $datasets; do
+    for threads in "$cores" "$decode_threads"; do
+      echo "round $round | $ds | bound $threads threads | $("$zp" bound "$work/$ds" --threads "$threads" --json | python3 "$summary")"
+    done
+    echo "round $round | $ds | host path (--device cpu) | $("$zp" bench "$work/$ds" --device cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
+    echo "round $round | $ds | CPU decode + GPU collate | $("$zp" bench "$work/$ds" --device cuda:0 --decode cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
+  done
+done
