@@ -506,3 +506,27 @@ def test_rechunk_keeps_stored_values_and_their_encoding(archive, tmp_path, write
         assert_same(xarray_values(target, variable), xarray_values(source, variable))
         raw = xarray_values(target, variable, mask_and_scale=False)
         assert_same(raw, xarray_values(source, variable, mask_and_scale=False))
+
+
+def test_anemoi_without_dimension_names_reads_as_later_anemoi(tmp_path):
+    """Older anemoi datasets name no dimensions (xarray cannot open them): zarrpipe names
+    `data`'s axes as anemoi does now, so time is iterated and the cells windowed."""
+    r = rng(9)
+    data = r.normal(0.0, 5.0, (8, 3, 1, 10)).astype(np.float32)
+    root = zarr.open_group(str(tmp_path / "old.zarr"), mode="w", zarr_format=2)
+    root.attrs["variables"] = ["2t", "10u", "msl"]
+    array = root.create_array("data", shape=data.shape, dtype="float32", chunks=(1, 3, 1, 10),
+                              fill_value=None)
+    array[...] = data
+    dates = root.create_array("dates", shape=(8,), dtype="datetime64[s]", chunks=(8,))
+    dates[...] = np.array(times(8).values, dtype="datetime64[s]")
+    path = str(tmp_path / "old.zarr")
+    pipe = zarrpipe.Pipeline(path, variables=["data"], input_dims={"cell": 5}, batch_size=16,
+                             missing="ignore", tensors="raw")
+    assert iterated(pipe) == ["time"]
+    assert pipe.num_samples == 16  # 8 steps x 2 windows of 5 cells
+    assert pipe.channels == [f"data[variable={name},ensemble=0]" for name in ["2t", "10u", "msl"]]
+    (batch,) = list(pipe)
+    got = as_numpy(batch.inputs).reshape(8, 2, 3, 5)
+    want = data[:, :, 0, :].reshape(8, 3, 2, 5).transpose(0, 2, 1, 3)
+    assert_same(got, want)

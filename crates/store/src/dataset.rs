@@ -5,6 +5,7 @@ use object_store::ObjectStore;
 use serde_json::{Map, Value};
 use zarrs_object_store::AsyncObjectStore;
 
+use crate::anemoi::name_anemoi_dims;
 use crate::location::Location;
 use crate::metadata::read_hierarchy;
 use crate::time_dim::{find_time_dim, TimeDim, TimeDimReason};
@@ -135,6 +136,7 @@ impl Dataset {
                 }),
             }
         }
+        name_anemoi_dims(&hierarchy.attributes, &mut variables);
         mark_coordinates(&mut variables, &mut unreadable);
         let time_dim = match &location.io.options.time_dim {
             Some(dim) => Some(chosen_time_dim(&location.url, &variables, dim)?),

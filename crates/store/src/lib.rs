@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+mod anemoi;
 mod cache;
 mod cf_attributes;
 mod chunk;

@@ -123,6 +123,12 @@ impl Variable {
         })
     }
 
+    /// Names the axes (datasets whose layout says what unnamed axes are: anemoi's).
+    pub(crate) fn rename_dims(&mut self, dims: Vec<String>) {
+        debug_assert_eq!(dims.len(), self.dims.len());
+        self.dims = dims;
+    }
+
     pub(crate) fn mark_coordinate(&mut self) {
         self.is_coordinate = true;
     }
