@@ -215,15 +215,9 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
                 .total_cmp(&candidates[b].feed_bytes_per_s)
         })
         .unwrap_or(0);
-    let keep_store_layout = source.feed_bytes_per_s >= candidates[best].feed_bytes_per_s;
+    let keep_store_layout = keeps_store_layout(&source, &candidates[best]);
     let reason = match keep_store_layout {
-        true => format!(
-            "the store's own layout: it feeds {:.1} MB/s decoded, and the fastest other layout measured, {}, {:.1} MB/s ({:.2}x): keep it",
-            source.feed_bytes_per_s / 1e6,
-            candidates[best].name,
-            candidates[best].feed_bytes_per_s / 1e6,
-            candidates[best].feed_bytes_per_s / source.feed_bytes_per_s.max(1e-9)
-        ),
+        true => keep_reason(&source, &candidates[best]),
         false => reason(&candidates[best], &source, &candidates, &rates),
     };
     Ok(Advice {
@@ -491,6 +485,22 @@ impl ReadModel {
     }
 }
 
+/// Whether the store's own layout fed at least as fast as the fastest candidate: then no
+/// candidate is worth a rewrite.
+fn keeps_store_layout(source: &LayoutFigures, best: &LayoutFigures) -> bool {
+    source.feed_bytes_per_s >= best.feed_bytes_per_s
+}
+
+fn keep_reason(source: &LayoutFigures, best: &LayoutFigures) -> String {
+    format!(
+        "the store's own layout: it feeds {:.1} MB/s decoded, and the fastest other layout measured, {}, {:.1} MB/s ({:.2}x): keep it",
+        source.feed_bytes_per_s / 1e6,
+        best.name,
+        best.feed_bytes_per_s / 1e6,
+        best.feed_bytes_per_s / source.feed_bytes_per_s.max(1e-9)
+    )
+}
+
 fn reason(
     best: &LayoutFigures,
     source: &LayoutFigures,
@@ -534,4 +544,36 @@ fn reason(
     }
     text.push('.');
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(name: &str, feed_bytes_per_s: f64) -> LayoutFigures {
+        LayoutFigures {
+            name: name.to_string(),
+            chunk: vec![1, 640, 1280],
+            shard: None,
+            codecs: vec!["zstd".into()],
+            objects: 8,
+            stored_bytes: 1 << 20,
+            decoded_bytes: 2 << 20,
+            read_s: 0.01,
+            cpu_decode_s: 0.01,
+            gpu_decode_s: None,
+            feed_bytes_per_s,
+            limited_by: "reads",
+        }
+    }
+
+    #[test]
+    fn a_slower_candidate_is_never_recommended_over_the_store() {
+        let source = figures("the store's layout", 100e6);
+        let slower = figures("tiles 320 x 640", 42e6);
+        assert!(keeps_store_layout(&source, &slower));
+        let text = keep_reason(&source, &slower);
+        assert!(text.contains("keep it") && text.contains("0.42x"), "{text}");
+        assert!(!keeps_store_layout(&source, &figures("shards", 150e6)));
+    }
 }

@@ -100,7 +100,7 @@ async fn a_chunk_of_several_selected_levels_is_read_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_channel_selections_say_what_is_wrong() {
     let error = |builder: PipelineBuilder| async move {
-        let error = builder.build().await.err().expect("refused");
+        let error = builder.build().await.expect_err("refused");
         zarrpipe::error_chain(&error)
     };
     let message = error(builder().select_channels("level", [700.0])).await;
