@@ -918,3 +918,20 @@ fn bound_reads_and_decodes_every_chunk_file_with_the_codec_alone() {
     ]));
     fails_saying(&zarrpipe(&["bound", sharded]), "is sharded");
 }
+
+#[test]
+fn decode_auto_without_a_gpu_decodes_on_the_cpu_and_says_why() {
+    if std::path::Path::new("/dev/nvidia0").exists() && cfg!(feature = "cuda") {
+        println!("skipped: this host has a GPU for `auto` to use");
+        return;
+    }
+    let text = stdout(&zarrpipe(&[
+        "run",
+        &store_path("xr_v3"),
+        "--var",
+        "t2m",
+        "--decode",
+        "auto",
+    ]));
+    assert!(text.contains("decode on the CPU (auto: "), "{text}");
+}

@@ -619,3 +619,38 @@ async fn selections_by_date_and_latitude_band_keep_whole_samples_inside() {
         assert!(error.contains(expected), "{error}");
     }
 }
+
+/// `auto` into host tensors in a build without `cuda`: every chunk decodes on the CPU, and
+/// the batches are the CPU pipeline's.
+#[cfg(not(feature = "cuda"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_decoding_without_the_cuda_feature_decodes_on_the_cpu() {
+    let url = common::store_path("xr_v3");
+    let build = |decode| {
+        Pipeline::builder(url.clone())
+            .variables(["t2m", "z"])
+            .batch_size(2)
+            .decode_on(decode)
+            .build()
+    };
+    let auto: Vec<Batch> = build(zarrpipe::pipeline::DecodeOn::Auto { gpu_share: None })
+        .await
+        .expect("auto falls back to the CPU")
+        .try_collect()
+        .await
+        .unwrap();
+    let cpu: Vec<Batch> = build(zarrpipe::pipeline::DecodeOn::Cpu)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(auto.len(), cpu.len());
+    for (a, c) in auto.iter().zip(&cpu) {
+        assert!(a
+            .inputs
+            .iter()
+            .zip(c.inputs.iter())
+            .all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+}

@@ -227,7 +227,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Device::Cpu => Side::Cpu,
         Device::Cuda(_) => Side::Gpu,
     };
-    let stages = Stages {
+    let mut stages = Stages {
         decode: args.decode.unwrap_or(match side {
             Side::Cpu => Decode::Cpu,
             Side::Gpu => Decode::Gpu,
@@ -238,10 +238,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Device::Cpu => 0,
         },
     };
+    // `auto` into host tensors calls a GPU in only when there is one.
+    let mut auto_note = String::new();
+    if stages.decode == Decode::Auto && stages.collate == Side::Cpu {
+        if let Some(reason) = no_usable_gpu() {
+            stages.decode = Decode::Cpu;
+            auto_note = format!(" (auto: {reason})");
+        }
+    }
     let dataset = Arc::new(args.store.open(&url).await?);
     if !args.json {
         println!(
-            "device: {device} ({why}); decode on the {}, collate on the {}",
+            "device: {device} ({why}); decode on the {}{auto_note}, collate on the {}",
             stages.decode, stages.collate
         );
     }
@@ -663,6 +671,14 @@ fn sample_with_progress() -> anyhow::Result<String> {
     });
     bar.finish_and_clear();
     path
+}
+
+/// Why no GPU can decode here, if none can: this build lacks `cuda`, or the host has no GPU.
+fn no_usable_gpu() -> Option<&'static str> {
+    if !cfg!(feature = "cuda") {
+        return Some("this build has no `cuda` feature");
+    }
+    (!Path::new("/dev/nvidia0").exists()).then_some("no GPU found")
 }
 
 /// The device to deliver to, and why it was chosen.

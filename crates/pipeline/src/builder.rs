@@ -495,6 +495,8 @@ impl<P: CollateOn> PipelineBuilder<P> {
     #[cfg_attr(not(feature = "cuda"), allow(clippy::unit_arg))] // StageGpu is () then
     fn open_gpu_if_used(&mut self) -> Result<StageGpu> {
         let needed = self.config.decode_on != DecodeOn::Cpu || P::NEEDS_GPU;
+        // `auto` into host tensors only calls the GPU in when there is one to call.
+        let optional = matches!(self.config.decode_on, DecodeOn::Auto { .. }) && !P::NEEDS_GPU;
         #[cfg(feature = "cuda")]
         if needed {
             if let Some(gpu) = self.config.gpu.take() {
@@ -509,18 +511,33 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 pinned_memory: self.config.gpu_pinned_memory,
                 ..Default::default()
             };
-            return Ok(Some(crate::GpuDevice::open(
-                options,
-                self.config.gpu_tensor_memory,
-            )?));
+            return match crate::GpuDevice::open(options, self.config.gpu_tensor_memory) {
+                Ok(gpu) => Ok(Some(gpu)),
+                Err(error) if optional => {
+                    self.decode_on_cpu_instead(&error.to_string());
+                    Ok(None)
+                }
+                Err(error) => Err(error),
+            };
         }
         match needed {
+            true if optional => {
+                self.decode_on_cpu_instead("this build has no `cuda` feature");
+                Ok(StageGpu::default())
+            }
             true => Err(Error::UnsupportedDevice {
                 device: self.config.device,
                 reason: "GPU stages need the `cuda` feature",
             }),
             false => Ok(StageGpu::default()),
         }
+    }
+
+    /// `auto` decoding without a usable GPU: every chunk decodes on the CPU, and the reason
+    /// is traced (`zarrpipe run` prints it).
+    fn decode_on_cpu_instead(&mut self, why: &str) {
+        tracing::warn!(target: "zarrpipe", "decode auto: no usable GPU ({why}), decoding on the CPU");
+        self.config.decode_on = DecodeOn::Cpu;
     }
 
     /// The decode stage, and the pace its split decoder reads (the stream records into it).
