@@ -1,17 +1,17 @@
-//! `examples/08_train_unet.rs` on the CPU: its `--tiny` run (the resnet18 U-Net trained on
+//! `examples/09_train_unet.rs` on the CPU: its `--tiny` run (the resnet18 U-Net trained on
 //! 32 x 32 crops of the sample store with host batches) must give finite losses that fall,
 //! and bad settings must fail with errors that say what to change. The example's own code is
 //! compiled in here, so this test needs no built example binary.
 
 #[allow(dead_code)]
-#[path = "../examples/08_train_unet.rs"]
+#[path = "../examples/09_train_unet.rs"]
 mod train_unet;
 
 use clap::Parser;
 use train_unet::{check_loss_falls, run, Args};
 
 fn args(flags: &[&str]) -> Args {
-    Args::parse_from(std::iter::once("08_train_unet").chain(flags.iter().copied()))
+    Args::parse_from(std::iter::once("09_train_unet").chain(flags.iter().copied()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

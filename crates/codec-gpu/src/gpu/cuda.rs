@@ -817,8 +817,8 @@ impl GpuDecoder {
     }
 
     /// For benchmarks: the time nvCOMP alone takes to decompress `chunks` already in device
-    /// memory (best of `repeats` calls, kernels and uploads excluded), and the bytes it wrote.
-    #[doc(hidden)]
+    /// memory (best of `repeats` calls, kernels and uploads excluded), and the bytes it wrote:
+    /// the bound the decoder's own time is judged against (`examples/03_decode_on_gpu.rs`).
     pub fn time_bare_nvcomp(
         &self,
         chunks: Vec<EncodedChunk>,

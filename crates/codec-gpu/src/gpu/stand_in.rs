@@ -87,7 +87,8 @@ impl GpuDecoder {
         match pending.never {}
     }
 
-    #[doc(hidden)]
+    /// For benchmarks: nvCOMP's own decompression time (never reached: no decoder exists
+    /// without `cuda`).
     pub fn time_bare_nvcomp(
         &self,
         _chunks: Vec<EncodedChunk>,

@@ -30,9 +30,9 @@
 //!
 //! ```sh
 //! # CPU, in CI: 32 x 32 crops of the embedded sample, a few steps; fails unless the loss falls
-//! cargo run --example 08_train_unet -- --tiny
+//! cargo run --example 09_train_unet -- --tiny
 //! # a GPU host (build set-up: scripts/cuda-build-env.sh), setup A's store
-//! cargo run --release --features candle --example 08_train_unet -- --url era5_a.zarr --loader gpu
+//! cargo run --release --features candle --example 09_train_unet -- --url era5_a.zarr --loader gpu
 //! ```
 
 use std::path::PathBuf;
