@@ -82,6 +82,20 @@ def reference_rows(rows):
     return gpu, cpu, check
 
 
+def like_for_like(reference, row, rows):
+    """The zarrpipe row a row is compared with: for a row timed with epochs in a row,
+    zarrpipe's GPU row timed the same way (`--decode gpu`, in a row), when there is one, so an
+    in-a-row row is not divided by an apart one."""
+    if reference is None or not row.get("epochs_in_a_row") or reference.get("epochs_in_a_row"):
+        return reference
+    in_a_row = [
+        r for r in rows
+        if is_zarrpipe(r) and on_gpu(r) and r.get("epochs_in_a_row") and "skipped" not in r
+    ]
+    return next((r for r in in_a_row if r.get("decode_option") == "gpu:in-a-row"),
+                in_a_row[0] if in_a_row else reference)
+
+
 def ratio(reference, row):
     if reference is None or not row.get("gb_per_s"):
         return ""
@@ -127,8 +141,9 @@ def markdown(host, rows):
             )
         out.append(desc + ".")
         out.append("")
-        # zarrpipe GPU / tool for every row; zarrpipe CPU / tool for the rows delivered to host
-        # memory (the CPU path's comparison). Without a GPU row, only the second.
+        # zarrpipe GPU / tool for every row (rows timed in a row against zarrpipe's GPU row timed
+        # in a row); zarrpipe CPU / tool for the rows delivered to host memory (the CPU path's
+        # comparison). Without a GPU row, only the second.
         columns = (["zarrpipe GPU / tool"] if gpu else []) + (["zarrpipe CPU / tool (host rows)"] if cpu else [])
         out.append(
             "| tool | delivered to | GB/s | samples/s | " + " | ".join(columns + ["checksum vs zarrpipe"]) + " |"
@@ -143,7 +158,9 @@ def markdown(host, rows):
                 reason = re.sub(r"\s+", " ", str(row["skipped"]))[:160].replace("|", "/")
                 out.append(f"| {label(row)} | {where} | – | – | " + "– | " * len(columns) + f"skipped: {reason} |")
                 continue
-            cells = ([ratio(gpu, row)] if gpu else []) + ([ratio(cpu, row) if not on_gpu(row) else ""] if cpu else [])
+            cells = ([ratio(like_for_like(gpu, row, drows), row)] if gpu else []) + (
+                [ratio(cpu, row) if not on_gpu(row) else ""] if cpu else []
+            )
             sps = row.get("samples_per_s") or (row["samples"] / row["seconds"] if row.get("seconds") else 0)
             out.append(
                 f"| {label(row)} | {where} | {row['gb_per_s']:.2f} | {sps:.1f} | "
