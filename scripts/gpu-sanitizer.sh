@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU decoder under compute-sanitizer (memcheck) on the corrupt-chunk tests, on a GPU host.
+# The GPU decoder under compute-sanitizer (memcheck) on the corrupt-chunk tests, and the gather
+# kernel on CF-decoded and level-selected batches, on a GPU host.
 #
 #   scripts/gpu-sanitizer.sh [GPU_DECODE_TEST_BINARY] [GPU_PIPELINE_TEST_BINARY]
 #
@@ -18,7 +19,9 @@ for run in "$decode scrambled_chunks_fail_alone_on_the_gpu" \
            "$decode truncated_chunks_fail_alone_on_the_gpu" \
            "$decode fixtures_decode_bit_identical_on_the_gpu" \
            "$decode pipelined_groups_decode_bit_identical_on_the_gpu" \
-           "$pipeline on_gpu::a_corrupt_chunk_fails_its_batch_only"; do
+           "$pipeline on_gpu::a_corrupt_chunk_fails_its_batch_only" \
+           "$pipeline on_gpu::cf_decoding_matches_the_cpu" \
+           "$pipeline on_gpu::selected_levels_match_the_cpu"; do
   set -- $run
   echo "== compute-sanitizer memcheck: $(basename "$1") $2"
   log=$(mktemp)
