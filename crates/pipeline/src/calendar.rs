@@ -176,6 +176,11 @@ mod tests {
         assert!(Calendar::Julian.days(1900, 2, 29).is_ok());
         assert!(Calendar::Gregorian.days(1900, 2, 29).is_err());
         assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+        for days in [-800_000, -1, 0, 59, 11_016, 11_017, 20_000, 2_000_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
         assert!(Calendar::parse(Some("lunar")).is_err());
     }
 }
