@@ -284,7 +284,8 @@ impl SampleLayout {
         apply_ranges(&spec.ranges, &mut sample_dims)?;
         let derived_count = sources.len() - variables.len();
         check_sample_size(&variables, derived_count, &sample_dims, spec)?;
-        let stacked = check_stacked(&spec.stacked, &variables, &sample_dims)?;
+        check_stacked(&spec.stacked, &variables, &sample_dims)?;
+        let stacked = spec.stacked.clone();
         let (channels, channel_ranges, derived) = channels(&sources, &sample_dims, &stacked);
         let (input_offsets, target_offsets, forecast_axis) = match &spec.forecast {
             None => (vec![0], Vec::new(), None),
@@ -1248,7 +1249,7 @@ fn check_stacked(
     selections: &[(String, Vec<u64>)],
     variables: &[Arc<Variable>],
     sample_dims: &[SampleDim],
-) -> Result<Vec<(String, Vec<u64>)>> {
+) -> Result<()> {
     for (dim, indices) in selections {
         let fail = |reason: String| Error::BadStackedSelection {
             dim: dim.clone(),
@@ -1274,7 +1275,7 @@ fn check_stacked(
             return Err(fail("an index is selected twice".into()));
         }
     }
-    Ok(selections.to_vec())
+    Ok(())
 }
 
 /// Runs of consecutive indices in `indices` (in their order): (position of the run's first

@@ -213,15 +213,7 @@ fn plan_window(
     for (region, first) in layout.region_parts(number, sample) {
         let base = base + first as u64 * plane;
         let part = (region.as_slice(), base, static_position);
-        plan_part(
-            layout,
-            sample,
-            number,
-            part,
-            dst_strides,
-            (chunks, *count),
-            pieces,
-        )?;
+        plan_part(layout, sample, number, part, dst_strides, chunks, pieces)?;
     }
     Ok(())
 }
@@ -234,7 +226,7 @@ fn plan_part(
     number: usize,
     (region, base, static_position): (&[std::ops::Range<u64>], u64, Option<usize>),
     dst_strides: &[usize],
-    (chunks, _count): (&ChunkIndex<'_>, usize),
+    chunks: &ChunkIndex<'_>,
     pieces: &mut Vec<Piece>,
 ) -> Result<()> {
     let variable = &layout.variables()[number];
@@ -393,7 +385,7 @@ fn merge_axes(axes: impl Iterator<Item = (u64, u64, u64)>) -> (Vec<u64>, Vec<u64
 }
 
 /// For each axis of variable number `variable`, the step in the sample tensor per element.
-pub(crate) fn destination_strides(layout: &SampleLayout, variable: usize) -> Vec<usize> {
+pub(crate) fn destination_strides(layout: &SampleLayout, number: usize) -> Vec<usize> {
     let window_dims: Vec<&str> = layout
         .sample_dims()
         .iter()
@@ -402,7 +394,6 @@ pub(crate) fn destination_strides(layout: &SampleLayout, variable: usize) -> Vec
         .collect();
     let sample_shape = layout.sample_shape();
     let plane: usize = sample_shape[1..].iter().product();
-    let number = variable;
     let variable = &layout.variables()[number];
     let mut channel_stride = plane;
     let mut strides = vec![0; variable.dims().len()];

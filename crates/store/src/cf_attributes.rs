@@ -106,19 +106,19 @@ fn unsigned(dtype: DType, attributes: &Map<String, Value>) -> Result<Option<DTyp
 
 /// The same bits read as the other signedness (`_Unsigned`).
 fn reinterpret(value: f64, stored: DType, read_as: Option<DType>) -> f64 {
-    let Some(read_as) = read_as else {
+    if read_as.is_none() {
         return value;
-    };
+    }
     let bits = value as i128;
-    match (stored, read_as) {
-        (DType::Int8, _) => f64::from(bits as i8 as u8),
-        (DType::Int16, _) => f64::from(bits as i16 as u16),
-        (DType::Int32, _) => f64::from(bits as i32 as u32),
-        (DType::Int64, _) => bits as i64 as u64 as f64,
-        (DType::UInt8, _) => f64::from(bits as u8 as i8),
-        (DType::UInt16, _) => f64::from(bits as u16 as i16),
-        (DType::UInt32, _) => f64::from(bits as u32 as i32),
-        (DType::UInt64, _) => bits as u64 as i64 as f64,
+    match stored {
+        DType::Int8 => f64::from(bits as i8 as u8),
+        DType::Int16 => f64::from(bits as i16 as u16),
+        DType::Int32 => f64::from(bits as i32 as u32),
+        DType::Int64 => bits as i64 as u64 as f64,
+        DType::UInt8 => f64::from(bits as u8 as i8),
+        DType::UInt16 => f64::from(bits as u16 as i16),
+        DType::UInt32 => f64::from(bits as u32 as i32),
+        DType::UInt64 => bits as u64 as i64 as f64,
         _ => value,
     }
 }

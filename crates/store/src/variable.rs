@@ -146,7 +146,7 @@ impl Variable {
     /// The prefix under which its objects (metadata and chunks) are listed; `None` for a
     /// root array, whose objects are the whole store's.
     pub fn list_prefix(&self) -> Option<object_store::path::Path> {
-        (!self.path.is_empty()).then(|| object_store::path::Path::parse(&self.path).ok())?
+        (!self.path.is_empty()).then(|| crate::io::object_path(&self.path).ok())?
     }
 
     /// Dimension names, one per axis: v3 `dimension_names`, v2 `_ARRAY_DIMENSIONS`, or
