@@ -24,7 +24,7 @@ use zarrpipe_core::{decoded_values_f64, DType};
 use zarrpipe_store::{ChunkRequest, Dataset, FetchExt, Variable};
 
 /// The JSON's format tag.
-pub const FORMAT: &str = "zarrpipe-stats/3";
+pub const FORMAT: &str = zarrpipe_collate::STATS_FORMAT;
 
 /// What `zarrpipe stats --json` writes.
 #[derive(Clone, Debug, PartialEq, Serialize)]

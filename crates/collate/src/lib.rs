@@ -67,7 +67,7 @@ pub use device::{DeviceCollator, DeviceTensor, Gpu, TensorPool};
 pub use error::{Error, Result};
 pub use gather::{GatherPlan, Piece, MAX_AXES};
 pub use host::HostCollator;
-pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType};
+pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType, STATS_FORMAT};
 pub use static_fields::{StaticField, StaticFields};
 
 /// The collate stage at batch level, for a stream of decoded batches

@@ -69,11 +69,11 @@ impl Normalization {
     /// statistics of the values (the `tendency` entries are for scaling a model's residuals:
     /// the pipeline delivers targets as values, not differences).
     pub fn from_stats_json(layout: &SampleLayout, json: &str) -> Result<Self> {
-        let (channels, variables) = Self::stats_entries(json)?;
-        check_values_decoded_alike(layout, json)?;
+        let report = parse_stats(json)?;
+        let (channels, variables) = stats_entries(&report)?;
+        check_values_decoded_alike(layout, &report)?;
         // Earlier formats named stacked channels by index (`z[level=3]`), not by value.
-        let report: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
-        let by_index = report["format"] != "zarrpipe-stats/3";
+        let by_index = report["format"] != STATS_FORMAT;
         let count = layout.channels().len();
         let mut normalization = Self {
             mean: vec![0.0; count],
@@ -126,44 +126,7 @@ impl Normalization {
     /// the report's `variables`), with an error that says what is wrong with it: cut short
     /// (a truncated file), not JSON, or JSON of another shape.
     pub fn parse_stats_json(json: &str) -> Result<Vec<serde_json::Value>> {
-        Ok(Self::stats_entries(json)?.1)
-    }
-
-    /// `(channels, variables)` entries of statistics JSON.
-    fn stats_entries(json: &str) -> Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
-        let value: serde_json::Value = serde_json::from_str(json).map_err(|error| {
-            let what = match error.classify() {
-                serde_json::error::Category::Eof => {
-                    "the statistics end early (a truncated file? write it again with `zarrpipe stats URL --json > FILE`)"
-                }
-                serde_json::error::Category::Syntax
-                | serde_json::error::Category::Io
-                | serde_json::error::Category::Data => {
-                    "the statistics are not valid JSON (a truncated or edited file? write it again with `zarrpipe stats URL --json > FILE`)"
-                }
-            };
-            Error::BadOptions {
-                reason: format!("{what}: {error}"),
-            }
-        })?;
-        let list = |value: &serde_json::Value| {
-            value
-                .as_array()
-                .filter(|l| l.iter().all(|e| e.is_object()))
-                .cloned()
-        };
-        match &value {
-            serde_json::Value::Array(_) => list(&value).map(|variables| (Vec::new(), variables)),
-            serde_json::Value::Object(report) => {
-                let channels = report.get("channels").map_or(Some(Vec::new()), list);
-                let variables = report.get("variables").map_or(Some(Vec::new()), list);
-                channels.zip(variables)
-            }
-            _ => None,
-        }
-        .ok_or_else(|| Error::BadOptions {
-            reason: "the statistics are not what `zarrpipe stats URL --json` prints (an object with `channels` and `variables`, or a list of per-variable entries)".into(),
-        })
+        Ok(stats_entries(&parse_stats(json)?)?.1)
     }
 
     fn check(&self, channels: usize) -> Result<()> {
@@ -192,11 +155,60 @@ impl Normalization {
     }
 }
 
+/// The format tag of the statistics `zarrpipe stats --json` writes, which
+/// [`Normalization::from_stats_json`] reads.
+pub const STATS_FORMAT: &str = "zarrpipe-stats/3";
+
+/// Statistics JSON, parsed, with an error that says what is wrong with it: cut short (a
+/// truncated file) or not JSON.
+fn parse_stats(json: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(json).map_err(|error| {
+        let what = match error.classify() {
+            serde_json::error::Category::Eof => {
+                "the statistics end early (a truncated file? write it again with `zarrpipe stats URL --json > FILE`)"
+            }
+            serde_json::error::Category::Syntax
+            | serde_json::error::Category::Io
+            | serde_json::error::Category::Data => {
+                "the statistics are not valid JSON (a truncated or edited file? write it again with `zarrpipe stats URL --json > FILE`)"
+            }
+        };
+        Error::BadOptions {
+            reason: format!("{what}: {error}"),
+        }
+    })
+}
+
+/// `(channels, variables)` entries of parsed statistics, or an error when they are JSON of
+/// another shape.
+fn stats_entries(
+    value: &serde_json::Value,
+) -> Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+    let list = |value: &serde_json::Value| {
+        value
+            .as_array()
+            .filter(|l| l.iter().all(|e| e.is_object()))
+            .cloned()
+    };
+    match value {
+        serde_json::Value::Array(_) => list(value).map(|variables| (Vec::new(), variables)),
+        serde_json::Value::Object(report) => {
+            let channels = report.get("channels").map_or(Some(Vec::new()), list);
+            let variables = report.get("variables").map_or(Some(Vec::new()), list);
+            channels.zip(variables)
+        }
+        _ => None,
+    }
+    .ok_or_else(|| Error::BadOptions {
+        reason: "the statistics are not what `zarrpipe stats URL --json` prints (an object with `channels` and `variables`, or a list of per-variable entries)".into(),
+    })
+}
+
 /// Statistics of CF-packed variables must have been computed on the values the batches
 /// hold: decoded (format `zarrpipe-stats/3`, `values: decoded`) when the dataset is decoded,
 /// stored when it is opened with `mask_and_scale` off. Earlier formats were always computed
 /// on stored values, so they are refused for packed variables rather than misread.
-fn check_values_decoded_alike(layout: &SampleLayout, json: &str) -> Result<()> {
+fn check_values_decoded_alike(layout: &SampleLayout, report: &serde_json::Value) -> Result<()> {
     let packed: Vec<&str> = layout
         .variables()
         .iter()
@@ -206,14 +218,13 @@ fn check_values_decoded_alike(layout: &SampleLayout, json: &str) -> Result<()> {
     if packed.is_empty() {
         return Ok(());
     }
-    let report: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
     let decoded_here = layout.variables().iter().any(|v| v.decoding().is_some());
     let here = if decoded_here { "decoded" } else { "stored" };
     let format = report["format"].as_str().unwrap_or("a list of entries");
     let values = report["computed_over"]["values"].as_str();
     let reason = match (format, values) {
-        ("zarrpipe-stats/3", Some(values)) if values == here => return Ok(()),
-        ("zarrpipe-stats/3", Some(values)) => format!(
+        (STATS_FORMAT, Some(values)) if values == here => return Ok(()),
+        (STATS_FORMAT, Some(values)) => format!(
             "the statistics were computed on {values} values and the batches hold {here} ones"
         ),
         _ => format!(
