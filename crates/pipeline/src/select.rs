@@ -170,10 +170,7 @@ pub async fn resolve_selections(
             spec = spec.select_indices(dim.clone(), range);
             continue;
         }
-        let mut indices = Vec::with_capacity(selection.values.len());
-        for value in &selection.values {
-            indices.push(channel_index(dataset, dim, value).await?);
-        }
+        let indices = channel_indices(dataset, dim, &selection.values).await?;
         spec = with_stacked(spec, dim, indices)?;
     }
     Ok(spec)
@@ -203,61 +200,82 @@ fn with_stacked(mut spec: WindowSpec, dim: &str, indices: Vec<u64>) -> Result<Wi
     Ok(spec)
 }
 
-/// The index along `dim` of the coordinate value `value` (exactly that value; a dimension
-/// without a coordinate counts its indices).
-async fn channel_index(dataset: &Dataset, dim: &str, value: &CoordValue) -> Result<u64> {
+/// The indices along `dim` of the channels `values` pick, in their order: numbers are
+/// matched (exactly) against its coordinate's values, or its indices where it has no
+/// coordinate; names against its labels ([`dim_labels`]). The coordinate is read once.
+async fn channel_indices(dataset: &Dataset, dim: &str, values: &[CoordValue]) -> Result<Vec<u64>> {
     let fail = |reason: String| Error::Select {
         dim: dim.to_string(),
         reason,
     };
-    let has_coordinate = dataset
-        .variable(dim)
-        .is_ok_and(|coordinate| coordinate.dims() == [dim.to_string()]);
-    let values = match has_coordinate {
-        true => coordinate_values(dataset, dim).await?,
-        false => {
-            let length = dataset.dims().get(dim).copied().unwrap_or(0);
-            (0..length).map(|index| index as f64).collect()
+    let coordinate = match has_coordinate(dataset, dim) {
+        true => Some(coordinate_values(dataset, dim).await?),
+        false => None,
+    };
+    let counted: Vec<f64>;
+    let numbers: &[f64] = match &coordinate {
+        Some(values) => values,
+        None => {
+            counted = (0..dim_length(dataset, dim))
+                .map(|index| index as f64)
+                .collect();
+            &counted
         }
     };
-    let wanted = match value {
-        CoordValue::Number(number) => *number,
-        CoordValue::Date(text) => {
-            return match dim_labels(dataset, dim)
-                .await?
+    let mut labels: Option<Vec<String>> = None;
+    let mut indices = Vec::with_capacity(values.len());
+    for value in values {
+        let index = match value {
+            CoordValue::Number(wanted) => numbers
+                .iter()
+                .position(|&value| same_number(value, *wanted))
+                .ok_or_else(|| {
+                    let shown: Vec<String> =
+                        numbers.iter().take(40).map(|v| format!("{v}")).collect();
+                    let more = if numbers.len() > 40 { ", ..." } else { "" };
+                    fail(format!(
+                        "no coordinate value {wanted} (its values: {}{more})",
+                        shown.join(", ")
+                    ))
+                })?,
+            CoordValue::Date(text) => labels
+                .get_or_insert_with(|| labels_of(dataset, dim, coordinate.as_deref()))
                 .iter()
                 .position(|label| label == text)
-            {
-                Some(index) => Ok(index as u64),
-                None => Err(fail(format!("no channel named `{text}`"))),
-            }
-        }
-    };
-    match values.iter().position(|&value| same_number(value, wanted)) {
-        Some(index) => Ok(index as u64),
-        None => {
-            let shown: Vec<String> = values.iter().take(40).map(|v| format!("{v}")).collect();
-            let more = if values.len() > 40 { ", ..." } else { "" };
-            Err(fail(format!(
-                "no coordinate value {wanted} (its values: {}{more})",
-                shown.join(", ")
-            )))
-        }
+                .ok_or_else(|| fail(format!("no channel named `{text}`")))?,
+        };
+        indices.push(index as u64);
     }
+    Ok(indices)
+}
+
+/// Whether `dim` has a 1-D coordinate variable of its name.
+fn has_coordinate(dataset: &Dataset, dim: &str) -> bool {
+    dataset
+        .variable(dim)
+        .is_ok_and(|coordinate| coordinate.dims() == [dim.to_string()])
+}
+
+fn dim_length(dataset: &Dataset, dim: &str) -> u64 {
+    dataset.dims().get(dim).copied().unwrap_or(0)
 }
 
 /// The names of `dim`'s elements: its 1-D coordinate's values (`500`, `0.25`), or for
 /// anemoi's `variable` dimension the names its root attribute `variables` lists; empty when
 /// neither exists.
 pub async fn dim_labels(dataset: &Dataset, dim: &str) -> Result<Vec<String>> {
-    let has_coordinate = dataset
-        .variable(dim)
-        .is_ok_and(|coordinate| coordinate.dims() == [dim.to_string()]);
-    if has_coordinate {
-        let values = coordinate_values(dataset, dim).await?;
-        return Ok(values.iter().map(|&value| number_label(value)).collect());
+    let coordinate = match has_coordinate(dataset, dim) {
+        true => Some(coordinate_values(dataset, dim).await?),
+        false => None,
+    };
+    Ok(labels_of(dataset, dim, coordinate.as_deref()))
+}
+
+/// [`dim_labels`] from the coordinate's values, when `dim` has a coordinate.
+fn labels_of(dataset: &Dataset, dim: &str, coordinate: Option<&[f64]>) -> Vec<String> {
+    if let Some(values) = coordinate {
+        return values.iter().map(|&value| number_label(value)).collect();
     }
-    let length = dataset.dims().get(dim).copied().unwrap_or(0);
     let named = dataset.attributes().get("variables").and_then(|names| {
         names
             .as_array()?
@@ -265,10 +283,10 @@ pub async fn dim_labels(dataset: &Dataset, dim: &str) -> Result<Vec<String>> {
             .map(|name| name.as_str().map(str::to_string))
             .collect::<Option<Vec<String>>>()
     });
-    Ok(match named {
-        Some(names) if dim == "variable" && names.len() as u64 == length => names,
+    match named {
+        Some(names) if dim == "variable" && names.len() as u64 == dim_length(dataset, dim) => names,
         _ => Vec::new(),
-    })
+    }
 }
 
 /// A coordinate value as a label: as a float32 reads where it is one (`0.1` rather than
