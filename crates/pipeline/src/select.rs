@@ -7,7 +7,7 @@ use std::sync::Arc;
 use zarrpipe_batcher::{SampleLayout, WindowSpec};
 use zarrpipe_codec_gpu::{read_array, CpuDecoder};
 use zarrpipe_core::decoded_values_f64;
-use zarrpipe_store::Dataset;
+use zarrpipe_store::{cf_unit_seconds, Dataset};
 
 use crate::calendar::Calendar;
 use crate::{Error, Result};
@@ -330,23 +330,9 @@ fn cf_time(date: &str, units: &str, calendar: Option<&str>) -> std::result::Resu
     let (unit, epoch) = units.split_once(" since ").ok_or_else(|| {
         format!("a date was given, but the units `{units}` are not `<unit> since <date>`")
     })?;
-    let seconds_per_unit = unit_seconds(unit)
+    let seconds_per_unit = cf_unit_seconds(unit)
         .ok_or_else(|| format!("time unit `{}` is not supported", unit.trim()))?;
     Ok((seconds(date, calendar)? - seconds(epoch.trim(), calendar)?) / seconds_per_unit)
-}
-
-/// Seconds in a CF time unit (`hours`), as xarray reads them.
-fn unit_seconds(unit: &str) -> Option<f64> {
-    Some(match unit.trim() {
-        "nanoseconds" | "nanosecond" | "ns" => 1e-9,
-        "microseconds" | "microsecond" | "us" => 1e-6,
-        "milliseconds" | "millisecond" | "ms" => 1e-3,
-        "seconds" | "second" | "s" => 1.0,
-        "minutes" | "minute" | "min" => 60.0,
-        "hours" | "hour" | "h" => 3600.0,
-        "days" | "day" | "d" => 86400.0,
-        _ => return None,
-    })
 }
 
 /// Values of a CF time coordinate (`units` `hours since 2020-01-01`, Gregorian `calendar`)
@@ -364,7 +350,7 @@ pub(crate) fn cf_seconds_since_1970(
     }
     let epoch = cf_time("1970-01-01", units, calendar)?;
     let (unit, _) = units.split_once(" since ").unwrap_or_default();
-    let seconds_per_unit = unit_seconds(unit).unwrap_or(1.0);
+    let seconds_per_unit = cf_unit_seconds(unit).unwrap_or(1.0);
     Ok(values
         .iter()
         .map(|value| (value - epoch) * seconds_per_unit)
@@ -376,7 +362,7 @@ pub(crate) fn cf_seconds_since_1970(
 pub(crate) fn cf_date(value: f64, units: &str, calendar: Option<&str>) -> Option<String> {
     let calendar = Calendar::parse(calendar).ok()?;
     let (unit, epoch) = units.split_once(" since ")?;
-    let seconds_per_unit = unit_seconds(unit)?;
+    let seconds_per_unit = cf_unit_seconds(unit)?;
     let total = seconds(epoch.trim(), calendar).ok()? + value * seconds_per_unit;
     if !total.is_finite() || total.abs() > 1e15 {
         return None;

@@ -59,7 +59,7 @@ pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
 pub use read_memory::{ReadBuffer, ReadMemory};
-pub use time_dim::{TimeDim, TimeDimReason};
+pub use time_dim::{cf_unit_seconds, TimeDim, TimeDimReason};
 pub use variable::{Variable, ZarrArray, MAX_CHUNK_BYTES};
 
 /// Stream adapters of the store stage.

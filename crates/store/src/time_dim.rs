@@ -141,38 +141,28 @@ fn meaning(
     reasons.into_iter().min()
 }
 
-/// CF's date units: `<unit> since <reference date>`, the unit one CF knows.
+/// CF's date units: `<unit> since <reference date>`, the unit one of [`cf_unit_seconds`].
 pub(crate) fn is_date_units(units: &str) -> bool {
     let Some((unit, reference)) = units.trim().split_once(" since ") else {
         return false;
     };
-    let unit = unit.trim().to_ascii_lowercase();
-    let known = [
-        "days",
-        "day",
-        "d",
-        "hours",
-        "hour",
-        "hr",
-        "h",
-        "minutes",
-        "minute",
-        "min",
-        "seconds",
-        "second",
-        "sec",
-        "s",
-        "milliseconds",
-        "millisecond",
-        "ms",
-        "microseconds",
-        "us",
-        "nanoseconds",
-        "ns",
-        "weeks",
-        "week",
-    ];
-    known.contains(&unit.as_str()) && !reference.trim().is_empty()
+    cf_unit_seconds(unit).is_some() && !reference.trim().is_empty()
+}
+
+/// Seconds in a CF time unit (`hours`, `days`, ...), as xarray and cftime read them; `None`
+/// for a unit that is not one of time.
+pub fn cf_unit_seconds(unit: &str) -> Option<f64> {
+    Some(match unit.trim().to_ascii_lowercase().as_str() {
+        "nanoseconds" | "nanosecond" | "ns" => 1e-9,
+        "microseconds" | "microsecond" | "us" => 1e-6,
+        "milliseconds" | "millisecond" | "ms" => 1e-3,
+        "seconds" | "second" | "sec" | "s" => 1.0,
+        "minutes" | "minute" | "min" => 60.0,
+        "hours" | "hour" | "hr" | "h" => 3600.0,
+        "days" | "day" | "d" => 86400.0,
+        "weeks" | "week" => 604_800.0,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
