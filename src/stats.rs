@@ -206,6 +206,16 @@ pub enum StatsError {
     },
 }
 
+/// The dimension statistics and their step range run along: `dim` when given, else the
+/// dataset's time dimension ([`Dataset::time_dim`]), else `time`.
+pub fn stats_dim(dataset: &Dataset, dim: Option<&str>) -> String {
+    match (dim, dataset.time_dim()) {
+        (Some(dim), _) => dim.to_string(),
+        (None, Some(time)) => time.name.clone(),
+        (None, None) => "time".to_string(),
+    }
+}
+
 /// Per-channel statistics of `options.variables` over `options.steps`, in one pass.
 pub async fn channel_stats(
     dataset: &Dataset,
@@ -219,12 +229,7 @@ pub async fn channel_stats(
     // Each variable laid out as a pipeline of its own lays it out by default: its channels are
     // its dims but time and the last two (so variables of different shapes need not share
     // a layout).
-    let dim = &match &options.dim {
-        Some(dim) => dim.clone(),
-        None => dataset
-            .time_dim()
-            .map_or_else(|| "time".to_string(), |time| time.name.clone()),
-    };
+    let dim = &stats_dim(dataset, options.dim.as_deref());
     let has = |name: &String| {
         dataset
             .variable(name)

@@ -95,10 +95,7 @@ fn stats_json(
         runtime().block_on(async {
             let dataset = zarrpipe::store::Dataset::open_with(&url, &options).await?;
             let chosen = dim.clone();
-            let dim = dim.unwrap_or_else(|| {
-                let time = dataset.time_dim();
-                time.map_or_else(|| "time".to_string(), |time| time.name.clone())
-            });
+            let dim = zarrpipe::stats::stats_dim(&dataset, dim.as_deref());
             let steps = match (&start, &end) {
                 (None, None) => None,
                 (from, to) => {

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use zarrpipe::codec::CpuDecoder;
 use zarrpipe::pipeline::{index_range, CoordValue, Selection};
-use zarrpipe::stats::{channel_stats, StatsOptions};
+use zarrpipe::stats::{channel_stats, stats_dim, StatsOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
@@ -33,10 +33,7 @@ pub struct StatsArgs {
 
 pub async fn run(args: StatsArgs) -> anyhow::Result<()> {
     let dataset = args.store.open(&args.url).await?;
-    let dim = args.dim.clone().unwrap_or_else(|| {
-        let time = dataset.time_dim();
-        time.map_or_else(|| "time".to_string(), |time| time.name.clone())
-    });
+    let dim = stats_dim(&dataset, args.dim.as_deref());
     let steps = match (&args.start, &args.end) {
         (None, None) => None,
         (start, end) => {
