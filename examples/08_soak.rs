@@ -15,7 +15,8 @@ use std::time::Instant;
 
 // The allocator the `zarrpipe` program uses, so the figures are the program's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: zarrpipe::core::RetainingAllocator<mimalloc::MiMalloc> =
+    zarrpipe::core::RetainingAllocator::new(mimalloc::MiMalloc);
 
 use zarrpipe::batcher::{EpochOptions, Shuffle};
 use zarrpipe::prelude::*;

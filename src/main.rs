@@ -7,10 +7,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-// Decoding allocates a buffer per chunk (megabytes each, thousands per epoch); mimalloc reuses
-// them where the system allocator maps and unmaps, faulting every page in again.
+// Reading allocates a buffer per chunk (megabytes each, thousands per epoch); mimalloc reuses
+// them where the system allocator maps and unmaps, faulting every page in again. Host batch
+// tensors (hundreds of megabytes) are kept for the next batch by `RetainingAllocator`.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: zarrpipe::core::RetainingAllocator<mimalloc::MiMalloc> =
+    zarrpipe::core::RetainingAllocator::new(mimalloc::MiMalloc);
 
 fn main() -> ExitCode {
     // Rust ignores SIGPIPE, so `println!` to a closed pipe (`zarrpipe stats URL | head -1`)

@@ -334,7 +334,7 @@ async fn truncated_chunk_names_variable_and_key() {
     assert!(
         matches!(
             error,
-            DecodeError::Decode { .. } | DecodeError::Frame { .. }
+            DecodeError::Decode { .. } | DecodeError::Codec { .. } | DecodeError::Frame { .. }
         ),
         "{error:?}"
     );
@@ -354,7 +354,7 @@ async fn corrupt_chunk_names_variable_and_key() {
     assert!(
         matches!(
             error,
-            DecodeError::Decode { .. } | DecodeError::Frame { .. }
+            DecodeError::Decode { .. } | DecodeError::Codec { .. } | DecodeError::Frame { .. }
         ),
         "{error:?}"
     );

@@ -23,9 +23,11 @@ mod pipeline;
 // As in the `zarrpipe` program (src/main.rs): fetching and decoding allocate a buffer per
 // chunk (megabytes each, hundreds per epoch), which mimalloc reuses where glibc's allocator
 // unmaps them and faults every page in again. Its local-dynamic TLS model (the crate's
-// `local_dynamic_tls` feature) is the one a library loaded with dlopen needs.
+// `local_dynamic_tls` feature) is the one a library loaded with dlopen needs. Host batch
+// tensors, freed when PyTorch lets them go, are kept for the next batch.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: zarrpipe::core::RetainingAllocator<mimalloc::MiMalloc> =
+    zarrpipe::core::RetainingAllocator::new(mimalloc::MiMalloc);
 
 /// The Tokio runtime every pipeline of the process runs its stages on, configured as the
 /// `zarrpipe` program's.

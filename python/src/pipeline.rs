@@ -452,6 +452,7 @@ impl NativeEpoch {
             ("batches", m.batches),
             ("cpu_decoded_chunks", m.cpu_decoded_chunks),
             ("gpu_decoded_chunks", m.gpu_decoded_chunks),
+            ("cpu_copied_chunks", m.cpu_copied_chunks),
         ];
         for (name, count) in counts {
             dict.set_item(name, count)?;

@@ -647,6 +647,7 @@ fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row:
         "gpu_busy_s": metrics.gpu_busy.as_secs_f64(),
         "cpu_decoded_chunks": metrics.cpu_decoded_chunks,
         "gpu_decoded_chunks": metrics.gpu_decoded_chunks,
+        "cpu_copied_chunks": metrics.cpu_copied_chunks,
         "consumer_wait_s": metrics.consumer_wait.as_secs_f64(),
         "wait_fraction": metrics.wait_fraction(seconds),
         "steady_wait_fraction": metrics.steady_wait_fraction(seconds),
@@ -778,6 +779,12 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
             ""
         },
     );
+    if metrics.cpu_copied_chunks > 0 {
+        println!(
+            "{} chunks decoded on the CPU into memory of their own and copied into the batch: their codec chain (sharding, a transpose, a filter other than shuffle) is not decoded in place",
+            metrics.cpu_copied_chunks
+        );
+    }
     if metrics.gpu_busy > std::time::Duration::ZERO {
         println!(
             "GPU: planning and staging {:.2} s on the host, {:.2} s on the device (upload, decode, collate), {:.1} ms per batch; chunks decoded: {} on the CPU, {} on the GPU",

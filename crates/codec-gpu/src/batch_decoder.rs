@@ -1,6 +1,8 @@
 //! The decode stage's swap point: a [`BatchDecoder`] turns one batch's encoded chunks into
 //! decoded chunks, in host memory ([`CpuDecoder`]) or in device memory (`GpuDecoder`, feature
-//! `cuda`). Collators take either, so a user swaps the decoder by swapping a value.
+//! `cuda`), or hands them on to be decoded where the collator places them ([`CpuDecoder`], by
+//! default: see [`placement`](crate::ChunkPlacement)). Collators take each, so a user swaps
+//! the decoder by swapping a value.
 
 use std::sync::Arc;
 
@@ -9,7 +11,9 @@ use futures::FutureExt;
 use zarrpipe_core::BatchStats;
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
-use crate::{ChunkDecoder, CpuDecoder, DecodePath, DecodedChunk, DeviceBatch, Result};
+use crate::{
+    ChunkDecoder, CpuDecoder, DecodePath, DecodedChunk, DeviceBatch, PendingChunks, Result,
+};
 
 /// One batch's decoded chunks, where the decoder left them.
 #[derive(Debug)]
@@ -19,6 +23,9 @@ pub enum DecodedChunks {
     /// In device memory: one buffer that owns the chunks and the stream that wrote them, so
     /// work on them is ordered after the decoding and the buffer outlives it.
     Device(DeviceBatch),
+    /// Read, not yet decoded: the collator has a CPU decoder decode them into the batch's
+    /// memory ([`PendingChunks::decode_into`]), each straight into its place where it can.
+    Pending(PendingChunks),
     /// Decoded by several decoders (a [`SplitDecoder`](crate::SplitDecoder)): each part
     /// where its decoder left it. Chunks are found by their request, so order does not matter.
     Split(Vec<DecodedChunks>),
@@ -29,6 +36,7 @@ impl DecodedChunks {
     pub fn into_host(self) -> Result<Vec<DecodedChunk>> {
         match self {
             Self::Host(chunks) => Ok(chunks),
+            Self::Pending(pending) => pending.into_host(),
             Self::Device(batch) => batch.into_host()?.into_iter().collect(),
             Self::Split(parts) => {
                 let mut chunks = Vec::new();
@@ -44,6 +52,7 @@ impl DecodedChunks {
     pub fn len(&self) -> usize {
         match self {
             Self::Host(chunks) => chunks.len(),
+            Self::Pending(pending) => pending.chunks().len(),
             Self::Device(batch) => batch.chunks.len(),
             Self::Split(parts) => parts.iter().map(Self::len).sum(),
         }
@@ -54,7 +63,8 @@ impl DecodedChunks {
         self.len() == 0
     }
 
-    /// What decoding cost: decoded bytes, chunks per side, CPU and GPU time.
+    /// What decoding cost: decoded bytes, chunks per side, CPU and GPU time (nothing yet for
+    /// pending chunks: [`PendingChunks::decode_into`] tells).
     pub fn stats(&self) -> BatchStats {
         let mut stats = BatchStats::default();
         match self {
@@ -65,6 +75,7 @@ impl DecodedChunks {
                     stats.cpu_decoded_chunks += 1;
                 }
             }
+            Self::Pending(_) => {}
             Self::Device(batch) => {
                 for chunk in batch.chunks.iter().flatten() {
                     stats.decoded_bytes += chunk.len as u64;
@@ -110,11 +121,17 @@ pub trait BatchDecoder: Send + Sync + std::fmt::Debug {
 }
 
 impl BatchDecoder for CpuDecoder {
-    /// Every chunk of the batch is queued on the decoder's rayon pool at once.
+    /// The batch's chunks handed on for the collator to place
+    /// ([`DecodedChunks::Pending`]); decoding at once, every chunk is queued on the decoder's
+    /// rayon pool at once.
     fn decode_chunks(
         self: Arc<Self>,
         chunks: Vec<EncodedChunk>,
     ) -> BoxFuture<'static, Result<DecodedChunks>> {
+        if !self.decodes_at_once() {
+            let pending = PendingChunks::new(chunks, (*self).clone());
+            return futures::future::ready(Ok(DecodedChunks::Pending(pending))).boxed();
+        }
         let decodes: Vec<_> = chunks
             .into_iter()
             .map(|chunk| ChunkDecoder::decode(&*self, chunk))

@@ -7,13 +7,21 @@ use futures::future::BoxFuture;
 use zarrpipe_store::EncodedChunk;
 use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
+use crate::direct::DirectChain;
 use crate::{ChunkDecoder, DecodedChunk, Error, Result};
 
-/// Decodes chunks with zarrs' codecs on a rayon thread pool, one chunk per task, so the
-/// chunks of a batch decode in parallel on every core.
+/// Decodes chunks on a rayon thread pool, one chunk per task, so the chunks of a batch
+/// decode in parallel on every core: common chains with the codec libraries straight into
+/// the memory they go to, the others with zarrs' codecs.
+///
+/// As a [`BatchDecoder`](crate::BatchDecoder) it hands a batch's chunks on undecoded
+/// ([`DecodedChunks::Pending`](crate::DecodedChunks::Pending)), for the collator to have them
+/// decoded into the batch's memory; [`decoding_at_once`](Self::decoding_at_once) makes it
+/// decode each batch into chunks of their own instead.
 #[derive(Clone, Debug, Default)]
 pub struct CpuDecoder {
     pool: Option<Arc<rayon::ThreadPool>>,
+    at_once: bool,
 }
 
 impl CpuDecoder {
@@ -24,7 +32,24 @@ impl CpuDecoder {
 
     /// Decodes on the given pool.
     pub fn with_pool(pool: Arc<rayon::ThreadPool>) -> Self {
-        Self { pool: Some(pool) }
+        Self {
+            pool: Some(pool),
+            at_once: false,
+        }
+    }
+
+    /// Decodes each batch when it comes, into chunks of their own
+    /// ([`DecodedChunks::Host`](crate::DecodedChunks::Host)), instead of where the collator
+    /// places them: for a decoder whose time is measured where it decodes, or whose chunks
+    /// are wanted as such.
+    pub fn decoding_at_once(mut self) -> Self {
+        self.at_once = true;
+        self
+    }
+
+    /// Whether batches decode when they come ([`decoding_at_once`](Self::decoding_at_once)).
+    pub fn decodes_at_once(&self) -> bool {
+        self.at_once
     }
 
     /// The threads chunks decode on: its pool's, or rayon's global pool's.
@@ -36,10 +61,18 @@ impl CpuDecoder {
             })
     }
 
-    fn spawn(&self, task: impl FnOnce() + Send + 'static) {
+    pub(crate) fn spawn(&self, task: impl FnOnce() + Send + 'static) {
         match &self.pool {
             Some(pool) => pool.spawn(task),
             None => rayon::spawn(task),
+        }
+    }
+
+    /// Runs `work` (parallel iterators) on the decoder's pool, blocking the caller.
+    pub(crate) fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(work),
+            None => work(),
         }
     }
 }
@@ -121,6 +154,9 @@ fn check_frames(chunk: &EncodedChunk) -> Result<()> {
 }
 
 fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    if let Some(chain) = direct_chain(&chunk.request.variable) {
+        return decode_direct(chunk, chain);
+    }
     check_frames(&chunk)?;
     let started = Instant::now();
     let EncodedChunk {
@@ -176,6 +212,28 @@ fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
         missing: bytes.is_none(),
         request,
         fetch_time,
+        decode_time: started.elapsed(),
+    })
+}
+
+/// `variable`'s chain, if the codec libraries decode it straight into a given buffer.
+pub(crate) fn direct_chain(variable: &zarrpipe_store::Variable) -> Option<DirectChain> {
+    let chain = crate::chain::GpuChain::of(variable).ok()?;
+    DirectChain::of(&chain, variable.dtype().size())
+}
+
+/// Decodes a chunk of a [`DirectChain`] into a buffer of its own. The codec writes at most
+/// the chunk's size, whatever a frame header declares, so no frame check is needed first.
+fn decode_direct(chunk: EncodedChunk, chain: DirectChain) -> Result<DecodedChunk> {
+    let started = Instant::now();
+    let mut bytes = vec![0; chunk.request.variable.decoded_chunk_bytes() as usize];
+    crate::placement::write_chunk(&chunk, chain, &mut bytes)?;
+    Ok(DecodedChunk {
+        bytes,
+        stored_len: chunk.stored_len(),
+        missing: chunk.bytes.is_none(),
+        request: chunk.request,
+        fetch_time: chunk.fetch_time,
         decode_time: started.elapsed(),
     })
 }

@@ -24,6 +24,19 @@ pub enum Error {
         source: zarrs::array::CodecError,
     },
 
+    /// A codec library refused a chunk's bytes on the CPU.
+    #[error("cannot decode chunk `{key}` of variable `{variable}` ({codec}): {message}")]
+    Codec {
+        /// The variable's name.
+        variable: String,
+        /// The chunk key that failed.
+        key: String,
+        /// The codec that failed.
+        codec: &'static str,
+        /// What it said.
+        message: String,
+    },
+
     /// A chunk that decoded to the wrong number of bytes.
     #[error(
         "chunk `{key}` of variable `{variable}` decoded to {actual} bytes, expected {expected}"

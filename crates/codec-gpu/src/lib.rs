@@ -23,7 +23,8 @@
 //!     .decode_batches(decoder)
 //!     .try_collect()
 //!     .await?;
-//! assert!(matches!(batches[0].payload, DecodedChunks::Host(_)));
+//! //! // The CPU decoder leaves each batch for the collator to decode into its tensor.
+//! assert!(matches!(batches[0].payload, DecodedChunks::Pending(_)));
 //! # Ok(()) }
 //! ```
 //!
@@ -44,6 +45,7 @@ mod cpu;
 mod decode;
 mod decode_batches;
 mod decoded;
+mod direct;
 mod error;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod frame_error;
@@ -52,6 +54,7 @@ mod frames;
 mod gpu;
 #[cfg(test)]
 mod interpret;
+mod placement;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod plan;
 mod read;
@@ -83,6 +86,7 @@ pub use gpu::{cudarc, kernel, load_module, trim_memory_pool, DeviceMemory};
 pub use gpu::{
     BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch, PlannedBatch,
 };
+pub use placement::{ChunkPlacement, ChunkRuns, PendingChunks};
 pub use read::{decode_every_chunk, read_array};
 pub use split::{SplitDecoder, SplitPolicy};
 

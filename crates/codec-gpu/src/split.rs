@@ -418,7 +418,11 @@ impl SplitDecoder {
             Side::Gpu => self.gpu.clone(),
         };
         let part = PartInFlight::start(self, side);
-        let decoded = decoder.decode_chunks(chunks).await?;
+        let decoded = match decoder.decode_chunks(chunks).await? {
+            // The side's rate is learnt from when it finishes: decode now.
+            DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
+            decoded => decoded,
+        };
         let gpu_time = match side {
             Side::Gpu => decoded.stats().gpu_busy,
             Side::Cpu => Duration::ZERO,

@@ -31,8 +31,9 @@ pub trait BatchCollator: Send + Sync + std::fmt::Debug {
 impl BatchCollator for HostCollator {
     type Place = crate::Host;
 
-    /// On rayon's pool (chunks decoded on the GPU are copied to the host first). One batch at a
-    /// time: a batch already uses every core.
+    /// On rayon's pool (chunks decoded on the GPU are copied to the host first, pending
+    /// chunks decoded into the tensor). Two batches at once: each uses every core, and the
+    /// second fills the cores the first's last chunks leave idle.
     fn collate_batch(self: Arc<Self>, batch: DecodedBatch) -> BoxFuture<'static, Result<Batch>> {
         async move {
             let started = Instant::now();
@@ -41,5 +42,9 @@ impl BatchCollator for HostCollator {
             Ok(batch)
         }
         .boxed()
+    }
+
+    fn batches_in_flight(&self) -> usize {
+        2
     }
 }

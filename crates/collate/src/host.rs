@@ -5,17 +5,19 @@ use std::sync::Arc;
 use ndarray::{ArrayD, IxDyn};
 use rayon::prelude::*;
 use zarrpipe_batcher::{Sample, SampleDim, SampleLayout};
-use zarrpipe_codec_gpu::DecodedChunk;
-use zarrpipe_core::{decode_to_f32, CfDecoding, DType};
+use zarrpipe_codec_gpu::{DecodedChunk, DecodedChunks, PendingChunks};
+use zarrpipe_core::{decode_to_f32, BatchStats, CfDecoding, DType};
 
 use crate::gather::{
     destination_strides, missing_chunk, static_box, variable_number, window_boxes, WindowBox,
 };
+use crate::host_placement::TensorPlacement;
 use crate::options::{finish_on_host, CollateOptions, TensorDType};
-use crate::{Batch, DecodedBatch, Error, Result};
+use crate::{Batch, DecodedBatch, Error, GatherPlan, Piece, Result, StaticField};
 
 /// Gathers the windows of a batch from decoded chunks into one contiguous float32 tensor on
-/// the CPU, samples in parallel; static variables' windows come from their fields read once,
+/// the CPU, samples in parallel (chunks a CPU decoder left pending are decoded straight into
+/// the tensor, chunks in parallel); static variables' windows come from their fields read once,
 /// derived channels are computed ([`CollateOptions::static_fields`],
 /// [`CollateOptions::derived`]).
 #[derive(Clone, Debug)]
@@ -66,13 +68,24 @@ impl HostCollator {
             payload,
             stats,
         } = batch;
-        let chunks = payload.into_host()?;
-        let index = self.index_chunks(&chunks)?;
         self.options.check_channels(&self.layout)?;
-        let mut tensor = self.gather_steps(&samples, self.layout.input_offsets(), &index)?;
-        let mut targets = match self.layout.target_offsets() {
-            [] => None,
-            leads => Some(self.gather_steps(&samples, leads, &index)?),
+        let mut stats = stats;
+        let (mut tensor, mut targets) = match payload {
+            DecodedChunks::Pending(pending) => {
+                let (inputs, targets, decoded) = self.decode_in_place(&samples, pending)?;
+                stats += decoded;
+                (inputs, targets)
+            }
+            payload => {
+                let chunks = payload.into_host()?;
+                let index = self.index_chunks(&chunks)?;
+                let tensor = self.gather_steps(&samples, self.layout.input_offsets(), &index)?;
+                let targets = match self.layout.target_offsets() {
+                    [] => None,
+                    leads => Some(self.gather_steps(&samples, leads, &index)?),
+                };
+                (tensor, targets)
+            }
         };
         let (plane, channels) = (self.plane_len(), self.layout.channels().len());
         let nan_mask = self.finish(&mut tensor, plane, channels);
@@ -98,6 +111,95 @@ impl HostCollator {
             samples,
             ready: (),
             stats,
+        })
+    }
+
+    /// The input and target tensors of `samples`, their chunks decoded straight into them
+    /// (see [`TensorPlacement`]), and what decoding cost.
+    fn decode_in_place(
+        &self,
+        samples: &[Sample],
+        pending: PendingChunks,
+    ) -> Result<(ArrayD<f32>, Option<ArrayD<f32>>, BatchStats)> {
+        let requests = pending.requests();
+        let plan = GatherPlan::new(&self.layout, samples, &requests)?;
+        let chunks = requests.len();
+        drop(requests);
+        let input_pieces = Some(plan.inputs.as_slice());
+        let mut inputs = self.new_tensor(&plan.input_shape, input_pieces);
+        let target_pieces = plan.targets.as_ref().map(|(pieces, _)| pieces.as_slice());
+        let mut targets =
+            (plan.targets.as_ref()).map(|(_, shape)| self.new_tensor(shape, target_pieces));
+        let stats = {
+            let placement = TensorPlacement::new(
+                &plan,
+                chunks,
+                inputs.spare_capacity_mut(),
+                targets.as_mut().map(Vec::spare_capacity_mut),
+            );
+            for (k, number) in self.layout.static_variables().into_iter().enumerate() {
+                let field = self.static_field(number)?;
+                placement.put_static(&plan, chunks + k, &field.bytes);
+            }
+            pending.decode_into(&placement)?
+        };
+        // SAFETY: every element is written: prefilled by `new_tensor`, or by the pieces,
+        // which cover the whole tensor there without overlapping (`GatherPlan`).
+        unsafe {
+            inputs.set_len(inputs.capacity());
+            if let Some(targets) = &mut targets {
+                targets.set_len(targets.capacity());
+            }
+        }
+        let derive = |tensor: &mut Vec<f32>, offsets: &[i64]| {
+            if let Some(derived) = &self.options.derived {
+                derived
+                    .plan(&self.layout, samples, offsets)
+                    .run_on_host(tensor);
+            }
+        };
+        derive(&mut inputs, self.layout.input_offsets());
+        if let Some(targets) = &mut targets {
+            derive(targets, self.layout.target_offsets());
+        }
+        let shaped = |shape: &[usize], data| {
+            ArrayD::from_shape_vec(IxDyn(shape), data).expect("shape matches length")
+        };
+        let targets = plan
+            .targets
+            .as_ref()
+            .zip(targets)
+            .map(|((_, shape), data)| shaped(shape, data));
+        Ok((shaped(&plan.input_shape, inputs), targets, stats))
+    }
+
+    /// An empty vector with room for a tensor of `shape` whose room holds the pad value
+    /// where padding or gaps leave elements unwritten, zeros where `pieces` leave some
+    /// (derived channels), and nothing where they write every element: the decoding threads
+    /// write its pages once, and reused memory is not zeroed first.
+    fn new_tensor(&self, shape: &[usize], pieces: Option<&[Piece]>) -> Vec<f32> {
+        let len = shape.iter().product();
+        let covered: u64 = pieces.into_iter().flatten().map(Piece::len).sum();
+        let mut tensor = match (self.layout.prefilled(), covered == len as u64) {
+            (true, _) => vec![self.layout.pad_value(); len],
+            (false, false) => vec![0f32; len],
+            (false, true) => return Vec::with_capacity(len),
+        };
+        // The values stay in the room; only the length goes.
+        tensor.clear();
+        tensor
+    }
+
+    /// The static field of variable number `number`.
+    fn static_field(&self, number: usize) -> Result<&StaticField> {
+        let fields = self.options.static_fields.as_ref();
+        let field = fields
+            .and_then(|fields| Some(&fields.fields()[fields.field_of(&self.layout, number)?]));
+        field.ok_or_else(|| Error::BadOptions {
+            reason: format!(
+                "no static field for variable `{}`",
+                self.layout.variables()[number].name()
+            ),
         })
     }
 
@@ -201,15 +303,7 @@ impl HostCollator {
         let strides = destination_strides(&self.layout, number);
         let plane = self.plane_len();
         let field = match self.layout.is_static(number) {
-            true => {
-                let fields = self.options.static_fields.as_ref();
-                let field = fields.and_then(|fields| {
-                    Some(&fields.fields()[fields.field_of(&self.layout, number)?])
-                });
-                Some(field.ok_or_else(|| Error::BadOptions {
-                    reason: format!("no static field for variable `{}`", variable.name()),
-                })?)
-            }
+            true => Some(self.static_field(number)?),
             false => None,
         };
         // One part per run of selected channels (the whole region without selections).

@@ -46,6 +46,7 @@ pub mod dlpack;
 mod error;
 mod gather;
 mod host;
+mod host_placement;
 mod options;
 mod static_fields;
 

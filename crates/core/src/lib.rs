@@ -19,6 +19,7 @@ mod device;
 mod dtype;
 mod in_flight;
 mod pace;
+mod retaining_allocator;
 mod stage_stream;
 mod staged;
 
@@ -27,5 +28,6 @@ pub use device::{Device, ParseDeviceError};
 pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;
 pub use pace::{Pace, PaceDelta};
+pub use retaining_allocator::RetainingAllocator;
 pub use stage_stream::StageStream;
 pub use staged::{BatchStats, Staged};

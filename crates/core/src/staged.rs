@@ -69,6 +69,10 @@ pub struct BatchStats {
     pub cpu_decoded_chunks: u64,
     /// Chunks decoded on the GPU.
     pub gpu_decoded_chunks: u64,
+    /// Chunks decoded on the CPU into memory of their own and then copied into the batch:
+    /// chains zarrpipe's CPU path does not decode in place (sharding, transposes, filters
+    /// other than shuffle) go through zarrs.
+    pub cpu_copied_chunks: u64,
     /// Time reading chunks, summed over chunks.
     pub fetch_busy: Duration,
     /// Time decoding chunks on the CPU, summed over chunks.
@@ -89,6 +93,7 @@ impl AddAssign for BatchStats {
         self.decoded_bytes += other.decoded_bytes;
         self.cpu_decoded_chunks += other.cpu_decoded_chunks;
         self.gpu_decoded_chunks += other.gpu_decoded_chunks;
+        self.cpu_copied_chunks += other.cpu_copied_chunks;
         self.fetch_busy += other.fetch_busy;
         self.decode_busy += other.decode_busy;
         self.gpu_planning += other.gpu_planning;

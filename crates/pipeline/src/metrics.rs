@@ -25,6 +25,7 @@ pub struct Metrics {
     gpu_nanos: AtomicU64,
     cpu_decoded_chunks: AtomicU64,
     gpu_decoded_chunks: AtomicU64,
+    cpu_copied_chunks: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -65,6 +66,9 @@ pub struct MetricsSnapshot {
     pub cpu_decoded_chunks: u64,
     /// Chunks decoded on the GPU.
     pub gpu_decoded_chunks: u64,
+    /// Chunks decoded on the CPU into memory of their own and copied into the batch (chains
+    /// the CPU path does not decode in place, through zarrs).
+    pub cpu_copied_chunks: u64,
 }
 
 impl MetricsSnapshot {
@@ -99,6 +103,7 @@ impl MetricsSnapshot {
             gpu_busy: time(self.gpu_busy, earlier.gpu_busy),
             cpu_decoded_chunks: count(self.cpu_decoded_chunks, earlier.cpu_decoded_chunks),
             gpu_decoded_chunks: count(self.gpu_decoded_chunks, earlier.gpu_decoded_chunks),
+            cpu_copied_chunks: count(self.cpu_copied_chunks, earlier.cpu_copied_chunks),
         }
     }
 
@@ -143,6 +148,7 @@ impl Metrics {
         add(&self.gpu_nanos, nanos(stats.gpu_busy));
         add(&self.cpu_decoded_chunks, stats.cpu_decoded_chunks);
         add(&self.gpu_decoded_chunks, stats.gpu_decoded_chunks);
+        add(&self.cpu_copied_chunks, stats.cpu_copied_chunks);
         add(&self.samples, samples as u64);
         if self.batches.fetch_add(1, Ordering::Relaxed) == 0 {
             add(&self.first_wait_nanos, nanos(waited));
@@ -172,6 +178,7 @@ impl Metrics {
             gpu_busy: time(&self.gpu_nanos),
             cpu_decoded_chunks: load(&self.cpu_decoded_chunks),
             gpu_decoded_chunks: load(&self.gpu_decoded_chunks),
+            cpu_copied_chunks: load(&self.cpu_copied_chunks),
         }
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use zarrpipe_codec_gpu::cudarc::driver::{CudaSlice, DevicePtr};
-use zarrpipe_codec_gpu::{DecodedChunk, DecodedChunks, DeviceBatch};
-use zarrpipe_core::Staged;
+use zarrpipe_codec_gpu::{ChunkRuns, DecodedChunk, DecodedChunks, DeviceBatch, PendingChunks};
+use zarrpipe_core::{BatchStats, Staged};
 use zarrpipe_store::ChunkRequest;
 
 use super::{cuda_error, timed_event, DeviceCollator, Gpu};
@@ -65,8 +65,8 @@ impl DeviceCollator {
             payload,
             mut stats,
         } = batch;
-        let (mut decoded, mut host) = (Vec::new(), Vec::new());
-        sort_parts(payload, &mut decoded, &mut host);
+        let (mut decoded, mut host, mut pending) = (Vec::new(), Vec::new(), Vec::new());
+        sort_parts(payload, &mut decoded, &mut host, &mut pending);
         // Chunks decoded on the GPU are complete (the decode stage waited for them). The
         // batch's work goes on the collator's own stream, of the highest priority: on the
         // stream that decoded them it queued behind the next batch's decoding, which takes the
@@ -91,6 +91,23 @@ impl DeviceCollator {
             let base = buffer.device_ptr(&stream).0;
             addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
             requests.extend(host.drain(..).map(|chunk| chunk.request));
+            memory.push(ChunkMemory::Uploaded(buffer));
+        }
+        for part in pending {
+            // Decoded on the CPU straight into the pinned buffer they upload from.
+            let lens: Vec<usize> = (0..part.chunks().len())
+                .map(|i| part.decoded_len(i))
+                .collect();
+            let part_requests: Vec<ChunkRequest> = part.requests().into_iter().cloned().collect();
+            let mut decoding = BatchStats::default();
+            let (buffer, offsets) = self.staging().upload_written(&lens, &stream, |runs| {
+                decoding = part.decode_into(&ChunkRuns::new(runs))?;
+                Ok(())
+            })?;
+            stats += decoding;
+            let base = buffer.device_ptr(&stream).0;
+            addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
+            requests.extend(part_requests);
             memory.push(ChunkMemory::Uploaded(buffer));
         }
         let chunks: Vec<(&ChunkRequest, u64)> = requests.iter().zip(addresses).collect();
@@ -126,18 +143,21 @@ impl DeviceCollator {
     }
 }
 
-/// Sorts a batch's parts into those decoded on the GPU and the chunks decoded on the CPU.
+/// Sorts a batch's parts into those decoded on the GPU, the chunks decoded on the CPU and
+/// those left for the collator to have decoded.
 fn sort_parts(
     payload: DecodedChunks,
     decoded: &mut Vec<DeviceBatch>,
     host: &mut Vec<DecodedChunk>,
+    pending: &mut Vec<PendingChunks>,
 ) {
     match payload {
         DecodedChunks::Host(chunks) => host.extend(chunks),
+        DecodedChunks::Pending(chunks) => pending.push(chunks),
         DecodedChunks::Device(batch) => decoded.push(batch),
         DecodedChunks::Split(parts) => {
             for part in parts {
-                sort_parts(part, decoded, host);
+                sort_parts(part, decoded, host, pending);
             }
         }
     }

@@ -41,7 +41,10 @@ impl Staging {
 
     /// Uploads `bytes` to device address `dst`, in stream order.
     pub fn upload_to(&self, dst: u64, bytes: &[u8], stream: &Arc<CudaStream>) -> Result<()> {
-        self.upload_parts_to(dst, &[bytes], &[0], stream)
+        self.upload_parts_to(dst, &[bytes.len()], &[0], stream, |mut targets| {
+            targets[0].copy_from_slice(bytes);
+            Ok(())
+        })
     }
 
     /// Uploads `parts` into one new device buffer, each at an offset aligned to
@@ -52,58 +55,89 @@ impl Staging {
         parts: &[&[u8]],
         stream: &Arc<CudaStream>,
     ) -> Result<(CudaSlice<u8>, Vec<usize>)> {
-        let mut offsets = Vec::with_capacity(parts.len());
+        let lens: Vec<usize> = parts.iter().map(|part| part.len()).collect();
+        self.upload_written(&lens, stream, |targets| {
+            targets
+                .into_par_iter()
+                .zip(parts)
+                .for_each(|(target, part)| target.copy_from_slice(part));
+            Ok(())
+        })
+    }
+
+    /// Uploads parts of `lens` bytes into one new device buffer, each at an offset aligned
+    /// to [`PART_ALIGN`], in stream order; returns the buffer and the offsets. `write` fills
+    /// the parts where they lie in one pinned buffer (a CPU decoder decodes into them), which
+    /// is then uploaded in one copy.
+    pub fn upload_written(
+        &self,
+        lens: &[usize],
+        stream: &Arc<CudaStream>,
+        write: impl FnOnce(Vec<&mut [u8]>) -> Result<()>,
+    ) -> Result<(CudaSlice<u8>, Vec<usize>)> {
+        let mut offsets = Vec::with_capacity(lens.len());
         let mut len = 0;
-        for part in parts {
+        for part in lens {
             offsets.push(len);
-            len = (len + part.len()).next_multiple_of(PART_ALIGN);
+            len = (len + part).next_multiple_of(PART_ALIGN);
         }
         // SAFETY: written by the upload below before the stream reads it; the gaps between
         // parts are never read.
         let buffer = unsafe { stream.alloc::<u8>(len.max(1)) }
             .map_err(cuda_error("allocating an upload buffer"))?;
-        self.upload_parts_to(buffer.device_ptr(stream).0, parts, &offsets, stream)?;
+        let dst = buffer.device_ptr(stream).0;
+        self.upload_parts_to(dst, lens, &offsets, stream, write)?;
         Ok((buffer, offsets))
     }
 
-    /// Uploads each part to `dst` plus its offset, in one copy through a pinned buffer.
+    /// Uploads parts of `lens` bytes, which `write` fills in one pinned buffer, to `dst`
+    /// plus each part's offset, in one copy.
     fn upload_parts_to(
         &self,
         dst: u64,
-        parts: &[&[u8]],
+        lens: &[usize],
         offsets: &[usize],
         stream: &Arc<CudaStream>,
+        write: impl FnOnce(Vec<&mut [u8]>) -> Result<()>,
     ) -> Result<()> {
-        let len = parts
+        let len = lens
             .iter()
             .zip(offsets)
-            .map(|(part, offset)| offset + part.len())
+            .map(|(part, offset)| offset + part)
             .max()
             .unwrap_or(0);
         if len == 0 {
-            return Ok(());
+            return write(lens.iter().map(|_| <&mut [u8]>::default()).collect());
         }
         let mut pinned = self.take_pinned(len)?;
         let host = pinned
             .as_mut_slice()
             .map_err(cuda_error("mapping pinned memory"))?;
-        let mut targets = Vec::with_capacity(parts.len());
+        let mut targets = Vec::with_capacity(lens.len());
         let mut rest = &mut host[..len];
         let mut at = 0;
-        for (part, &offset) in parts.iter().zip(offsets) {
+        for (&part, &offset) in lens.iter().zip(offsets) {
             let (_, tail) = rest.split_at_mut(offset - at);
-            let (target, tail) = tail.split_at_mut(part.len());
-            targets.push((target, *part));
+            let (target, tail) = tail.split_at_mut(part);
+            targets.push(target);
             rest = tail;
-            at = offset + part.len();
+            at = offset + part;
         }
-        targets
-            .into_par_iter()
-            .for_each(|(target, part)| target.copy_from_slice(part));
+        let written = write(targets);
+        if let Err(error) = written {
+            // Not uploaded: the buffer is free again at once.
+            self.give_back(pinned, stream)?;
+            return Err(error);
+        }
         // SAFETY: `host` is pinned and not written again before `done` completes; `dst`
         // holds `len` bytes (the caller's buffer).
         unsafe { result::memcpy_htod_async(dst, &host[..len], stream.cu_stream()) }
             .map_err(cuda_error("uploading to the device"))?;
+        self.give_back(pinned, stream)
+    }
+
+    /// Puts `pinned` back for reuse once the work queued on `stream` so far is done.
+    fn give_back(&self, pinned: PinnedHostSlice<u8>, stream: &Arc<CudaStream>) -> Result<()> {
         let done = stream
             .record_event(None)
             .map_err(cuda_error("recording an upload event"))?;

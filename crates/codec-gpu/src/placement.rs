@@ -1,0 +1,264 @@
+//! Decoding into the collator's memory. The collator owns a batch's memory and plans the
+//! batch first; a CPU decoder hands its chunks on undecoded ([`DecodedChunks::Pending`]) and
+//! the collator has them decoded where they go ([`PendingChunks::decode_into`]): a chunk
+//! that lies in the batch whole and as stored is decoded straight into its place, any other
+//! into the decoding thread's scratch memory and copied into place once (cut to its windows,
+//! CF-decoded, converted).
+//!
+//! [`DecodedChunks::Pending`]: crate::DecodedChunks::Pending
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::channel::oneshot;
+use futures::future::BoxFuture;
+use rayon::prelude::*;
+use zarrpipe_core::BatchStats;
+use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
+
+use crate::cpu::{decode_on_cpu, direct_chain, panic_message};
+use crate::direct::{CodecFailure, DirectChain};
+use crate::{CpuDecoder, DecodedChunk, Error, Result};
+
+/// Where the chunks of a batch go, as the collator planned them.
+pub trait ChunkPlacement: Sync {
+    /// Memory that chunk `index` (of `len` decoded bytes) is decoded into as it is: its place
+    /// in the batch, when the batch holds the whole chunk in one run and in its stored type.
+    /// Asked at most once per chunk; `None`: the chunk goes through [`put`](Self::put).
+    fn whole(&self, index: usize, len: usize) -> Option<&mut [u8]>;
+
+    /// Copies chunk `index`'s decoded bytes into place. Called at most once per chunk, from
+    /// any thread, at once for different chunks.
+    fn put(&self, index: usize, decoded: &[u8]);
+}
+
+/// A batch's chunks, read but not yet decoded: the CPU decoder that will decode them does so
+/// into the memory the collator places them in.
+#[derive(Debug)]
+pub struct PendingChunks {
+    chunks: Vec<EncodedChunk>,
+    decoder: CpuDecoder,
+}
+
+thread_local! {
+    /// Each decoding thread's memory for chunks that are not decoded in place.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl PendingChunks {
+    pub(crate) fn new(chunks: Vec<EncodedChunk>, decoder: CpuDecoder) -> Self {
+        Self { chunks, decoder }
+    }
+
+    /// The chunks, in the batch's order.
+    pub fn chunks(&self) -> &[EncodedChunk] {
+        &self.chunks
+    }
+
+    /// The chunks' requests, in the batch's order.
+    pub fn requests(&self) -> Vec<&ChunkRequest> {
+        self.chunks.iter().map(|chunk| &chunk.request).collect()
+    }
+
+    /// Bytes chunk `index` decodes to (its full chunk shape, as the decoder writes it).
+    pub fn decoded_len(&self, index: usize) -> usize {
+        decoded_len(&self.chunks[index].request.variable)
+    }
+
+    /// Decodes every chunk on the decoder's threads into the memory `placement` gives it, and
+    /// returns when all are done with what decoding cost. A chunk that fails fails the batch,
+    /// naming the chunk.
+    pub fn decode_into(self, placement: &dyn ChunkPlacement) -> Result<BatchStats> {
+        let chains = direct_chains(&self.chunks);
+        let decode = || {
+            self.chunks
+                .par_iter()
+                .enumerate()
+                .map(|(index, chunk)| {
+                    let chain = chains[&variable_key(&chunk.request.variable)];
+                    guarded(chunk, || decode_chunk(chunk, index, chain, placement))
+                })
+                .try_reduce(BatchStats::default, |mut a, b| {
+                    a += b;
+                    Ok(a)
+                })
+        };
+        self.decoder.install(decode)
+    }
+
+    /// Decodes every chunk into memory of its own, on the calling thread's pool.
+    pub fn into_host(self) -> Result<Vec<DecodedChunk>> {
+        let chunks = self.chunks;
+        self.decoder
+            .install(|| chunks.into_par_iter().map(decode_on_cpu).collect())
+    }
+
+    /// Decodes every chunk into memory of its own on the decoder's threads, without blocking
+    /// the caller (for a decoder whose time is measured where it decodes, as a split
+    /// decoder's CPU side).
+    pub fn decode(self) -> BoxFuture<'static, Result<Vec<DecodedChunk>>> {
+        let (sender, receiver) = oneshot::channel();
+        let decoder = self.decoder.clone();
+        decoder.spawn(move || {
+            let _ = sender.send(self.into_host());
+        });
+        Box::pin(async move {
+            receiver.await.unwrap_or_else(|_| {
+                Err(Error::WorkerGone {
+                    variable: "(a batch)".into(),
+                    key: "(every chunk)".into(),
+                })
+            })
+        })
+    }
+}
+
+/// Bytes of one decoded chunk of `variable` (its full chunk shape).
+fn decoded_len(variable: &Variable) -> usize {
+    variable.decoded_chunk_bytes() as usize
+}
+
+/// A variable, by address: the batch's chunks share each variable's `Arc`.
+fn variable_key(variable: &Arc<Variable>) -> usize {
+    Arc::as_ptr(variable) as usize
+}
+
+/// Each variable's chain as [`DirectChain`] decodes it, if it does.
+fn direct_chains(chunks: &[EncodedChunk]) -> HashMap<usize, Option<DirectChain>> {
+    let mut chains = HashMap::new();
+    for chunk in chunks {
+        let variable = &chunk.request.variable;
+        chains
+            .entry(variable_key(variable))
+            .or_insert_with(|| direct_chain(variable));
+    }
+    chains
+}
+
+/// Runs `decode` on chunk `chunk`, turning a panic into an error naming it.
+fn guarded(
+    chunk: &EncodedChunk,
+    decode: impl FnOnce() -> Result<BatchStats>,
+) -> Result<BatchStats> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|payload| {
+        Err(Error::Panicked {
+            variable: chunk.request.variable.name().to_string(),
+            key: chunk.request.key(),
+            message: panic_message(payload.as_ref()),
+        })
+    })
+}
+
+/// Decodes chunk `index` where `placement` puts it.
+fn decode_chunk(
+    chunk: &EncodedChunk,
+    index: usize,
+    chain: Option<DirectChain>,
+    placement: &dyn ChunkPlacement,
+) -> Result<BatchStats> {
+    let started = Instant::now();
+    let variable = &chunk.request.variable;
+    let len = decoded_len(variable);
+    let mut stats = BatchStats {
+        decoded_bytes: len as u64,
+        cpu_decoded_chunks: 1,
+        ..BatchStats::default()
+    };
+    match chain {
+        Some(chain) => match placement.whole(index, len) {
+            Some(out) => write_chunk(chunk, chain, out)?,
+            None => SCRATCH.with_borrow_mut(|scratch| {
+                if scratch.len() < len {
+                    scratch.resize(len, 0);
+                }
+                write_chunk(chunk, chain, &mut scratch[..len])?;
+                placement.put(index, &scratch[..len]);
+                Ok::<_, Error>(())
+            })?,
+        },
+        // zarrs decodes the chains this crate does not, into memory of their own.
+        None => {
+            let decoded = decode_on_cpu(chunk.clone())?;
+            match placement.whole(index, len) {
+                Some(out) => out.copy_from_slice(&decoded.bytes),
+                None => placement.put(index, &decoded.bytes),
+            }
+            stats.cpu_copied_chunks = 1;
+        }
+    }
+    stats.decode_busy = started.elapsed().max(Duration::from_nanos(1));
+    Ok(stats)
+}
+
+/// Decodes `chunk` with `chain` into `out`, or writes its fill value when it is missing.
+pub(crate) fn write_chunk(chunk: &EncodedChunk, chain: DirectChain, out: &mut [u8]) -> Result<()> {
+    let variable = &chunk.request.variable;
+    match &chunk.bytes {
+        Some(stored) => chain
+            .decode_into(stored, out)
+            .map_err(|failure| match failure {
+                CodecFailure::Refused { codec, message } => Error::Codec {
+                    variable: variable.name().to_string(),
+                    key: chunk.request.key(),
+                    codec,
+                    message,
+                },
+                CodecFailure::Size { actual } => Error::DecodedSize {
+                    variable: variable.name().to_string(),
+                    key: chunk.request.key(),
+                    expected: out.len(),
+                    actual,
+                },
+            }),
+        None => {
+            let fill = variable.array().fill_value().as_ne_bytes();
+            match fill.iter().all(|&byte| byte == fill[0]) {
+                true => out.fill(fill[0]),
+                false => out
+                    .chunks_exact_mut(fill.len())
+                    .for_each(|element| element.copy_from_slice(fill)),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Chunk places for memory the collator splits into one run per chunk (an upload buffer, in
+/// which every chunk lies whole at its own offset).
+pub struct ChunkRuns<'a> {
+    runs: Vec<std::sync::Mutex<Option<&'a mut [u8]>>>,
+}
+
+impl<'a> ChunkRuns<'a> {
+    /// Places chunk `i` in `runs[i]`.
+    pub fn new(runs: Vec<&'a mut [u8]>) -> Self {
+        Self {
+            runs: runs
+                .into_iter()
+                .map(|run| std::sync::Mutex::new(Some(run)))
+                .collect(),
+        }
+    }
+}
+
+impl ChunkPlacement for ChunkRuns<'_> {
+    fn whole(&self, index: usize, len: usize) -> Option<&mut [u8]> {
+        let run = self.runs[index]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        assert_eq!(run.len(), len, "chunk {index}'s run has the wrong size");
+        Some(run)
+    }
+
+    fn put(&self, index: usize, decoded: &[u8]) {
+        let run = self.runs[index]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        run.expect("each chunk is placed once")
+            .copy_from_slice(decoded);
+    }
+}
