@@ -325,7 +325,7 @@ mod tests {
     #[test]
     #[cfg(target_endian = "little")]
     fn unshuffles_swaps_and_checks_the_checksum() {
-        let values: Vec<u32> = (0..1001).map(|i| i * 2654435761).collect();
+        let values: Vec<u32> = (0..1001u32).map(|i| i.wrapping_mul(2654435761)).collect();
         let big_endian: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
         let count = values.len();
         let mut shuffled = vec![0u8; big_endian.len()];

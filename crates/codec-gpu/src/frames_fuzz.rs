@@ -266,12 +266,15 @@ mod regressions {
         let mut chunk = zstd.clone();
         chunk.bytes = Some(Bytes::from(frame));
         decode_both_ways(chunk.clone()).unwrap();
+        // The CPU decodes zstd into the chunk's own size, whatever the header declares, so
+        // the frame fails in the codec instead of asking for 2^48 bytes.
         match decode_on_cpu(chunk) {
             Err(Error::Frame { source, .. }) => assert!(
                 matches!(source, frames::FrameError::DeclaredSize { declared, .. } if declared == 1 << 48),
                 "{source:?}"
             ),
-            other => panic!("expected a frame error, got {other:?}"),
+            Err(Error::Codec { codec: "zstd", .. }) => {}
+            other => panic!("expected a frame or codec error, got {other:?}"),
         }
     }
 

@@ -23,7 +23,7 @@
 //!     .decode_batches(decoder)
 //!     .try_collect()
 //!     .await?;
-//! //! // The CPU decoder leaves each batch for the collator to decode into its tensor.
+//! // The CPU decoder leaves each batch for the collator to decode into its tensor.
 //! assert!(matches!(batches[0].payload, DecodedChunks::Pending(_)));
 //! # Ok(()) }
 //! ```

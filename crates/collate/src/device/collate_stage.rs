@@ -100,10 +100,13 @@ impl DeviceCollator {
                 .collect();
             let part_requests: Vec<ChunkRequest> = part.requests().into_iter().cloned().collect();
             let mut decoding = BatchStats::default();
+            // Taken before the pinned buffer: batches waiting to decode hold none.
+            let one_batch = self.decoding.lock().unwrap_or_else(|p| p.into_inner());
             let (buffer, offsets) = self.staging().upload_written(&lens, &stream, |runs| {
                 decoding = part.decode_into(&ChunkRuns::new(runs))?;
                 Ok(())
             })?;
+            drop(one_batch);
             stats += decoding;
             let base = buffer.device_ptr(&stream).0;
             addresses.extend(offsets.iter().map(|&offset| base + offset as u64));

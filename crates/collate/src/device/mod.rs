@@ -63,6 +63,12 @@ pub struct DeviceCollator {
     /// Every batch's uploads and kernels (give it a high priority: the GPU's decoding fills
     /// every SM, and a batch's kernels are what the consumer waits for).
     stream: Arc<CudaStream>,
+    /// Held while a batch's pending chunks decode on the CPU: one batch at a time on every
+    /// decoding thread finishes soonest, and its upload and kernels overlap the next one's
+    /// decoding. Four at once finish together and leave the threads idle while they upload
+    /// (W1 on an H100 host, 2026-11-26: 4.8-5.5 GB/s where the CPU's bound was 6.5-7.1,
+    /// `benches/results/2026-11-26_h100_cpu_in_place.md`).
+    decoding: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for DeviceCollator {
@@ -127,6 +133,7 @@ impl DeviceCollator {
             statics,
             pool,
             stream,
+            decoding: std::sync::Mutex::new(()),
         })
     }
 
