@@ -122,6 +122,7 @@ fn of_codec(error: &codec::Error, context: &mut Context) {
     match error {
         E::Store(error) => of_store(error, context),
         E::Decode { variable, key, .. }
+        | E::Codec { variable, key, .. }
         | E::DecodedSize { variable, key, .. }
         | E::WorkerGone { variable, key }
         | E::Frame { variable, key, .. }

@@ -101,15 +101,16 @@ impl PendingChunks {
     pub fn decode(self) -> BoxFuture<'static, Result<Vec<DecodedChunk>>> {
         let (sender, receiver) = oneshot::channel();
         let decoder = self.decoder.clone();
+        let first = self.chunks.first().map(|chunk| chunk.request.clone());
         decoder.spawn(move || {
             let _ = sender.send(self.into_host());
         });
         Box::pin(async move {
             receiver.await.unwrap_or_else(|_| {
-                Err(Error::WorkerGone {
-                    variable: "(a batch)".into(),
-                    key: "(every chunk)".into(),
-                })
+                let (variable, key) = first.map_or_else(Default::default, |request| {
+                    (request.variable.name().to_string(), request.key())
+                });
+                Err(Error::WorkerGone { variable, key })
             })
         })
     }
