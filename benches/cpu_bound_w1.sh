@@ -8,7 +8,6 @@ zp=${1:?usage: benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]}
 work=${2:-/tmp/zarrpipe-cpu-bound}
 mkdir -p "$work"
 cores=$(nproc)
-decode_threads=$((cores > 2 ? cores - 2 : 1))
 summary=$work/summary.py
 cat >"$summary" <<'EOF'
 import json, sys
@@ -28,9 +27,7 @@ datasets="w1 w1-64 w1-small w1-blosc-lz4"
 for ds in $datasets; do [ -e "$work/$ds/zarr.json" ] || "$zp" generate "$work/$ds" ${gen[$ds]} | tail -1; done
 for round in 1 2 3; do
   for ds in $datasets; do
-    for threads in "$cores" "$decode_threads"; do
-      echo "round $round | $ds | bound $threads threads | $("$zp" bound "$work/$ds" --threads "$threads" --json | python3 "$summary")"
-    done
+    echo "round $round | $ds | bound $cores threads | $("$zp" bound "$work/$ds" --threads "$cores" --json | python3 "$summary")"
     echo "round $round | $ds | host path (--device cpu) | $("$zp" bench "$work/$ds" --device cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
     echo "round $round | $ds | CPU decode + GPU collate | $("$zp" bench "$work/$ds" --device cuda:0 --decode cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
   done

@@ -155,7 +155,8 @@ EOF
 
 # The CPU's bound on one dataset (`zarrpipe bound`: threads read each chunk file and
 # decompress it with the codec library alone into reused buffers, no zarrpipe stage), on every
-# core (what the host path uses) and on every core but two (CPU decoding beside a GPU); a
+# core (what the host path and CPU decoding beside a GPU use) and on every core but two (auto's
+# CPU side); a
 # `cpu-bound` row each, `when` saying whether it ran before or after zarrpipe's rows.
 cpu_bound_rows() {
   local dataset=$1 dir=$2 steps=$3 when=$4 cores

@@ -9,8 +9,8 @@ pub struct BoundArgs {
     /// Variables whose chunk files are read (repeatable; default: every data variable).
     #[arg(long = "var", value_name = "NAME")]
     variables: Vec<String>,
-    /// Threads reading and decoding at once (default: every core, as the host path uses;
-    /// CPU decoding beside a GPU uses every core but two).
+    /// Threads reading and decoding at once (default: every core, as the host path and CPU
+    /// decoding beside a GPU use).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Timed passes after one untimed pass that warms the page cache; the best is reported.
@@ -54,10 +54,7 @@ pub async fn run(args: BoundArgs) -> anyhow::Result<()> {
         report.threads,
         report.decoded_gb_per_s,
     );
-    println!(
-        "(CPU decoding beside a GPU uses {} threads here: --threads {} gives its bound)",
-        default_cpu_decode_threads(DecodeOn::Cpu, 1),
-        default_cpu_decode_threads(DecodeOn::Cpu, 1)
-    );
+    let auto = default_cpu_decode_threads(DecodeOn::Auto { gpu_share: None }, 1);
+    println!("(auto's CPU side decodes on {auto} threads here: --threads {auto} gives its bound)");
     Ok(())
 }

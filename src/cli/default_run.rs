@@ -57,7 +57,7 @@ pub struct RunArgs {
     gpu_share: String,
     /// On a GPU device with --decode cpu, split or auto: threads decoding on the CPU, at a low
     /// priority (0: one per core; default: a quarter of the cores for split, leaving the
-    /// others to feed the GPU; every core but two for cpu and auto).
+    /// others to feed the GPU; every core for cpu; every core but two for auto).
     #[arg(long, value_name = "N", alias = "split-cpu-threads")]
     cpu_decode_threads: Option<usize>,
     /// Where batch tensors are made: cpu (host memory) or gpu (device memory; default: the

@@ -587,9 +587,12 @@ impl<P: CollateOn> PipelineBuilder<P> {
 /// - split decoding: a quarter of the process's share of the cores (at least one). Feeding the
 ///   GPU (reads, frame checks, staging) takes the host's cores too: on the H100 host, 16-thread
 ///   split decoding of W1 was slower than 2 or 4 threads (docs/benchmarks.md);
-/// - CPU and auto decoding: the process's share of every core but two (at least one), the CPU
-///   being the side that should carry the load; two stay for the consumers and the GPUs'
-///   feeders.
+/// - CPU decoding: the process's share of every core (at least one). Its threads are niced,
+///   so the training loop beside them keeps its core by priority: setup A in bf16 on an H100
+///   host trained at 160 samples/s (155-168) with 16 threads against 143 (129-158) with 14,
+///   four and five runs, two calls (2026-11-26, docs/benchmarks.md "The CPU path");
+/// - auto decoding: the process's share of every core but two (at least one); two stay for
+///   the consumers and the GPU's feeders, which auto keeps busy.
 pub fn default_cpu_decode_threads(on: DecodeOn, processes: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     cpu_decode_threads_of(cores, on, processes)
@@ -600,9 +603,8 @@ fn cpu_decode_threads_of(cores: usize, on: DecodeOn, processes: usize) -> usize 
     let processes = processes.max(1);
     match on {
         DecodeOn::Split => (cores / processes / 4).max(1),
-        DecodeOn::Cpu | DecodeOn::Gpu | DecodeOn::Auto { .. } => {
-            (cores.saturating_sub(2) / processes).max(1)
-        }
+        DecodeOn::Cpu => (cores / processes).max(1),
+        DecodeOn::Gpu | DecodeOn::Auto { .. } => (cores.saturating_sub(2) / processes).max(1),
     }
 }
 
@@ -743,11 +745,12 @@ mod tests {
     #[test]
     fn processes_on_one_host_share_its_cores_for_cpu_decoding() {
         let auto = DecodeOn::Auto { gpu_share: None };
-        // One process: every core but two; a quarter of them for split.
-        assert_eq!(cpu_decode_threads_of(16, DecodeOn::Cpu, 1), 14);
+        // One process: every core for cpu, every core but two for auto, a quarter for split.
+        assert_eq!(cpu_decode_threads_of(16, DecodeOn::Cpu, 1), 16);
+        assert_eq!(cpu_decode_threads_of(16, auto, 1), 14);
         assert_eq!(cpu_decode_threads_of(16, DecodeOn::Split, 1), 4);
-        // Two ranks on 32 cores: 15 threads each (4 for split), not 30.
-        assert_eq!(cpu_decode_threads_of(32, DecodeOn::Cpu, 2), 15);
+        // Two ranks on 32 cores: 16 threads each (15 for auto, 4 for split), not 32.
+        assert_eq!(cpu_decode_threads_of(32, DecodeOn::Cpu, 2), 16);
         assert_eq!(cpu_decode_threads_of(32, auto, 2), 15);
         assert_eq!(cpu_decode_threads_of(32, DecodeOn::Split, 2), 4);
         // More processes than cores, and no process count: at least one thread.
