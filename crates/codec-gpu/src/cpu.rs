@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use zarrpipe_store::EncodedChunk;
 use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
+use crate::chain::GpuChain;
 use crate::direct::DirectChain;
 use crate::{ChunkDecoder, DecodedChunk, Error, Result};
 
@@ -131,17 +132,15 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// Checks the frames of a chunk's stored bytes as the GPU path does (headers, declared sizes,
 /// shard indexes; not zstd's entropy tables) before zarrs decodes them: zarrs' zstd codec
 /// allocates whatever size a frame header declares, and a failed allocation aborts the
-/// process, which no panic handler catches. Chains the GPU path cannot plan are not checked.
-fn check_frames(chunk: &EncodedChunk) -> Result<()> {
-    if chunk.bytes.is_none() {
-        return Ok(());
-    }
-    let Ok(chain) = crate::chain::GpuChain::of(&chunk.request.variable) else {
+/// process, which no panic handler catches. `chain` is the chunk's chain as the GPU path
+/// reads it; chains it cannot plan (`None`) are not checked.
+fn check_frames(chunk: &EncodedChunk, chain: Option<&GpuChain>) -> Result<()> {
+    let (Some(_), Some(chain)) = (&chunk.bytes, chain) else {
         return Ok(());
     };
     let mut plan = crate::plan::BatchPlan::default();
     let planned = crate::frames::with_table_checks(false, || {
-        crate::batch::plan_chunk(&mut plan, 0, chunk, &chain)
+        crate::batch::plan_chunk(&mut plan, 0, chunk, chain)
     });
     match planned {
         Ok(_) | Err(crate::FrameError::NeedsCpu(_)) => Ok(()),
@@ -154,10 +153,16 @@ fn check_frames(chunk: &EncodedChunk) -> Result<()> {
 }
 
 fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
-    if let Some(chain) = direct_chain(&chunk.request.variable) {
-        return decode_direct(chunk, chain);
+    // Read once: it tells both whether the chain decodes directly and how to check frames.
+    let variable = &chunk.request.variable;
+    let chain = GpuChain::of(variable).ok();
+    let direct = chain
+        .as_ref()
+        .and_then(|chain| DirectChain::of(chain, variable.dtype().size()));
+    if let Some(direct) = direct {
+        return decode_direct(chunk, direct);
     }
-    check_frames(&chunk)?;
+    check_frames(&chunk, chain.as_ref())?;
     let started = Instant::now();
     let EncodedChunk {
         request,
@@ -218,7 +223,7 @@ fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
 
 /// `variable`'s chain, if the codec libraries decode it straight into a given buffer.
 pub(crate) fn direct_chain(variable: &zarrpipe_store::Variable) -> Option<DirectChain> {
-    let chain = crate::chain::GpuChain::of(variable).ok()?;
+    let chain = GpuChain::of(variable).ok()?;
     DirectChain::of(&chain, variable.dtype().size())
 }
 

@@ -180,14 +180,22 @@ impl HostCollator {
     fn new_tensor(&self, shape: &[usize], pieces: Option<&[Piece]>) -> Vec<f32> {
         let len = shape.iter().product();
         let covered: u64 = pieces.into_iter().flatten().map(Piece::len).sum();
-        let mut tensor = match (self.layout.prefilled(), covered == len as u64) {
-            (true, _) => vec![self.layout.pad_value(); len],
-            (false, false) => vec![0f32; len],
-            (false, true) => return Vec::with_capacity(len),
-        };
+        if !self.layout.prefilled() && covered == len as u64 {
+            return Vec::with_capacity(len);
+        }
+        let mut tensor = self.filled_tensor(len);
         // The values stay in the room; only the length goes.
         tensor.clear();
         tensor
+    }
+
+    /// A tensor of `len` elements holding the pad value where padding or gaps leave elements
+    /// unwritten, zeros otherwise (zeroed pages from the allocator, not written twice).
+    fn filled_tensor(&self, len: usize) -> Vec<f32> {
+        match self.layout.prefilled() {
+            true => vec![self.layout.pad_value(); len],
+            false => vec![0f32; len],
+        }
     }
 
     /// The static field of variable number `number`.
@@ -224,14 +232,7 @@ impl HostCollator {
         let mut shape = vec![samples.len(), self.layout.channels().len() * offsets.len()];
         shape.extend(&self.layout.sample_shape()[1..]);
         let len = samples.len() * offsets.len() * step_len;
-        // Padded elements (and steps filled for gaps) keep the pad value. Otherwise every
-        // element is overwritten, so take zeroed pages from the allocator instead of writing
-        // the tensor twice.
-        let mut data = if self.layout.prefilled() {
-            vec![self.layout.pad_value(); len]
-        } else {
-            vec![0f32; len]
-        };
+        let mut data = self.filled_tensor(len);
         let mut pieces =
             Vec::with_capacity(data.len() / step_len.max(1) * self.layout.variables().len());
         let steps = samples

@@ -48,8 +48,7 @@ impl<'a> TensorPlacement<'a> {
         targets: Option<&'a mut [MaybeUninit<f32>]>,
     ) -> Self {
         let mut pieces = vec![Vec::new(); chunks];
-        let tensor_pieces = std::iter::once(&plan.inputs).chain(plan.targets.iter().map(|t| &t.0));
-        for (tensor, list) in tensor_pieces.enumerate() {
+        for (tensor, list) in tensor_pieces(plan) {
             for piece in list.iter().filter(|piece| piece.chunk < chunks) {
                 pieces[piece.chunk].push((tensor, piece));
             }
@@ -85,8 +84,7 @@ impl<'a> TensorPlacement<'a> {
 
     /// Writes the pieces that name position `chunk` (a static field's) from `bytes`.
     pub fn put_static(&self, plan: &GatherPlan, chunk: usize, bytes: &[u8]) {
-        let tensor_pieces = std::iter::once(&plan.inputs).chain(plan.targets.iter().map(|t| &t.0));
-        for (tensor, list) in tensor_pieces.enumerate() {
+        for (tensor, list) in tensor_pieces(plan) {
             for piece in list.iter().filter(|piece| piece.chunk == chunk) {
                 self.write(tensor, piece, bytes);
             }
@@ -130,6 +128,12 @@ impl ChunkPlacement for TensorPlacement<'_> {
             self.write(tensor, piece, decoded);
         }
     }
+}
+
+/// Each tensor's pieces, numbered as the placement numbers its tensors (inputs 0, targets 1).
+fn tensor_pieces(plan: &GatherPlan) -> impl Iterator<Item = (usize, &Vec<Piece>)> {
+    let targets = plan.targets.iter().map(|(pieces, _)| pieces);
+    std::iter::once(&plan.inputs).chain(targets).enumerate()
 }
 
 /// Copies the box `piece` of the chunk bytes `bytes` into the tensor at `out`, CF-decoding
