@@ -1,9 +1,11 @@
-//! Decode Zarr chunks: on the CPU with zarrs' codecs (bytes, transpose, zstd, gzip, blosc,
-//! crc32c, sharding_indexed and the numcodecs codecs zarrs supports), in parallel on every
-//! core ([`CpuDecoder`]); on the GPU in batches with nvCOMP 6 and zarrpipe's own kernels
+//! Decode Zarr chunks: on the CPU in parallel on every core ([`CpuDecoder`]), common chains
+//! (crc32c, zstd, gzip, zlib, blosc, numcodecs lz4, shuffle, byte order) with the codec
+//! libraries straight into the memory the collator places them in ([`PendingChunks`]), the
+//! others (transpose, sharding_indexed and the numcodecs codecs zarrs supports) with zarrs'
+//! codecs; on the GPU in batches with nvCOMP 6 and zarrpipe's own kernels
 //! ([`GpuDecoder`], feature `cuda`); or both at once, each batch shared out by measured rates
 //! ([`SplitDecoder`]). The swap point is [`BatchDecoder`]: each decodes a batch into
-//! [`DecodedChunks`] in host or device memory, and both collators take either.
+//! [`DecodedChunks`] in host or device memory, or pending, and both collators take each.
 //!
 //! ```no_run
 //! use std::sync::Arc;
