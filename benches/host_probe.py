@@ -4,7 +4,7 @@ cudaHostRegister, read-only) against pinned memory. Needs NumPy and cupy.
 
     python3 benches/host_probe.py STORE    # e.g. a W1 store from `zarrpipe generate`
 
-docs/benchmarks.md (session 15) has the H100 host's figures.
+docs/benchmarks.md ("The bounds") has the H100 host's figures (2026-11-25).
 """
 
 import glob

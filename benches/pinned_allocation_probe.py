@@ -5,7 +5,8 @@ CUDA runtime through ctypes, which lets go of the GIL during each call.
 
     python3 benches/pinned_allocation_probe.py
 
-docs/benchmarks.md (session 16) has an H200 host's figures.
+docs/benchmarks.md ("Defaults and the measurements behind them") has an H200 host's figures
+(2026-11-25).
 """
 
 import ctypes

@@ -13,7 +13,7 @@
 async fn main() -> anyhow::Result<()> {
     use std::time::Instant;
     use zarrpipe::batcher::{Ranks, Shuffle};
-    use zarrpipe::codec::cudarc::driver::CudaContext;
+    use zarrpipe::cuda::cudarc::driver::CudaContext;
     use zarrpipe::pipeline::GpuDevice;
     use zarrpipe::prelude::*;
     use zarrpipe::sample::ensure_sample;

@@ -6,7 +6,7 @@
 //! (torchvision's layout, no pretrained weights) and segmentation_models_pytorch's decoder,
 //! built with candle-nn, trained with AdamW (lr 1e-3, weight decay 1e-4) on the MSE of a
 //! one-step forecast (inputs at t, targets at t+1), every variable normalised with its mean and
-//! standard deviation. Setup A of issue 17: `t2m, V500, U500, T500, Z500, Q500`, batch 16, whole
+//! standard deviation. Setup A of the training benchmark (docs/training.md): `t2m, V500, U500, T500, Z500, Q500`, batch 16, whole
 //! 640 x 1280 fields.
 //!
 //! `--loader` picks where the batches come from:

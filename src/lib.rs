@@ -17,8 +17,9 @@
 //! ```
 //!
 //! The crates behind it, each usable alone: [`store`], [`codec`], [`batcher`], [`collate`],
-//! [`pipeline`]. Decoding and delivery on the GPU are behind the `cuda` feature; handing GPU
-//! batches to candle without a copy is behind `candle`.
+//! [`pipeline`], and [`cuda`], the CUDA runtime the GPU stages share. Decoding and delivery on
+//! the GPU are behind the `cuda` feature, on by default (it needs nothing at build time);
+//! handing GPU batches to candle without a copy is behind `candle`.
 
 #![warn(missing_docs)]
 
@@ -29,6 +30,7 @@ pub use zarrpipe_collate as collate;
 #[cfg(feature = "candle")]
 pub use zarrpipe_collate::candle_core as candle;
 pub use zarrpipe_core as core;
+pub use zarrpipe_cuda as cuda;
 pub use zarrpipe_pipeline as pipeline;
 pub use zarrpipe_store as store;
 

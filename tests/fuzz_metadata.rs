@@ -327,7 +327,7 @@ mod regressions {
         exercise(base, &metadata, &runtime).unwrap();
     }
 
-    /// Issue 20: a shape of 2^62 along one dimension (capacity overflow planning chunks).
+    /// A shape of 2^62 along one dimension (a capacity overflow planning chunks).
     #[test]
     fn shape_of_2_62() {
         run(0, |m| m["shape"] = json!([1u64 << 62, 45]));

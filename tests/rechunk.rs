@@ -107,7 +107,7 @@ async fn xarray_stores_rechunked_and_sharded_read_back_equal() {
         assert_eq!(z.codec_names()[0], "sharding_indexed");
         // 1-D coordinates are one chunk.
         assert_eq!(dataset.variable("time").unwrap().chunk_shape(), vec![6]);
-        assert!(!out.join(zarrpipe::rechunk::journal::PLAN_FILE).exists());
+        assert!(!out.join(zarrpipe::rechunk::PLAN_FILE).exists());
     }
 }
 
@@ -180,7 +180,7 @@ async fn an_interrupted_rechunk_resumes_where_it_stopped() {
 
     let error = fail(run(args(&["--stop-after", "7", "--concurrency", "2"])));
     assert!(error.contains("stopped after 7"), "{error}");
-    let log_path = out.join(zarrpipe::rechunk::journal::LOG_FILE);
+    let log_path = out.join(zarrpipe::rechunk::LOG_FILE);
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert_eq!(log.lines().count(), 7, "{log}");
     // As if the process died after writing these chunks and before logging them, mid-write:
@@ -220,7 +220,7 @@ async fn an_interrupted_rechunk_resumes_where_it_stopped() {
         text.contains(&format!("{} written now", total - 5)),
         "{text}"
     );
-    assert!(!out.join(zarrpipe::rechunk::journal::LOG_FILE).exists());
+    assert!(!out.join(zarrpipe::rechunk::LOG_FILE).exists());
     check_read_back("xr_v3", &out).await;
     // Complete: a rerun is refused like any non-empty directory.
     let error = fail(run(args(&[])));

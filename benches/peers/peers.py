@@ -25,7 +25,7 @@ Peers (ids for --peers; default: all):
                        one CUDA stream per shard is adapted: the batch's shards or chunk files are
                        grouped onto --augspurger-streams streams (and nvCOMP codecs) so that each
                        nvCOMP call decodes many chunks (one call per chunk file or small shard left
-                       the GPU idle: 0.10 GB/s in the session-6 run); all else as in the post
+                       the GPU idle: 0.10 GB/s on an H100 host, 2026-11-24); all else as in the post
   chunks-cpu           the nvcomp peer's chunk reader with numcodecs' zstd on the CPU: a check of
                        that reader where there is no GPU (not in the default list)
   augspurger-cpu       the augspurger peer's plan, reads and tile assembly with numcodecs' zstd on
@@ -937,7 +937,7 @@ class AugspurgerPeer(Peer):
     the GPU. The post's one CUDA stream per shard is adapted: the batch's objects are split into S
     groups of about equal stored bytes (--augspurger-streams), each with its own stream, nvCOMP
     codec, pinned buffer and device staging buffer, so that one nvCOMP call decodes a whole group
-    (one call per chunk file or per small shard left the GPU idle: 0.10 GB/s in the session-6 run).
+    (one call per chunk file or per small shard left the GPU idle: 0.10 GB/s on an H100 host, 2026-11-24).
     Everything else (pinned readinto/preadv, preallocated output, batched zstd, a stream per group)
     is as in the post. Two sets of buffers: the reads of batch k+1 fill pinned memory while batch k
     uploads and decodes from the other set."""

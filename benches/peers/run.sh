@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zarrpipe against its peers on W1 and its variants, in one run on one host (issue 6).
+# zarrpipe against its peers on W1 and its variants, in one run on one host.
 #
 #   benches/peers/run.sh [ZARRPIPE_BINARY] [WORKDIR]
 #
@@ -19,7 +19,7 @@
 #    and copies them to $OUT when that is set (the device machine's folder that comes back).
 #
 # Environment (all optional):
-#   DATASETS="w1 w1-blosc-lz4 w1-sharded"   which datasets, in order (issue 15's comparison:
+#   DATASETS="w1 w1-blosc-lz4 w1-sharded"   which datasets, in order (the sharded comparison:
 #                                           DATASETS="w1 w1-small w1-small-sharded")
 #   DECODES="gpu split auto cpu"            zarrpipe's GPU rows: one `bench --decode X` run each, rows named
 #                                           `zarrpipe (decode X)` (default: one run, the device's default);

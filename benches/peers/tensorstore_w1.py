@@ -1,4 +1,4 @@
-"""Tensorstore's whole-array read of a W1 store: the CPU peer of `zarrpipe run` (issue 2).
+"""Tensorstore's whole-array read of a W1 store: the CPU peer of `zarrpipe run`.
 
 Reads every data variable of the store whole, all reads issued at once so tensorstore
 decodes on all cores, after one warm-up pass; prints the best pass as JSON (decoded GB/s).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ERA5 U-Net training benchmark (issue 17), every loader and mode in one run on one GPU host:
+# The ERA5 U-Net training benchmark, every loader and mode in one run on one GPU host:
 #
 #   benches/train/run.sh [ZARRPIPE_BINARY] [WORKDIR]
 #

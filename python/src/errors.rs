@@ -131,7 +131,7 @@ fn of_codec(error: &codec::Error, context: &mut Context) {
             set(&mut context.variable, variable);
             set(&mut context.key, key);
         }
-        E::CudaUnavailable { .. } | E::Cuda { .. } | E::Nvcomp { .. } => context.kind = Kind::Gpu,
+        E::Cuda(_) | E::Nvcomp { .. } => context.kind = Kind::Gpu,
         _ => {}
     }
 }
@@ -155,7 +155,7 @@ fn of_collate(error: &collate::Error, context: &mut Context) {
         E::MissingChunk { variable, .. }
         | E::UnknownVariable { variable, .. }
         | E::TooManyAxes { variable, .. } => set(&mut context.variable, variable),
-        E::Cuda { .. } => context.kind = Kind::Gpu,
+        E::Cuda(_) => context.kind = Kind::Gpu,
         _ => {}
     }
 }
@@ -190,6 +190,8 @@ pub(crate) fn to_py_with_url(
         of_batcher(error, &mut context);
     } else if let Some(error) = error.downcast_ref::<collate::Error>() {
         of_collate(error, &mut context);
+    } else if error.is::<zarrpipe::cuda::CudaError>() {
+        context.kind = Kind::Gpu;
     }
     if let Some(url) = url {
         set(&mut context.url, url);

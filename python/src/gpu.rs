@@ -15,12 +15,12 @@ use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter, ExportReq
 use dlpark::{DlpackFlags, Managed};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zarrpipe::codec::cudarc::driver::{result, sys, CudaEvent};
+use zarrpipe::cuda::cudarc::driver::{result, sys, CudaEvent};
+use zarrpipe::cuda::{CudaError, During};
 use zarrpipe::codec::GpuOptions;
 use zarrpipe::collate::{DeviceTensor, TensorDType};
 use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
 
-use crate::errors::GpuError;
 use crate::options::Config;
 
 /// The pipeline's GPU (decoder, kernels, tensor pool), opened at its first epoch and kept for
@@ -93,7 +93,7 @@ pub(crate) fn gpu_batch(py: Python<'_>, batch: GpuBatch) -> PyResult<Bound<'_, P
     put("nan_mask", batch.nan_mask)?;
     put("latitude_weights", batch.latitude_weights)?;
     dict.set_item("index", batch.index)?;
-    dict.set_item("samples", crate::pipeline::samples(py, &batch.samples)?)?;
+    dict.set_item("samples", crate::samples::sample_list(py, &batch.samples)?)?;
     dict.set_item("pointers", pointers)?;
     Ok(dict)
 }
@@ -111,8 +111,9 @@ pub struct CudaTensor {
 const LEGACY_STREAM: usize = 0x1;
 const PER_THREAD_STREAM: usize = 0x2;
 
-fn cuda_error(what: &str) -> impl Fn(result::DriverError) -> PyErr + '_ {
-    move |error| GpuError::new_err(format!("{what}: {error}"))
+/// A failed CUDA call as the package's `GpuError`, with its cause.
+fn gpu_error(error: CudaError) -> PyErr {
+    crate::errors::to_py(&error)
 }
 
 impl DlpackExporter for CudaTensor {
@@ -138,7 +139,8 @@ impl DlpackExporter for CudaTensor {
         let context = self.ready.context();
         context
             .bind_to_thread()
-            .map_err(cuda_error("making the batch's CUDA context current"))?;
+            .during("making the batch's CUDA context current")
+            .map_err(gpu_error)?;
         // SAFETY: `stream` is the consumer's live stream on this tensor's device (DLPack's
         // contract for `__dlpack__(stream=...)`) or a default-stream sentinel, and the event
         // is alive (held by `self`) for the call; a wait on an event needs nothing after it.
@@ -149,9 +151,8 @@ impl DlpackExporter for CudaTensor {
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
         }
-        .map_err(cuda_error(
-            "making the consumer's stream wait for the batch",
-        ))?;
+        .during("making the consumer's stream wait for the batch")
+        .map_err(gpu_error)?;
         // SAFETY: as above, `stream` is the consumer's stream on this device or a default-
         // stream sentinel; consumers' streams outlive the tensors they read (PyTorch's and
         // CuPy's streams are pooled, never destroyed while in use). The buffer then returns
@@ -225,7 +226,8 @@ impl CudaTensor {
     /// not need it).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.ready.synchronize())
-            .map_err(cuda_error("waiting for the batch"))
+            .during("waiting for the batch")
+            .map_err(gpu_error)
     }
 
     fn __repr__(&self) -> String {

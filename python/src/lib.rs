@@ -19,6 +19,7 @@ mod gpu;
 mod layout;
 mod options;
 mod pipeline;
+mod samples;
 
 // As in the `zarrpipe` program (src/main.rs): fetching and decoding allocate a buffer per
 // chunk (megabytes each, hundreds per epoch), which mimalloc reuses where glibc's allocator

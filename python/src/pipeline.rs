@@ -10,7 +10,7 @@ use futures::StreamExt;
 use numpy::PyArray;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::PyDict;
 use zarrpipe::batcher::{SampleLayout, SamplerState};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{Batch, BatchStream, Host, MetricsSnapshot};
@@ -19,6 +19,7 @@ use zarrpipe::store::Dataset;
 use crate::errors;
 use crate::options::Config;
 use crate::runtime;
+use crate::samples::sample_list;
 
 /// How often a thread waiting for a batch looks for Ctrl-C (and other signals).
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -473,24 +474,6 @@ impl NativeEpoch {
     }
 }
 
-/// The samples of a batch as `(sample number, origin)` pairs.
-pub(crate) fn samples<'py>(
-    py: Python<'py>,
-    samples: &[zarrpipe::batcher::Sample],
-) -> PyResult<Bound<'py, PyList>> {
-    let pairs = samples.iter().map(|sample| {
-        let origin = PyTuple::new(py, &sample.origin)?;
-        PyTuple::new(
-            py,
-            [
-                sample.index.into_pyobject(py)?.into_any(),
-                origin.into_any(),
-            ],
-        )
-    });
-    PyList::new(py, pairs.collect::<PyResult<Vec<_>>>()?)
-}
-
 /// A host batch as NumPy arrays that own the batch's buffers (no copy).
 fn host_batch(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
     let dict = PyDict::new(py);
@@ -511,6 +494,6 @@ fn host_batch(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
             .latitude_weights
             .map(|a| PyArray::from_owned_array(py, a)),
     )?;
-    dict.set_item("samples", samples(py, &batch.samples)?)?;
+    dict.set_item("samples", sample_list(py, &batch.samples)?)?;
     Ok(dict)
 }

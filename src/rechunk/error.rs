@@ -62,7 +62,7 @@ pub enum RechunkError {
         shard: u64,
     },
     /// A non-empty destination without a rechunk journal.
-    #[error("{} exists and is not empty, and holds no rechunk journal ({}): choose a new or empty directory", path.display(), super::journal::PLAN_FILE)]
+    #[error("{} exists and is not empty, and holds no rechunk journal ({}): choose a new or empty directory", path.display(), super::PLAN_FILE)]
     DestinationNotEmpty {
         /// The destination directory.
         path: PathBuf,

@@ -12,12 +12,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 use serde_json::Value;
 
-use super::RechunkError;
-
-/// The plan, beside the arrays in the destination.
-pub const PLAN_FILE: &str = ".zarrpipe-rechunk.json";
-/// One finished destination chunk per line: `ARRAY<TAB>i,j,k`.
-pub const LOG_FILE: &str = ".zarrpipe-rechunk.log";
+use super::{RechunkError, LOG_FILE, PLAN_FILE};
 
 /// An open journal: the chunks finished before, and the log to add to.
 pub struct Journal {

@@ -56,6 +56,11 @@ pub use journal::Journal;
 pub use layout::{check_options, layout_of, ArrayLayout};
 pub use options::{parse_dim_sizes, Codec, DimSizes, RechunkOptions};
 
+/// The plan, beside the arrays in the destination.
+pub const PLAN_FILE: &str = ".zarrpipe-rechunk.json";
+/// One finished destination chunk per line: `ARRAY<TAB>i,j,k`.
+pub const LOG_FILE: &str = ".zarrpipe-rechunk.log";
+
 /// What [`rechunk`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RechunkReport {

@@ -152,3 +152,25 @@ pub async fn serve_directory(root: PathBuf) -> String {
     tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
     format!("http://{address}")
 }
+
+/// For GPU tests: `Some(value)` where the GPU path runs here. Where it cannot (no device,
+/// driver or nvCOMP, or a build without `cuda`) the test says it is skipped and passes, unless
+/// `ZARRPIPE_REQUIRE_GPU` is set (runs on a GPU host), where that fails the test. Any other
+/// error fails it.
+#[allow(dead_code)] // used by the GPU test binaries only
+pub fn on_gpu<T>(opened: Result<T, zarrpipe::codec::Error>) -> Option<T> {
+    let error = match opened {
+        Ok(value) => return Some(value),
+        Err(error) => error,
+    };
+    let reason = zarrpipe::error_chain(&error);
+    let unavailable = matches!(
+        error,
+        zarrpipe::codec::Error::Cuda(zarrpipe::cuda::CudaError::Unavailable { .. })
+    );
+    if !unavailable || std::env::var_os("ZARRPIPE_REQUIRE_GPU").is_some() {
+        panic!("these tests need a CUDA device and nvCOMP 6 (NVCOMP_LIB): {reason}");
+    }
+    println!("skipped: no usable GPU here ({reason})");
+    None
+}

@@ -27,6 +27,7 @@
 
 mod batches;
 mod derived;
+mod edge;
 mod error;
 mod layout;
 mod missing;
@@ -36,6 +37,7 @@ mod window;
 
 pub use batches::{Batcher, EpochOptions};
 pub use derived::{Derived, Needs};
+pub use edge::Edge;
 pub use error::{Error, Result};
 pub use layout::{
     clip, BatchGroups, BatchSpan, Channel, Sample, SampleDim, SampleLayout, MAX_SAMPLE_CHUNKS,
@@ -46,7 +48,7 @@ pub use plan::PlanSummary;
 pub use sampler::{
     EpochSampler, Ranks, SamplerSpec, SamplerState, Shuffle, Uneven, MAX_SHUFFLED_SAMPLES,
 };
-pub use window::{Edge, Forecast, Window, WindowSpec};
+pub use window::{Forecast, Window, WindowSpec};
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,7 @@
 use serde::{Deserialize, Serialize};
 
+use crate::Edge;
+
 /// A window over one named dimension: `size` elements, moved by `stride` (xbatcher's
 /// `input_dims` and `input_overlap`: stride = size - overlap).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -10,20 +12,6 @@ pub struct Window {
     pub size: u64,
     /// How far each window moves from the last.
     pub stride: u64,
-}
-
-/// What happens at the end of a dimension that the windows do not tile exactly.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Edge {
-    /// Windows that would cross the end are not produced (xbatcher's behaviour).
-    #[default]
-    Drop,
-    /// The last window crosses the end; what lies beyond holds the pad value, and batches carry
-    /// a mask of the valid elements.
-    Pad,
-    /// One more window, shifted back to end exactly at the edge (so it overlaps its neighbour
-    /// more than the others do).
-    Shift,
 }
 
 /// Forecasting pairs along the first iterated dimension (time): the input holds `history`

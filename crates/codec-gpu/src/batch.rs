@@ -11,9 +11,10 @@ use rayon::prelude::*;
 use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
 use crate::chain::GpuChain;
+use crate::chunk_decode::decode_on_cpu;
 use crate::frames::{self, FrameError};
 use crate::plan::{BatchPlan, ChunkInput, Region, ALIGN};
-use crate::{decode_on_cpu, Error, Result};
+use crate::{Error, Result};
 
 /// How a chunk of a GPU batch was decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -131,10 +131,8 @@ impl DirectChain {
                 };
                 // Writes at most `out.len()` bytes: a frame declaring more fails here, where
                 // a decoder that allocates what the header says could abort the process.
-                let written = zstd
-                    .decompress_to_buffer(stored, out)
-                    .map_err(|error| failure("zstd", error))?;
-                written
+                zstd.decompress_to_buffer(stored, out)
+                    .map_err(|error| failure("zstd", error))?
             }
             Some(Compressor::Blosc) => blosc_decompress(stored, out)?,
             Some(Compressor::Zlib) => {

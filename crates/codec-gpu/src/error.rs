@@ -4,7 +4,7 @@ use crate::frames::FrameError;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What can go wrong decoding a chunk. Every variant names the variable and chunk key. The
-/// CUDA variants exist with or without the `cuda` feature, so the enum never changes shape.
+/// CUDA variant exists with or without the `cuda` feature, so the enum never changes shape.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -82,14 +82,6 @@ pub enum Error {
         source: tokio::task::JoinError,
     },
 
-    /// The GPU path cannot run: no driver, device, NVRTC or nvCOMP, no `cuda` feature, or an
-    /// earlier fault of the decoder's context.
-    #[error("CUDA is not available: {reason}")]
-    CudaUnavailable {
-        /// What is missing or went wrong, and what to do.
-        reason: String,
-    },
-
     /// A chunk whose frames fail the checks made on the CPU before decoding.
     #[error("chunk `{key}` of variable `{variable}` cannot be decoded")]
     Frame {
@@ -114,6 +106,27 @@ pub enum Error {
         source: FrameError,
     },
 
+    /// A decoder handed a device batch with a chunk outside its buffer, or shorter than the
+    /// chunk's decoded size.
+    #[error(
+        "chunk `{key}` of variable `{variable}` is {len} bytes at offset {offset} of a device \
+         buffer of {buffer}, and decodes to {expected}"
+    )]
+    DeviceChunkOutside {
+        /// The variable's name.
+        variable: String,
+        /// The chunk's key.
+        key: String,
+        /// Where the decoder put the chunk.
+        offset: usize,
+        /// The bytes it said the chunk takes.
+        len: usize,
+        /// The chunk's decoded size.
+        expected: usize,
+        /// The buffer's length.
+        buffer: usize,
+    },
+
     /// Decoding a chunk on the GPU failed.
     #[error("chunk `{key}` of variable `{variable}` failed on the GPU: {detail}")]
     GpuDecode {
@@ -125,15 +138,10 @@ pub enum Error {
         detail: String,
     },
 
-    /// A CUDA driver or NVRTC call failed.
-    #[error("CUDA call failed: {what}")]
-    Cuda {
-        /// The call, or what it was for.
-        what: String,
-        /// The driver's error, or NVRTC's log.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    /// The GPU cannot be used (no driver, device, NVRTC or nvCOMP, no `cuda` feature, an
+    /// earlier fault of the decoder's context), or a CUDA call failed.
+    #[error(transparent)]
+    Cuda(#[from] zarrpipe_cuda::CudaError),
 
     /// An nvCOMP call returned an error status.
     #[error("nvCOMP call {call} failed with status {status} ({name})")]
@@ -145,4 +153,11 @@ pub enum Error {
         /// The status's name.
         name: &'static str,
     },
+}
+
+impl Error {
+    /// The GPU path cannot run here (see [`zarrpipe_cuda::CudaError::Unavailable`]).
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self::Cuda(zarrpipe_cuda::CudaError::unavailable(reason))
+    }
 }

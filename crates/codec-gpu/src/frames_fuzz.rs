@@ -128,7 +128,7 @@ fn decode_both_ways(chunk: EncodedChunk) -> Result<(), TestCaseError> {
     let planned = planned.map_err(|payload| {
         TestCaseError::fail(format!(
             "planning or interpreting `{key}` panicked: {}",
-            crate::cpu::panic_message(payload.as_ref())
+            crate::chunk_decode::panic_message(payload.as_ref())
         ))
     })?;
     let cpu = decode_on_cpu(chunk);
@@ -214,9 +214,9 @@ proptest! {
 mod regressions {
     use super::*;
 
-    /// The shard of the sharded case with its first index entry pointing at 2^64 - 6, as in
-    /// issue 20: zarrs' sharding codec overflowed adding the length and panicked; the frame
-    /// checks now refuse the index before zarrs sees it (and a panic would be caught).
+    /// The shard of the sharded case with its first index entry pointing at 2^64 - 6: zarrs'
+    /// sharding codec overflows adding the length and panics, so the frame checks refuse the
+    /// index before zarrs sees it (and a panic would be caught).
     #[test]
     fn shard_offset_near_2_64() {
         let corpus = corpus();

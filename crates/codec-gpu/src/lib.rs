@@ -43,6 +43,7 @@ mod batch_decoder;
 mod busy_time;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod chain;
+mod chunk_decode;
 mod cpu;
 mod decode;
 mod decode_batches;
@@ -77,14 +78,13 @@ use zarrpipe_store::EncodedChunk;
 
 pub use batch::DecodePath;
 pub use batch_decoder::{BatchDecoder, DecodedChunks};
-pub use cpu::{decode_on_cpu, CpuDecoder};
+pub use chunk_decode::decode_on_cpu;
+pub use cpu::CpuDecoder;
 pub use decode::Decode;
 pub use decode_batches::DecodeBatches;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};
-#[cfg(feature = "cuda")]
-pub use gpu::{cudarc, kernel, load_module, trim_memory_pool, DeviceMemory};
 pub use gpu::{
     BatchTimings, DeviceBatch, DeviceChunk, GpuDecoder, GpuOptions, PendingBatch, PlannedBatch,
 };

@@ -18,8 +18,8 @@ use rayon::prelude::*;
 use zarrpipe_core::BatchStats;
 use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
-use crate::cpu::{decode_on_cpu, direct_chain, panic_message};
-use crate::direct::{CodecFailure, DirectChain};
+use crate::chunk_decode::{decode_on_cpu, direct_chain, panic_message, write_chunk};
+use crate::direct::DirectChain;
 use crate::{CpuDecoder, DecodedChunk, Error, Result};
 
 /// Where the chunks of a batch go, as the collator planned them.
@@ -27,6 +27,9 @@ pub trait ChunkPlacement: Sync {
     /// Memory that chunk `index` (of `len` decoded bytes) is decoded into as it is: its place
     /// in the batch, when the batch holds the whole chunk in one run and in its stored type.
     /// Asked at most once per chunk; `None`: the chunk goes through [`put`](Self::put).
+    // Mutable from shared: chunks decode on many threads at once, each into its own place,
+    // and each place is handed out once (implementations keep them behind a lock or disjoint).
+    #[allow(clippy::mut_from_ref)]
     fn whole(&self, index: usize, len: usize) -> Option<&mut [u8]>;
 
     /// Copies chunk `index`'s decoded bytes into place. Called at most once per chunk, from
@@ -191,39 +194,6 @@ fn decode_chunk(
     }
     stats.decode_busy = started.elapsed().max(Duration::from_nanos(1));
     Ok(stats)
-}
-
-/// Decodes `chunk` with `chain` into `out`, or writes its fill value when it is missing.
-pub(crate) fn write_chunk(chunk: &EncodedChunk, chain: DirectChain, out: &mut [u8]) -> Result<()> {
-    let variable = &chunk.request.variable;
-    match &chunk.bytes {
-        Some(stored) => chain
-            .decode_into(stored, out)
-            .map_err(|failure| match failure {
-                CodecFailure::Refused { codec, message } => Error::Codec {
-                    variable: variable.name().to_string(),
-                    key: chunk.request.key(),
-                    codec,
-                    message,
-                },
-                CodecFailure::Size { actual } => Error::DecodedSize {
-                    variable: variable.name().to_string(),
-                    key: chunk.request.key(),
-                    expected: out.len(),
-                    actual,
-                },
-            }),
-        None => {
-            let fill = variable.array().fill_value().as_ne_bytes();
-            match fill.iter().all(|&byte| byte == fill[0]) {
-                true => out.fill(fill[0]),
-                false => out
-                    .chunks_exact_mut(fill.len())
-                    .for_each(|element| element.copy_from_slice(fill)),
-            }
-            Ok(())
-        }
-    }
 }
 
 /// Chunk places for memory the collator splits into one run per chunk (an upload buffer, in

@@ -62,7 +62,7 @@ const AUTO_SMALLEST_GPU_SHARE: f64 = 1.0 / 8.0;
 /// of its step), a single wait of a few milliseconds sent the next several batches, shared out
 /// before it was seen again, partly to the GPU: beside a consumer at 3.2 GB/s that waited
 /// 0.2-0.3% of its time, auto used 4.7-5.5% of the GPU's time in two runs of four, against
-/// 0.6% in the others (docs/benchmarks.md, session 19).
+/// 0.6% in the others (H200, 2026-11-26: docs/benchmarks.md, "Defaults and the measurements behind them").
 const AUTO_MOST_WAIT_SHARE: f64 = 0.005;
 const AUTO_WAIT_WINDOW_SECONDS: f64 = 2.0;
 

@@ -78,12 +78,6 @@ pub enum Error {
     HostTensorType(crate::TensorDType),
 
     /// Collating on the GPU failed: a CUDA or candle call, or the batch's task.
-    #[error("CUDA, {what}: {source}")]
-    Cuda {
-        /// What the call was for.
-        what: String,
-        /// The underlying error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    #[error(transparent)]
+    Cuda(#[from] zarrpipe_cuda::CudaError),
 }

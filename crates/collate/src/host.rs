@@ -12,7 +12,8 @@ use crate::gather::{
     destination_strides, missing_chunk, static_box, variable_number, window_boxes, WindowBox,
 };
 use crate::host_placement::TensorPlacement;
-use crate::options::{finish_on_host, CollateOptions, TensorDType};
+use crate::options::{finish_on_host, CollateOptions};
+use crate::TensorDType;
 use crate::{Batch, DecodedBatch, Error, GatherPlan, Piece, Result, StaticField};
 
 /// Gathers the windows of a batch from decoded chunks into one contiguous float32 tensor on

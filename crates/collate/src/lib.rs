@@ -49,6 +49,7 @@ mod host;
 mod host_placement;
 mod options;
 mod static_fields;
+mod tensor_dtype;
 
 use std::sync::Arc;
 
@@ -68,8 +69,9 @@ pub use device::{DeviceCollator, DeviceTensor, Gpu, TensorPool};
 pub use error::{Error, Result};
 pub use gather::{GatherPlan, Piece, MAX_AXES};
 pub use host::HostCollator;
-pub use options::{CollateOptions, LatitudeWeights, Normalization, TensorDType, STATS_FORMAT};
+pub use options::{CollateOptions, LatitudeWeights, Normalization, STATS_FORMAT};
 pub use static_fields::{StaticField, StaticFields};
+pub use tensor_dtype::TensorDType;
 
 /// The collate stage at batch level, for a stream of decoded batches
 /// ([`DecodeBatchesExt::decode_batches`](zarrpipe_codec_gpu::DecodeBatchesExt::decode_batches)).

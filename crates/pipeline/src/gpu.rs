@@ -4,9 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use zarrpipe_batcher::SampleLayout;
-use zarrpipe_codec_gpu::cudarc;
 use zarrpipe_codec_gpu::{CpuDecoder, GpuDecoder, GpuOptions, SplitDecoder, SplitPolicy};
 use zarrpipe_collate::{CollateOptions, DeviceCollator, Gpu, TensorPool};
+use zarrpipe_cuda::cudarc;
 
 use crate::{Error, Result};
 

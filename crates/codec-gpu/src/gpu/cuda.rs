@@ -4,23 +4,23 @@
 //! the decoder's stream; per-op statuses come back at the end.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cudarc::driver::sys::CUstream;
-use cudarc::driver::{
+use zarrpipe_cuda::cudarc::driver::sys::CUstream;
+use zarrpipe_cuda::cudarc::driver::{
     result, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg,
 };
+use zarrpipe_cuda::{open_device, CudaError, DeviceBuffer, DeviceMemory, During};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use super::device_batches::{device_chunk, DeviceBatch, PendingBatch, PlannedBatch};
 use super::kernels::Kernels;
-use super::memory_pool::{keep_freed_memory_pooled, trim_memory_pool};
+use super::lanes::{Lane, Lanes};
 use super::nvcomp::Nvcomp;
 use super::read_memory::{PinnedReadMemory, SLAB_BYTES};
-use super::slots::{grow, grow_pinned, Slot, SlotPool, SLOTS};
+use super::slots::{grow, grow_pinned, InFlight, Slot, SlotPool, SLOTS};
 use super::staging_layout::StagingLayout;
 use super::tables::{stage, table_start, Bases, DecompressGroup, KernelKind, Launch, Tables};
 use super::upload_runs::UploadRuns;
@@ -32,23 +32,12 @@ use crate::batch::{
 use crate::plan::{BatchPlan, Codec};
 use crate::{Error, Result};
 
-pub(super) fn cuda_error(
-    what: impl Into<String>,
-) -> impl FnOnce(cudarc::driver::DriverError) -> Error {
-    let what = what.into();
-    move |error| Error::Cuda {
-        what,
-        source: Box::new(error),
-    }
-}
-
 /// Decodes batches of chunks on one GPU with nvCOMP and zarrpipe's kernels.
 pub struct GpuDecoder {
     context: Arc<CudaContext>,
     /// Batches decode on these in turn, so consecutive batches overlap on the device (each
     /// nvCOMP call has one chunk per thread block, too few to fill the GPU alone).
-    lanes: Vec<Lane>,
-    next_lane: AtomicUsize,
+    lanes: Lanes,
     /// Uploads run here, beside the decoding on `stream`.
     copy_stream: Arc<CudaStream>,
     kernels: Kernels,
@@ -79,34 +68,6 @@ pub struct GpuDecoder {
     memory: Arc<DeviceMemory>,
 }
 
-/// The device's pooled memory, given back to the driver when the last holder goes: the
-/// decoder, each batch it decoded, and the tensor pools of the collators on its device hold
-/// one, so whichever goes last (a pipeline's stages drop in any order) trims the pool.
-pub struct DeviceMemory {
-    context: Arc<CudaContext>,
-}
-
-impl DeviceMemory {
-    /// The device's context.
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.context
-    }
-}
-
-impl Drop for DeviceMemory {
-    fn drop(&mut self) {
-        trim_memory_pool(&self.context);
-    }
-}
-
-impl std::fmt::Debug for DeviceMemory {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceMemory")
-            .field("device", &self.context.ordinal())
-            .finish()
-    }
-}
-
 /// The granularity of the pinned-memory budget.
 const PINNED_UNIT: usize = 1 << 16;
 
@@ -117,8 +78,11 @@ const DECODING_UNITS: usize = 5040;
 /// An event that can be timed against another.
 fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
     stream
-        .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda_error("recording an event"))
+        .record_event(Some(
+            zarrpipe_cuda::cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT,
+        ))
+        .during("recording an event")
+        .map_err(Into::into)
 }
 
 /// The pinned-memory budget in units (a `u32` count, as the semaphore takes them).
@@ -135,54 +99,6 @@ impl std::fmt::Debug for GpuDecoder {
     }
 }
 
-/// Whether the CUDA driver and NVRTC can be opened (cudarc loads them at run time).
-#[cfg(not(feature = "cuda-linked"))]
-fn libraries_present() -> (bool, bool) {
-    // SAFETY: only probes whether the libraries can be opened.
-    unsafe {
-        (
-            cudarc::driver::sys::is_culib_present(),
-            cudarc::nvrtc::sys::is_culib_present(),
-        )
-    }
-}
-
-/// Linked at build time (candle asks cudarc for that): a running program has them.
-#[cfg(feature = "cuda-linked")]
-fn libraries_present() -> (bool, bool) {
-    (true, true)
-}
-
-/// A decode stream and nvCOMP's temporary memory for it: the decompressions of a stream run
-/// in its order, so one buffer serves them all.
-struct Lane {
-    stream: Arc<CudaStream>,
-    temp: Mutex<Option<CudaSlice<u8>>>,
-    /// Set while a submitted batch decodes here (see [`LaneHold`]).
-    busy: Arc<AtomicBool>,
-}
-
-/// A lane taken by a batch from its submission until it is completed (or dropped): later
-/// batches go to lanes without one, so only as many lanes as batches decode at once get
-/// nvCOMP scratch memory.
-pub(super) struct LaneHold(Option<Arc<AtomicBool>>);
-
-impl Drop for LaneHold {
-    fn drop(&mut self) {
-        if let Some(busy) = self.0.take() {
-            busy.store(false, Ordering::Release);
-        }
-    }
-}
-
-/// A group whose work is enqueued; `done` completes when its statuses are on the host.
-pub(super) struct InFlight {
-    pub(super) prepared: Prepared,
-    pub(super) tables: Tables,
-    pub(super) done: CudaEvent,
-    pub(super) slot: Slot,
-}
-
 /// A group to stage: its chunks, or already planned.
 enum GroupInput {
     Chunks(Vec<EncodedChunk>),
@@ -191,62 +107,22 @@ enum GroupInput {
 
 impl GpuDecoder {
     /// Opens device `options.device`, loads nvCOMP and compiles the kernels. Fails with
-    /// [`Error::CudaUnavailable`] when there is no driver, device or nvCOMP.
+    /// [`zarrpipe_cuda::CudaError::Unavailable`] when there is no driver, device or nvCOMP.
     pub fn new(options: GpuOptions) -> Result<Self> {
-        match libraries_present() {
-            (false, _) => {
-                return Err(Error::CudaUnavailable {
-                    reason: "no CUDA driver (libcuda.so) on this machine".into(),
-                })
-            }
-            (_, false) => {
-                return Err(Error::CudaUnavailable {
-                    reason: "NVRTC (libnvrtc.so) was not found: add the CUDA toolkit's lib \
-                             directory to LD_LIBRARY_PATH"
-                        .into(),
-                })
-            }
-            _ => {}
-        }
-        let count = CudaContext::device_count().map_err(|error| Error::CudaUnavailable {
-            reason: format!("the CUDA driver found no device: {error:?}"),
-        })?;
-        if options.device >= count.max(0) as usize {
-            return Err(Error::CudaUnavailable {
-                reason: format!("no CUDA device {} ({count} present)", options.device),
-            });
-        }
+        let context = open_device(options.device)?;
         let nvcomp = Nvcomp::load()?;
         if options.check_zstd_tables {
             crate::frames::enable_zstd_table_checks();
         }
-        let context = CudaContext::new(options.device).map_err(cuda_error("opening the device"))?;
-        // Work is ordered by streams and events this decoder records itself, so cudarc's
-        // per-buffer events are not needed.
-        // SAFETY: buffers are only shared between streams through those events.
-        unsafe { context.disable_event_tracking() };
-        keep_freed_memory_pooled(&context)?;
-        let lanes = (0..options.decode_streams.max(1))
-            .map(|_| {
-                Ok(Lane {
-                    stream: context
-                        .new_stream()
-                        .map_err(cuda_error("creating a stream"))?,
-                    temp: Mutex::new(None),
-                    busy: Arc::new(AtomicBool::new(false)),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let copy_stream = context
-            .new_stream()
-            .map_err(cuda_error("creating a stream"))?;
+        let memory = DeviceMemory::pooled(context.clone())?;
+        let lanes = Lanes::new(&context, options.decode_streams)?;
+        let copy_stream = context.new_stream().during("creating a stream")?;
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
         let read_memory = Arc::new(PinnedReadMemory::new(context.clone(), options.read_memory));
         Ok(Self {
             context: context.clone(),
             lanes,
-            next_lane: AtomicUsize::new(0),
             copy_stream,
             kernels,
             nvcomp,
@@ -258,9 +134,7 @@ impl GpuDecoder {
             preparing: Arc::new(tokio::sync::Semaphore::new(1)),
             checking: Arc::new(tokio::sync::Semaphore::new(1)),
             read_memory,
-            memory: Arc::new(DeviceMemory {
-                context: context.clone(),
-            }),
+            memory,
         })
     }
 
@@ -346,25 +220,6 @@ impl GpuDecoder {
             .expect("the semaphore is never closed")
     }
 
-    /// A lane no batch decodes on (the first such, so the same few are reused), or the next in
-    /// turn when every lane is taken (the batch then queues behind another on its stream).
-    fn take_lane(&self) -> (&Lane, LaneHold) {
-        self.take_free_lane().unwrap_or_else(|| {
-            let next = self.next_lane.fetch_add(1, Ordering::Relaxed) % self.lanes.len();
-            (&self.lanes[next], LaneHold(None))
-        })
-    }
-
-    /// The first lane no batch decodes on, taken.
-    fn take_free_lane(&self) -> Option<(&Lane, LaneHold)> {
-        self.lanes.iter().find_map(|lane| {
-            lane.busy
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-                .then(|| (lane, LaneHold(Some(lane.busy.clone()))))
-        })
-    }
-
     /// Where nvCOMP was loaded from.
     pub fn nvcomp_path(&self) -> &str {
         &self.nvcomp.path
@@ -378,17 +233,12 @@ impl GpuDecoder {
     /// The decoder's first stream (batches decode on its streams in turn; see
     /// [`PendingBatch::stream`]).
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.lanes[0].stream
+        &self.lanes.first().stream
     }
 
     /// The stream the next [`Self::submit`] decodes on, when no other thread submits between.
     pub fn next_stream(&self) -> &Arc<CudaStream> {
-        let free = self
-            .lanes
-            .iter()
-            .find(|lane| !lane.busy.load(Ordering::Relaxed));
-        let next = &self.lanes[self.next_lane.load(Ordering::Relaxed) % self.lanes.len()];
-        &free.unwrap_or(next).stream
+        self.lanes.next_stream()
     }
 
     /// Decodes `chunks` into one device buffer. A chunk that fails (corrupt, or needing the
@@ -494,13 +344,18 @@ impl GpuDecoder {
 
     fn check_fault(&self) -> Result<()> {
         match self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            Some(reason) => Err(Error::CudaUnavailable { reason }),
+            Some(reason) => Err(Error::unavailable(reason)),
             None => Ok(()),
         }
     }
 
+    /// Refuses every later batch after a failed CUDA call: most such errors stick to the
+    /// context. Running out of device memory does not: the next batch may find enough.
     fn note_fault(&self, error: &Error) {
-        if let Error::Cuda { what, source } = error {
+        if let Error::Cuda(error @ CudaError::Call { what, source }) = error {
+            if error.is_out_of_memory() {
+                return;
+            }
             *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
                 "the GPU faulted earlier ({what}: {source}); decode on the CPU"
             ));
@@ -527,17 +382,17 @@ impl GpuDecoder {
             .checked_sub(plan_time)
             .unwrap_or_else(Instant::now);
         let count = chunks.len();
-        let (lane, hold) = self.take_lane();
+        let (lane, hold) = self.lanes.take();
         let stream = &lane.stream;
         let output_len: usize = chunks.iter().map(output_bytes).sum();
         // SAFETY: every byte of the output a chunk owns is written by its ops before use.
         let output = unsafe { stream.alloc::<u8>(output_len.max(1)) }
-            .map_err(cuda_error("allocating the batch output"))?;
+            .during("allocating the batch output")?;
         let output_base = output.device_ptr(stream).0;
         // Groups on other lanes write the output once its allocation is done.
         let output_allocated = stream
             .record_event(None)
-            .map_err(cuda_error("recording an allocation event"))?;
+            .during("recording an allocation event")?;
         let mut pending = PendingBatch {
             sources: chunks,
             stream: stream.clone(),
@@ -586,12 +441,12 @@ impl GpuDecoder {
             let output_start = prepared.plan.output_len;
             let following = groups.next();
             // The next group's lane.
-            let free_lane = following.as_ref().and_then(|_| self.take_free_lane());
+            let free_lane = following.as_ref().and_then(|_| self.lanes.take_free());
             let following_lane = match free_lane {
                 Some((free, hold)) => {
                     free.stream
                         .wait(&output_allocated)
-                        .map_err(cuda_error("waiting for the batch's output"))?;
+                        .during("waiting for the batch's output")?;
                     pending.lanes.push(hold);
                     free
                 }
@@ -612,9 +467,7 @@ impl GpuDecoder {
             });
             let done = done?;
             if !Arc::ptr_eq(group_stream, stream) {
-                stream
-                    .wait(&done)
-                    .map_err(cuda_error("waiting for a group"))?;
+                stream.wait(&done).during("waiting for a group")?;
             }
             pending.ended = Some(timed_event(stream)?);
             pending.running.push_back(InFlight {
@@ -641,20 +494,17 @@ impl GpuDecoder {
             .elapsed()
             .saturating_sub(timings.plan + timings.stage);
         if let (Some(begun), Some(ended)) = (&pending.begun, &pending.ended) {
-            let ms = begun
-                .elapsed_ms(ended)
-                .map_err(cuda_error("timing a batch"))?;
+            let ms = begun.elapsed_ms(ended).during("timing a batch")?;
             timings.gpu = std::time::Duration::from_secs_f32(ms.max(0.0) / 1e3);
         }
         // SAFETY: a zero-length placeholder, never read; the real buffer moves out.
-        let empty = unsafe { pending.stream.alloc::<u8>(0) }.map_err(cuda_error("allocating"))?;
-        Ok(DeviceBatch {
-            chunks: std::mem::take(&mut pending.finished),
-            timings,
-            buffer: std::mem::replace(&mut pending.output, empty),
-            stream: pending.stream.clone(),
-            _memory: self.memory.clone(),
-        })
+        let empty = unsafe { pending.stream.alloc::<u8>(0) }.during("allocating")?;
+        let output = std::mem::replace(&mut pending.output, empty);
+        let buffer =
+            DeviceBuffer::written_on(output, &pending.stream)?.holding(self.memory.clone());
+        let mut batch = DeviceBatch::new(buffer, std::mem::take(&mut pending.finished))?;
+        batch.timings = timings;
+        Ok(batch)
     }
 
     /// Waits for a group, turns its statuses into per-chunk results and frees its slot.
@@ -665,13 +515,11 @@ impl GpuDecoder {
             done,
             mut slot,
         } = group;
-        let waited = done.synchronize().map_err(cuda_error("running the batch"));
+        let waited = done.synchronize().during("running the batch");
         let results_len = tables.results_len();
         let failures = match (&waited, slot.results_host.as_mut()) {
             (Ok(()), Some(host)) => {
-                let results = host
-                    .as_mut_slice()
-                    .map_err(cuda_error("mapping pinned memory"))?;
+                let results = host.as_mut_slice().during("mapping pinned memory")?;
                 tables.failures(&results[..results_len])
             }
             _ => Vec::new(),
@@ -757,7 +605,7 @@ impl GpuDecoder {
                     self.copy_stream.cu_stream(),
                 )
             }
-            .map_err(cuda_error("uploading the batch"))?;
+            .during("uploading the batch")?;
         }
         tracing::debug!(
             target: "zarrpipe::gpu",
@@ -769,10 +617,11 @@ impl GpuDecoder {
         let uploaded = self
             .copy_stream
             .record_event(None)
-            .map_err(cuda_error("recording an upload event"))?;
+            .during("recording an upload event")?;
         stream
             .wait(&uploaded)
-            .map_err(cuda_error("waiting for an upload"))
+            .during("waiting for an upload")
+            .map_err(Into::into)
     }
 
     /// Enqueues every round's ops on the lane's stream.
@@ -809,11 +658,12 @@ impl GpuDecoder {
                     stream.cu_stream(),
                 )
             }
-            .map_err(cuda_error("reading decompression statuses"))?;
+            .during("reading decompression statuses")?;
         }
         stream
             .record_event(None)
-            .map_err(cuda_error("recording a batch event"))
+            .during("recording a batch event")
+            .map_err(Into::into)
     }
 
     /// For benchmarks: the time nvCOMP alone takes to decompress `chunks` already in device
@@ -826,16 +676,16 @@ impl GpuDecoder {
     ) -> Result<(std::time::Duration, usize)> {
         let prepared = prepare(chunks, self.options.strict, 0);
         let mut slot = self.slots.take();
-        let lane = &self.lanes[0];
+        let lane = self.lanes.first();
         let stream = &lane.stream;
         let mut temp = lane.temp.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: written by the decompressions below before anything reads it.
         let output = unsafe { stream.alloc::<u8>(prepared.plan.output_len.max(1)) }
-            .map_err(cuda_error("allocating the batch output"))?;
+            .during("allocating the batch output")?;
         let output_base = output.device_ptr(stream).0;
         let upload = self.stage(&prepared.plan, &mut slot, output_base)?;
         self.send(&upload, stream)?;
-        stream.synchronize().map_err(cuda_error("uploading"))?;
+        stream.synchronize().during("uploading")?;
         let mut best = std::time::Duration::MAX;
         for _ in 0..repeats.max(1) {
             let started = Instant::now();
@@ -844,7 +694,7 @@ impl GpuDecoder {
                     self.decompress(*codec, group, &upload, &mut temp, stream)?;
                 }
             }
-            stream.synchronize().map_err(cuda_error("running nvCOMP"))?;
+            stream.synchronize().during("running nvCOMP")?;
             best = best.min(started.elapsed());
         }
         let bytes = upload
@@ -958,7 +808,8 @@ fn launch_table(
     // this batch's staging), whose pointers and lengths the plan bounded to live buffers.
     unsafe { builder.launch(config) }
         .map(|_| ())
-        .map_err(cuda_error(format!("launching {:?}", launch.kind)))
+        .during_with(|| format!("launching {:?}", launch.kind))
+        .map_err(Into::into)
 }
 
 /// A batch staged and uploaded: where its tables and results are, and its output.
@@ -984,7 +835,7 @@ impl Drop for GpuDecoder {
     /// Frees the decoder's buffers and returns the device memory its pool kept to the driver,
     /// so a dropped pipeline leaves no device memory behind.
     fn drop(&mut self) {
-        for lane in &self.lanes {
+        for lane in self.lanes.iter() {
             let _ = lane.stream.synchronize();
         }
         self.slots
@@ -992,7 +843,7 @@ impl Drop for GpuDecoder {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .clear();
-        for lane in &self.lanes {
+        for lane in self.lanes.iter() {
             *lane
                 .temp
                 .lock()

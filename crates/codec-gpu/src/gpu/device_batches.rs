@@ -5,25 +5,26 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use zarrpipe_cuda::cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
-use super::cuda::{cuda_error, DeviceMemory, InFlight, LaneHold};
-use super::slots::SlotPool;
+use zarrpipe_cuda::DeviceBuffer;
+
+use super::lanes::LaneHold;
+use super::slots::{InFlight, SlotPool};
 use super::{BatchTimings, DeviceChunk};
 use crate::batch::{Prepared, PreparedChunk};
-use crate::{DecodedChunk, Result};
+use crate::{DecodedChunk, Error, Result};
 
-/// A decoded batch: the chunks' bytes in one device buffer.
+/// A decoded batch: the chunks' bytes in one device buffer, laid out as its
+/// [`DeviceChunk`]s say. [`GpuDecoder`](super::GpuDecoder) makes them, and so can any other
+/// decoder ([`DeviceBatch::new`]): a device collator gathers from either alike.
 pub struct DeviceBatch {
     /// Each chunk's place in [`buffer`](Self::buffer), or its error.
     pub chunks: Vec<Result<DeviceChunk>>,
     /// Where the batch's time went.
     pub timings: BatchTimings,
-    pub(super) buffer: CudaSlice<u8>,
-    pub(super) stream: Arc<CudaStream>,
-    /// Last: the pool is trimmed after the buffer is freed, if this is the last holder.
-    pub(super) _memory: Arc<DeviceMemory>,
+    pub(super) buffer: DeviceBuffer,
 }
 
 impl std::fmt::Debug for DeviceBatch {
@@ -132,12 +133,40 @@ pub(super) fn device_chunk(chunk: PreparedChunk) -> Result<DeviceChunk> {
 }
 
 impl DeviceBatch {
+    /// A batch whose `chunks` were decoded into `buffer` (C order, native byte order, each
+    /// [`DeviceChunk::len`] bytes at [`DeviceChunk::offset`]), readable after the buffer's
+    /// [`ready`](DeviceBuffer::ready) event. Fails, naming the chunk, when a chunk does not
+    /// lie within the buffer or is shorter than its decoded size, so a collator's kernels
+    /// never read outside what the decoder wrote.
+    pub fn new(buffer: DeviceBuffer, chunks: Vec<Result<DeviceChunk>>) -> Result<Self> {
+        for chunk in chunks.iter().flatten() {
+            let request = &chunk.request;
+            let expected = request.variable.decoded_chunk_bytes() as usize;
+            let fits = chunk
+                .offset
+                .checked_add(chunk.len)
+                .is_some_and(|end| end <= buffer.len());
+            if !fits || chunk.len < expected {
+                return Err(Error::DeviceChunkOutside {
+                    variable: request.variable.name().to_string(),
+                    key: request.key(),
+                    offset: chunk.offset,
+                    len: chunk.len,
+                    expected,
+                    buffer: buffer.len(),
+                });
+            }
+        }
+        Ok(Self {
+            chunks,
+            timings: BatchTimings::default(),
+            buffer,
+        })
+    }
+
     /// Copies the decoded chunks back to host memory (for checks and CPU consumers).
     pub fn into_host(self) -> Result<Vec<Result<DecodedChunk>>> {
-        let host = self
-            .stream
-            .clone_dtoh(&self.buffer)
-            .map_err(cuda_error("copying a batch to the host"))?;
+        let host = self.buffer.to_host()?;
         let decode_time = self.timings.device;
         Ok(self
             .chunks
@@ -157,14 +186,8 @@ impl DeviceBatch {
     }
 
     /// The device buffer holding every chunk (see [`DeviceChunk::offset`]).
-    pub fn buffer(&self) -> &CudaSlice<u8> {
+    pub fn buffer(&self) -> &DeviceBuffer {
         &self.buffer
-    }
-
-    /// The stream that decoded the chunks: work reading them goes there (or waits on it),
-    /// and the buffer is freed in its order.
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
     }
 
     /// Decoded bytes in the batch's buffer.

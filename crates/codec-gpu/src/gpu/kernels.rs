@@ -1,13 +1,11 @@
-//! The decode kernels (`kernels.cu`), compiled once per process with NVRTC and loaded once
-//! per decoder's context; and the descriptor structs they read, laid out as in the source.
+//! The decode kernels (`kernels.cu`), compiled at run time (`zarrpipe_cuda::load_module`); and the descriptor structs they read, laid out as in the source.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions, Ptx};
+use zarrpipe_cuda::cudarc::driver::{CudaContext, CudaFunction};
+use zarrpipe_cuda::{kernel, load_module};
 
-use crate::{Error, Result};
+use crate::Result;
 
 const SOURCE: &str = include_str!("kernels.cu");
 pub(crate) use crate::plan::MAX_DIMS;
@@ -22,46 +20,6 @@ pub(crate) struct Kernels {
     pub transpose: CudaFunction,
     pub place: CudaFunction,
     pub scale_offset: CudaFunction,
-}
-
-/// Compiles `source` with NVRTC once per process (by `name`) and loads it into `context`.
-/// Other crates' kernels (the GPU collator's) load through here too.
-pub fn load_module(
-    context: &Arc<CudaContext>,
-    name: &'static str,
-    source: &'static str,
-) -> Result<Arc<CudaModule>> {
-    type Cache = Mutex<HashMap<&'static str, std::result::Result<Ptx, String>>>;
-    static PTX: OnceLock<Cache> = OnceLock::new();
-    let ptx = PTX
-        .get_or_init(Cache::default)
-        .lock()
-        .unwrap_or_else(|poison| poison.into_inner())
-        .entry(name)
-        .or_insert_with(|| {
-            let options = CompileOptions {
-                name: Some(name.into()),
-                ..Default::default()
-            };
-            compile_ptx_with_opts(source, options).map_err(|error| format!("{error:?}"))
-        })
-        .clone()
-        .map_err(|log| Error::Cuda {
-            what: format!("compiling {name} with NVRTC"),
-            source: log.into(),
-        })?;
-    context.load_module(ptx).map_err(|error| Error::Cuda {
-        what: format!("loading {name}"),
-        source: Box::new(error),
-    })
-}
-
-/// Finds kernel `name` in `module`.
-pub fn kernel(module: &Arc<CudaModule>, name: &str) -> Result<CudaFunction> {
-    module.load_function(name).map_err(|error| Error::Cuda {
-        what: format!("finding kernel `{name}`"),
-        source: Box::new(error),
-    })
 }
 
 impl Kernels {

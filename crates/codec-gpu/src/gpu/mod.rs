@@ -16,7 +16,7 @@ mod device_batches;
 #[cfg(feature = "cuda")]
 mod kernels;
 #[cfg(feature = "cuda")]
-mod memory_pool;
+mod lanes;
 #[cfg(feature = "cuda")]
 mod nvcomp;
 #[cfg(feature = "cuda")]
@@ -35,15 +35,9 @@ mod tables;
 mod upload_runs;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{DeviceMemory, GpuDecoder};
-#[cfg(feature = "cuda")]
-pub use cudarc;
+pub use cuda::GpuDecoder;
 #[cfg(feature = "cuda")]
 pub use device_batches::{DeviceBatch, PendingBatch, PlannedBatch};
-#[cfg(feature = "cuda")]
-pub use kernels::{kernel, load_module};
-#[cfg(feature = "cuda")]
-pub use memory_pool::trim_memory_pool;
 #[cfg(not(feature = "cuda"))]
 pub use stand_in::{DeviceBatch, GpuDecoder, PendingBatch, PlannedBatch};
 
@@ -78,7 +72,7 @@ pub struct GpuOptions {
     /// W1's 172 chunks of 3.3 MB a batch went from 14.0 GB/s with 3 batches to 16.9 with 6.
     /// With 1024, W1's 0.8 MB chunks (688 a batch) and its shards of 16 inner chunks (2752 a
     /// batch) decoded three batches at once; six ran at 50-53 GB/s against 46-48, and 41-42
-    /// against 37-38 (H200 host, session 19, once a new slot no longer allocated pinned memory).
+    /// against 37-38 (H200, 2026-11-26: docs/benchmarks.md, "Defaults and the measurements behind them").
     pub chunks_in_flight: usize,
     /// Most stored bytes of the batches being decoded at once, which sit in pinned host
     /// memory until their batch is decoded (one batch always goes through, however large).

@@ -4,8 +4,8 @@
 use std::ffi::c_void;
 use std::path::PathBuf;
 
-use cudarc::driver::sys::CUstream;
 use libloading::Library;
+use zarrpipe_cuda::cudarc::driver::sys::CUstream;
 
 use crate::plan::{Codec, DECOMPRESS_ALIGN};
 use crate::{Error, Result};
@@ -84,12 +84,10 @@ impl Nvcomp {
                 Err(error) => last_error = Some(error),
             }
         }
-        Err(Error::CudaUnavailable {
-            reason: format!(
-                "{INSTALL_HINT} (tried {candidates:?}: {})",
-                last_error.map_or_else(String::new, |error| error.to_string())
-            ),
-        })
+        Err(Error::unavailable(format!(
+            "{INSTALL_HINT} (tried {candidates:?}: {})",
+            last_error.map_or_else(String::new, |error| error.to_string())
+        )))
     }
 
     fn bind(library: Library, path: String) -> Result<Self> {
@@ -148,13 +146,11 @@ impl Nvcomp {
             .find(|&(_, asked, given)| asked == 0 || given % asked != 0)
         {
             None => Ok(()),
-            Some((what, asked, given)) => Err(Error::CudaUnavailable {
-                reason: format!(
-                    "{} asks {codec:?} {what} buffers aligned to {asked} bytes; zarrpipe's plans \
-                     give {given}",
-                    self.path
-                ),
-            }),
+            Some((what, asked, given)) => Err(Error::unavailable(format!(
+                "{} asks {codec:?} {what} buffers aligned to {asked} bytes; zarrpipe's plans \
+                 give {given}",
+                self.path
+            ))),
         }
     }
 
@@ -229,9 +225,7 @@ impl Nvcomp {
 }
 
 fn missing_symbol(path: &str, error: libloading::Error) -> Error {
-    Error::CudaUnavailable {
-        reason: format!("{path} is not nvCOMP 6 ({error}); {INSTALL_HINT}"),
-    }
+    Error::unavailable(format!("{path} is not nvCOMP 6 ({error}); {INSTALL_HINT}"))
 }
 
 fn check(call: &'static str, status: i32) -> Result<()> {

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 
-use cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
+use zarrpipe_cuda::cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
 use zarrpipe_store::{ReadBuffer, ReadMemory};
 
 /// Bytes of one slab: many chunks each, few slabs to look through.

@@ -2,9 +2,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
+use zarrpipe_cuda::cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
+};
 
-use super::cuda::cuda_error;
+use zarrpipe_cuda::During;
+
+use super::tables::Tables;
+use crate::batch::Prepared;
 use crate::Result;
 
 /// Groups of one batch staged, uploading or decoding at once (4 against 3: W1 in batches of
@@ -20,6 +25,14 @@ pub(super) struct Slot {
     pub(super) scratch: Option<CudaSlice<u8>>,
     pub(super) results: Option<CudaSlice<u8>>,
     pub(super) results_host: Option<PinnedHostSlice<u8>>,
+}
+
+/// A group whose work is enqueued; `done` completes when its statuses are on the host.
+pub(super) struct InFlight {
+    pub(super) prepared: Prepared,
+    pub(super) tables: Tables,
+    pub(super) done: CudaEvent,
+    pub(super) slot: Slot,
 }
 
 /// Free slots, shared with the batches in flight that hold the others.
@@ -56,9 +69,8 @@ pub(super) fn grow(
         let capacity = (len + len / 4).max(1 << 20);
         tracing::debug!(target: "zarrpipe::gpu", "the {what} buffer grows to {capacity} bytes");
         // SAFETY: scratch memory; every byte read is written first within a batch.
-        let buffer = unsafe { stream.alloc::<u8>(capacity) }.map_err(cuda_error(format!(
-            "allocating {capacity} bytes of device memory"
-        )))?;
+        let buffer = unsafe { stream.alloc::<u8>(capacity) }
+            .during_with(|| format!("allocating {capacity} bytes of device memory"))?;
         *slot = Some(buffer);
     }
     let buffer = slot.as_ref().expect("allocated above");
@@ -75,13 +87,13 @@ pub(super) fn grow_pinned<'a>(
         let capacity = (len + len / 4).max(1 << 20);
         tracing::debug!(target: "zarrpipe::gpu", "a pinned staging buffer grows to {capacity} bytes");
         // SAFETY: host staging memory; every byte uploaded is written first.
-        let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }.map_err(cuda_error(
-            format!("allocating {capacity} bytes of pinned memory"),
-        ))?;
+        let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }
+            .during_with(|| format!("allocating {capacity} bytes of pinned memory"))?;
         *slot = Some(buffer);
     }
     slot.as_mut()
         .expect("allocated above")
         .as_mut_slice()
-        .map_err(cuda_error("mapping pinned memory"))
+        .during("mapping pinned memory")
+        .map_err(Into::into)
 }

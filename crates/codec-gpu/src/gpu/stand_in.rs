@@ -37,9 +37,9 @@ pub struct PlannedBatch {
 impl GpuDecoder {
     /// Always fails: this build has no CUDA support.
     pub fn new(_options: GpuOptions) -> Result<Self> {
-        Err(Error::CudaUnavailable {
-            reason: "zarrpipe was built without the `cuda` feature".into(),
-        })
+        Err(Error::unavailable(
+            "zarrpipe was built without the `cuda` feature",
+        ))
     }
 
     /// The device's name.

@@ -6,19 +6,16 @@
 use candle_core::cuda::{CudaDType, CudaStorage};
 use candle_core::op::BackpropOp;
 use candle_core::{Storage, Tensor};
-use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaStream};
+use zarrpipe_cuda::cudarc::driver::{CudaEvent, CudaStream};
+use zarrpipe_cuda::{CudaError, During};
 
-use super::cuda_error;
 use super::pool::DeviceTensor;
 use super::Gpu;
-use crate::options::TensorDType;
+use crate::TensorDType;
 use crate::{Batch, Error, Result};
 
 fn candle_error(what: &str) -> impl FnOnce(candle_core::Error) -> Error + '_ {
-    move |error| Error::Cuda {
-        what: what.into(),
-        source: Box::new(error),
-    }
+    move |error| CudaError::call(what, error).into()
 }
 
 /// candle's memory: candle `Tensor`s on the pipeline's GPU, complete in candle's stream order.
@@ -49,17 +46,18 @@ impl DeviceTensor {
         let stream = cuda.cuda_stream();
         let ordinal = stream.context().ordinal();
         if ordinal != self.device_ordinal() {
-            return Err(Error::Cuda {
-                what: format!(
+            return Err(CudaError::call(
+                format!(
                     "handing a tensor on cuda:{} to candle's cuda:{ordinal}",
                     self.device_ordinal()
                 ),
-                source: "candle's device must be the pipeline's".into(),
-            });
+                "candle's device must be the pipeline's",
+            )
+            .into());
         }
         stream
             .wait(ready)
-            .map_err(cuda_error("making candle's stream wait for a batch"))?;
+            .during("making candle's stream wait for a batch")?;
         let (shape, dtype, len) = (self.shape().to_vec(), self.dtype(), self.byte_len());
         let address = self.detach_buffer().leak();
         let slice = Handoff {

@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_codec_gpu::cudarc::driver::{CudaSlice, DevicePtr};
 use zarrpipe_codec_gpu::{ChunkRuns, DecodedChunk, DecodedChunks, DeviceBatch, PendingChunks};
 use zarrpipe_core::{BatchStats, Staged};
+use zarrpipe_cuda::cudarc::driver::{CudaSlice, DevicePtr};
 use zarrpipe_store::ChunkRequest;
 
-use super::{cuda_error, timed_event, DeviceCollator, Gpu};
-use crate::{Batch, BatchCollator, DecodedBatch, Error, Result};
+use zarrpipe_cuda::{CudaError, During};
+
+use super::{timed_event, DeviceCollator, Gpu};
+use crate::{Batch, BatchCollator, DecodedBatch, Result};
 
 /// Batches collated at once (each on a blocking thread that waits for its kernels).
 const COLLATES_IN_FLIGHT: usize = 4;
@@ -39,9 +41,11 @@ impl BatchCollator for DeviceCollator {
         async move {
             tokio::task::spawn_blocking(move || self.collate_now(batch))
                 .await
-                .map_err(|error| Error::Cuda {
-                    what: "the collate task of a batch panicked or was cancelled".into(),
-                    source: Box::new(error),
+                .map_err(|error| {
+                    CudaError::call(
+                        "the collate task of a batch panicked or was cancelled",
+                        error,
+                    )
                 })?
         }
         .boxed()
@@ -77,7 +81,7 @@ impl DeviceCollator {
         let mut addresses: Vec<u64> = Vec::with_capacity(host.len());
         let mut memory = Vec::with_capacity(decoded.len() + 1);
         for mut part in decoded.drain(..) {
-            let base = part.buffer().device_ptr(&stream).0;
+            let base = part.buffer().read_on(&stream)?;
             for chunk in std::mem::take(&mut part.chunks) {
                 let chunk = chunk?;
                 addresses.push(base + chunk.offset as u64);
@@ -120,13 +124,8 @@ impl DeviceCollator {
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
         // can go (in the stream's order, after the kernels that read it).
-        ready
-            .synchronize()
-            .map_err(cuda_error("collating a batch"))?;
-        let device_ms = tensors
-            .begun
-            .elapsed_ms(&ready)
-            .map_err(cuda_error("timing a batch"))?;
+        ready.synchronize().during("collating a batch")?;
+        let device_ms = tensors.begun.elapsed_ms(&ready).during("timing a batch")?;
         drop(memory);
         drop(tensors.scratch);
         stats.gpu_busy += Duration::from_secs_f32(device_ms.max(0.0) / 1e3);

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use zarrpipe_codec_gpu::cudarc::driver::{CudaEvent, CudaStream};
+use zarrpipe_cuda::cudarc::driver::{CudaEvent, CudaStream};
 
-use super::cuda_error;
 use super::pool::DeviceTensor;
 use crate::{Batch, Place, Result};
+use zarrpipe_cuda::During;
 
 /// GPU memory: [`DeviceTensor`]s, complete once the batch's `ready` event has completed.
 /// Dropping a tensor returns its memory to the pipeline's pool.
@@ -29,14 +29,16 @@ impl Batch<Gpu> {
     pub fn wait_on(&self, stream: &CudaStream) -> Result<()> {
         stream
             .wait(&self.ready)
-            .map_err(cuda_error("waiting for a batch"))
+            .during("waiting for a batch")
+            .map_err(Into::into)
     }
 
     /// Blocks the calling thread until the batch is complete.
     pub fn synchronize(&self) -> Result<()> {
         self.ready
             .synchronize()
-            .map_err(cuda_error("waiting for a batch"))
+            .during("waiting for a batch")
+            .map_err(Into::into)
     }
 
     /// The stream the batch's tensors were written on.

@@ -14,12 +14,12 @@ mod staging;
 use std::sync::Arc;
 
 use zarrpipe_batcher::{Sample, SampleLayout};
-use zarrpipe_codec_gpu::cudarc::driver::sys::CUevent_flags;
-use zarrpipe_codec_gpu::cudarc::driver::{
+use zarrpipe_core::{CfDecoding, DType};
+use zarrpipe_cuda::cudarc::driver::sys::CUevent_flags;
+use zarrpipe_cuda::cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use zarrpipe_codec_gpu::{kernel, load_module};
-use zarrpipe_core::{CfDecoding, DType};
+use zarrpipe_cuda::{kernel, load_module, During};
 use zarrpipe_store::ChunkRequest;
 
 #[cfg(feature = "candle")]
@@ -29,20 +29,10 @@ pub use pool::{DeviceTensor, TensorPool};
 use staging::Staging;
 
 use crate::gather::{GatherPlan, Piece, MAX_AXES};
-use crate::options::TensorDType;
+use crate::TensorDType;
 use crate::{CollateOptions, DerivedPlan, Error, HostCollator, Result};
 
 const SOURCE: &str = include_str!("collate.cu");
-
-fn cuda_error(
-    what: impl Into<String>,
-) -> impl FnOnce(zarrpipe_codec_gpu::cudarc::driver::DriverError) -> Error {
-    let what = what.into();
-    move |error| Error::Cuda {
-        what,
-        source: Box::new(error),
-    }
-}
 
 /// Collates batches into device tensors on the collator's own stream: chunks decoded on the
 /// GPU are gathered where they are; chunks decoded on the CPU are first uploaded, through
@@ -96,28 +86,21 @@ impl DeviceCollator {
             .map_or(&[][..], |fields| fields.fields())
             .iter()
             .map(|field| {
-                stream.clone_htod(&field.bytes).map_err(cuda_error(format!(
-                    "uploading static field `{}`",
-                    field.variable
-                )))
+                stream
+                    .clone_htod(&field.bytes)
+                    .during_with(|| format!("uploading static field `{}`", field.variable))
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<zarrpipe_cuda::Result<Vec<_>>>()?;
         if !statics.is_empty() {
             // Batches read them from other streams.
-            stream
-                .synchronize()
-                .map_err(cuda_error("uploading static fields"))?;
+            stream.synchronize().during("uploading static fields")?;
         }
         let statistics = match &options.normalize {
             Some(n) => {
                 let values: Vec<f32> = n.mean.iter().chain(&n.std).copied().collect();
-                let statistics = stream
-                    .clone_htod(&values)
-                    .map_err(cuda_error("uploading statistics"))?;
+                let statistics = stream.clone_htod(&values).during("uploading statistics")?;
                 // Batches read them from other streams.
-                stream
-                    .synchronize()
-                    .map_err(cuda_error("uploading statistics"))?;
+                stream.synchronize().during("uploading statistics")?;
                 Some(statistics)
             }
             None => None,
@@ -334,7 +317,7 @@ impl DeviceCollator {
         launch.arg(&table).arg(&count).arg(&out);
         // SAFETY: every piece's box lies inside its decoded chunk (the plan clips it to the
         // chunk's shape) and inside the tensor of `out`, which holds the plan's shape.
-        unsafe { launch.launch(config) }.map_err(cuda_error("launching gather"))?;
+        unsafe { launch.launch(config) }.during("launching gather")?;
         Ok(())
     }
 
@@ -379,7 +362,7 @@ impl DeviceCollator {
         // SAFETY: the table holds `MAX_AXES` axis sizes, `count` jobs and the values they
         // index (the plan made them together); every job's plane lies inside the tensor of
         // `out`, which holds the plan's samples, steps and channels.
-        unsafe { launch.launch(config) }.map_err(cuda_error("launching derived"))?;
+        unsafe { launch.launch(config) }.during("launching derived")?;
         Ok(())
     }
 
@@ -389,7 +372,7 @@ impl DeviceCollator {
         let mut launch = stream.launch_builder(&self.fill);
         launch.arg(&out).arg(&len).arg(&value);
         // SAFETY: `out` holds `len` float32 values.
-        unsafe { launch.launch(elementwise(len)) }.map_err(cuda_error("launching fill"))?;
+        unsafe { launch.launch(elementwise(len)) }.during("launching fill")?;
         Ok(())
     }
 
@@ -440,7 +423,7 @@ impl DeviceCollator {
             .arg(&fill);
         // SAFETY: `values` holds `len` float32, `out` `len` elements of its type, the mask
         // `len` bytes when flagged, the statistics one value per channel.
-        unsafe { launch.launch(elementwise(len)) }.map_err(cuda_error("launching finish"))?;
+        unsafe { launch.launch(elementwise(len)) }.during("launching finish")?;
         Ok(())
     }
 }
@@ -469,7 +452,8 @@ struct TensorBuffers {
 fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
     stream
         .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(cuda_error("recording an event"))
+        .during("recording an event")
+        .map_err(Into::into)
 }
 
 fn elementwise(len: u64) -> LaunchConfig {

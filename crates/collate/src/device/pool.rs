@@ -5,20 +5,17 @@
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use ndarray::{ArrayD, IxDyn};
-use zarrpipe_codec_gpu::cudarc::driver::{
+use zarrpipe_cuda::cudarc::driver::{
     result, sys, CudaContext, CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtr,
 };
-use zarrpipe_codec_gpu::DeviceMemory;
+use zarrpipe_cuda::{trim_memory_pool, CudaError, DeviceMemory, During};
 
-use zarrpipe_codec_gpu::trim_memory_pool;
-
-use super::cuda_error;
 use super::staging::Staging;
 use crate::dlpack::dlpark::ffi::DLDevice;
 use crate::dlpack::dlpark::{Managed, ManagedTensorBase};
 use crate::dlpack::export;
-use crate::options::TensorDType;
-use crate::{Error, Result};
+use crate::Result;
+use crate::TensorDType;
 
 /// Device buffers for batch tensors, reused from batch to batch.
 #[derive(Clone)]
@@ -161,13 +158,13 @@ impl TensorPool {
                     .iter()
                     .try_for_each(CudaEvent::synchronize)
                     .map(|()| free.buffer)
-                    .map_err(cuda_error("waiting for a tensor's last readers"))
+                    .during("waiting for a tensor's last readers")
             }
             None => {
                 drop(state);
                 // SAFETY: every element is written by the collation before it is read.
                 unsafe { stream.alloc::<u8>(len.max(1)) }
-                    .map_err(cuda_error(format!("allocating a {len}-byte tensor")))
+                    .during_with(|| format!("allocating a {len}-byte tensor"))
             }
         };
         let buffer = buffer.inspect_err(|_| inner.lock().outstanding -= len)?;
@@ -286,11 +283,11 @@ impl DeviceTensor {
             unsafe {
                 result::memcpy_dtoh_async(&mut host[..], self.device_ptr(), self.stream.cu_stream())
             }
-            .map_err(cuda_error("copying a tensor to the host"))?;
+            .during("copying a tensor to the host")?;
         }
         self.stream
             .synchronize()
-            .map_err(cuda_error("copying a tensor to the host"))?;
+            .during("copying a tensor to the host")?;
         Ok(host)
     }
 
@@ -313,10 +310,8 @@ impl DeviceTensor {
             TensorDType::F16 => halves().map(|h| half::f16::from_bits(h).to_f32()).collect(),
             TensorDType::U8 => bytes.iter().map(|&b| f32::from(b)).collect(),
         };
-        ArrayD::from_shape_vec(IxDyn(&self.shape), values).map_err(|error| Error::Cuda {
-            what: "shaping a tensor".into(),
-            source: Box::new(error),
-        })
+        ArrayD::from_shape_vec(IxDyn(&self.shape), values)
+            .map_err(|error| CudaError::call("shaping a tensor", error).into())
     }
 }
 

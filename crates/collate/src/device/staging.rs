@@ -4,13 +4,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use zarrpipe_codec_gpu::cudarc::driver::{
+use zarrpipe_cuda::cudarc::driver::{
     result, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
 
 use rayon::prelude::*;
 
-use super::cuda_error;
+use zarrpipe_cuda::During;
 
 /// Alignment of each part of [`Staging::upload_parts`] in its buffer.
 pub(super) const PART_ALIGN: usize = 256;
@@ -34,7 +34,7 @@ impl Staging {
     pub fn upload(&self, bytes: &[u8], stream: &Arc<CudaStream>) -> Result<CudaSlice<u8>> {
         // SAFETY: written by the upload below before the stream reads it.
         let buffer = unsafe { stream.alloc::<u8>(bytes.len().max(1)) }
-            .map_err(cuda_error("allocating an upload buffer"))?;
+            .during("allocating an upload buffer")?;
         self.upload_to(buffer.device_ptr(stream).0, bytes, stream)?;
         Ok(buffer)
     }
@@ -83,8 +83,8 @@ impl Staging {
         }
         // SAFETY: written by the upload below before the stream reads it; the gaps between
         // parts are never read.
-        let buffer = unsafe { stream.alloc::<u8>(len.max(1)) }
-            .map_err(cuda_error("allocating an upload buffer"))?;
+        let buffer =
+            unsafe { stream.alloc::<u8>(len.max(1)) }.during("allocating an upload buffer")?;
         let dst = buffer.device_ptr(stream).0;
         self.upload_parts_to(dst, lens, &offsets, stream, write)?;
         Ok((buffer, offsets))
@@ -110,9 +110,7 @@ impl Staging {
             return write(lens.iter().map(|_| <&mut [u8]>::default()).collect());
         }
         let mut pinned = self.take_pinned(len)?;
-        let host = pinned
-            .as_mut_slice()
-            .map_err(cuda_error("mapping pinned memory"))?;
+        let host = pinned.as_mut_slice().during("mapping pinned memory")?;
         let mut targets = Vec::with_capacity(lens.len());
         let mut rest = &mut host[..len];
         let mut at = 0;
@@ -132,7 +130,7 @@ impl Staging {
         // SAFETY: `host` is pinned and not written again before `done` completes; `dst`
         // holds `len` bytes (the caller's buffer).
         unsafe { result::memcpy_htod_async(dst, &host[..len], stream.cu_stream()) }
-            .map_err(cuda_error("uploading to the device"))?;
+            .during("uploading to the device")?;
         self.give_back(pinned, stream)
     }
 
@@ -140,7 +138,7 @@ impl Staging {
     fn give_back(&self, pinned: PinnedHostSlice<u8>, stream: &Arc<CudaStream>) -> Result<()> {
         let done = stream
             .record_event(None)
-            .map_err(cuda_error("recording an upload event"))?;
+            .during("recording an upload event")?;
         self.buffers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -165,7 +163,8 @@ impl Staging {
                 self.context
                     .alloc_pinned::<u8>(len.next_power_of_two().max(1 << 16))
             }
-            .map_err(cuda_error("allocating pinned memory")),
+            .during("allocating pinned memory")
+            .map_err(Into::into),
         }
     }
 }
