@@ -4,7 +4,7 @@
 #
 #   scripts/gpu-sanitizer.sh [GPU_DECODE_TEST_BINARY] [GPU_PIPELINE_TEST_BINARY]
 #
-# The binaries default to the newest `cargo test --release --features cuda --test gpu_decode
+# The binaries default to the newest `cargo test --release --test gpu_decode
 # --test gpu_pipeline --no-run` builds in target/release/deps. Run from the repository root (the
 # tests read tests/fixtures). Needs compute-sanitizer (CUDA toolkit), the CUDA libraries on
 # LD_LIBRARY_PATH and NVCOMP_LIB, as for the GPU tests. Fails when memcheck reports an error.
@@ -21,7 +21,8 @@ for run in "$decode scrambled_chunks_fail_alone_on_the_gpu" \
            "$decode pipelined_groups_decode_bit_identical_on_the_gpu" \
            "$pipeline on_gpu::a_corrupt_chunk_fails_its_batch_only" \
            "$pipeline on_gpu::cf_decoding_matches_the_cpu" \
-           "$pipeline on_gpu::selected_levels_match_the_cpu"; do
+           "$pipeline on_gpu::selected_levels_match_the_cpu" \
+           "$pipeline on_gpu::a_decoder_of_ones_own_feeds_the_device_collator"; do
   set -- $run
   echo "== compute-sanitizer memcheck: $(basename "$1") $2"
   log=$(mktemp)
