@@ -114,10 +114,13 @@ mod on_gpu {
             .build()
             .await
             .unwrap();
-        let batches: Vec<_> = batches.try_collect().await.unwrap();
-        batches
-            .iter()
-            .map(|batch| {
+        // Each batch is read back and dropped before the next is asked for, as a training
+        // loop lets go of them: under a tight tensor budget the next waits for that.
+        let mut views = Vec::new();
+        let mut batches = std::pin::pin!(batches);
+        while let Some(batch) = batches.try_next().await.unwrap() {
+            views.push({
+                let batch = &batch;
                 batch.synchronize().unwrap();
                 let host = |t: &zarrpipe::collate::DeviceTensor| {
                     t.to_host_f32()
@@ -134,8 +137,9 @@ mod on_gpu {
                     batch.nan_mask.as_ref().map(host),
                     batch.latitude_weights.as_ref().map(host),
                 )
-            })
-            .collect()
+            });
+        }
+        views
     }
 
     async fn cpu_batches(builder: PipelineBuilder, round: fn(f32) -> f32) -> Vec<HostView> {
@@ -254,6 +258,75 @@ mod on_gpu {
                 let whole_fields = || Pipeline::builder(&url).forecast(2, [1, 2]).batch_size(2);
                 check_equal(whole_fields, |v| v).await;
             }
+        });
+    }
+
+    /// Under a GPU memory budget smaller than one batch, batches still come (one always goes
+    /// through) and equal the CPU pipeline's; the device reports the budget it was given.
+    #[test]
+    fn a_budget_under_one_batch_still_delivers_every_batch() {
+        let Some(_gpu) = share_gpu() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            let url = store(&dir.path().join("zstd"), Compression::Zstd, None);
+            let cpu = cpu_batches(patches(&url), |v| v).await;
+            let gpu = GpuDevice::open_within(GpuOptions::default(), Some(2 << 10)).unwrap();
+            let memory = gpu.memory_budget();
+            assert_eq!(
+                (memory.budget, memory.decoding, memory.tensors),
+                (2048, 1024, 1024)
+            );
+            for decode in [DecodeOn::Gpu, DecodeOn::Split] {
+                let tight = gpu_batches(patches(&url).gpu(gpu.clone()), decode).await;
+                same_batches(&tight, &cpu);
+            }
+        });
+    }
+
+    /// A batch that finds the device's memory full fails with an out-of-memory error; once
+    /// memory is free again the same decoder decodes the next batch (the error does not stick
+    /// to the decoder as a faulted context does).
+    #[test]
+    fn running_out_of_device_memory_fails_a_batch_not_the_decoder() {
+        use zarrpipe::codec::testing::{compare_with_cpu, fetch_all};
+        let Some(_gpu) = own_gpu() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            let url = store(&dir.path().join("zstd"), Compression::Zstd, None);
+            let dataset = zarrpipe::store::Dataset::open(&url).await.unwrap();
+            let chunks = fetch_all(&dataset).await;
+            let decoder = GpuDecoder::new(GpuOptions::default()).unwrap();
+            let context = decoder.context().clone();
+            let stream = context.new_stream().unwrap();
+            zarrpipe::cuda::trim_memory_pool(&context);
+            // Every block the device still gives, largest first.
+            let mut hog = Vec::new();
+            for block in [1usize << 30, 64 << 20, 2 << 20] {
+                // SAFETY: never read; held only to fill the device.
+                while let Ok(taken) = unsafe { stream.alloc::<u8>(block) } {
+                    hog.push(taken);
+                }
+            }
+            stream.synchronize().unwrap();
+            let error = decoder.decode_batch(chunks.clone()).unwrap_err();
+            let out_of_memory = matches!(
+                &error,
+                zarrpipe::codec::Error::Cuda(cuda) if cuda.is_out_of_memory()
+            );
+            assert!(out_of_memory, "{}", zarrpipe::error_chain(&error));
+            drop(hog);
+            stream.synchronize().unwrap();
+            zarrpipe::cuda::trim_memory_pool(&context);
+            let decoded = decoder
+                .decode_batch(chunks.clone())
+                .unwrap()
+                .into_host()
+                .unwrap();
+            assert_eq!(compare_with_cpu(&chunks, &decoded), chunks.len());
         });
     }
 

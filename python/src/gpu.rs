@@ -19,7 +19,7 @@ use zarrpipe::cuda::cudarc::driver::{result, sys, CudaEvent};
 use zarrpipe::cuda::{CudaError, During};
 use zarrpipe::codec::GpuOptions;
 use zarrpipe::collate::{DeviceTensor, TensorDType};
-use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
+use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, GpuMemory, PipelineBuilder};
 
 use crate::options::Config;
 
@@ -56,8 +56,13 @@ pub(crate) async fn build(
                 if let Some(streams) = config.gpu_decode_streams {
                     options.decode_streams = streams;
                 }
-                let memory = config.gpu_tensor_memory.unwrap_or(16 << 30);
-                let gpu = GpuDevice::open(options, memory)?;
+                let memory = GpuMemory::for_device(ordinal, config.gpu_memory)?;
+                let memory = match config.gpu_tensor_memory {
+                    Some(tensors) => memory.with_tensors(tensors),
+                    None => memory,
+                };
+                options.device_memory = memory.decoding;
+                let gpu = GpuDevice::open(options, memory.tensors)?;
                 *slot = Some(gpu.clone());
                 gpu
             }

@@ -56,6 +56,9 @@ pub(crate) struct Config {
     /// Processes on this host running pipelines (torchrun's `LOCAL_WORLD_SIZE`): the default
     /// CPU decode threads take this one's share of the cores.
     pub processes_on_host: Option<usize>,
+    /// GPU pipelines: most device memory the loader takes (`PipelineBuilder::gpu_memory`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub gpu_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gpu_tensor_memory: Option<usize>,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -111,6 +114,7 @@ const KEYS: &[&str] = &[
     "fetch_concurrency",
     "cpu_decode_threads",
     "processes_on_host",
+    "gpu_memory",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
     "gpu_read_memory",
@@ -315,6 +319,7 @@ impl Config {
             fetch_concurrency: get(options, "fetch_concurrency")?,
             cpu_decode_threads: get(options, "cpu_decode_threads")?,
             processes_on_host: get(options, "processes_on_host")?,
+            gpu_memory: get(options, "gpu_memory")?,
             gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
             gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
             gpu_read_memory: get(options, "gpu_read_memory")?,

@@ -346,8 +346,12 @@ class Pipeline:
       core but two; a quarter of them for ``"split"``; under ``torchrun``, the host's cores
       are first shared among its ``LOCAL_WORLD_SIZE`` ranks).
       ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
-      its name). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes of batch tensors on the
-      device / of stored chunks staged in pinned memory at once; ``gpu_read_memory``: bytes
+      its name). ``gpu_memory``: bytes of the GPU's memory the loader takes at most, half for
+      decoding (decoded chunks not yet collated, stored bytes being decoded), half for batch
+      tensors (default: a quarter of the device's memory, leaving the model the rest; under
+      it fewer batches decode at once). ``gpu_tensor_memory`` / ``gpu_pinned_memory``: bytes
+      of batch tensors on the device (overrides ``gpu_memory``'s half) / of stored chunks
+      staged in pinned memory at once; ``gpu_read_memory``: bytes
       of pinned memory that chunk reads of a local store land in, so they upload unstaged
       (default 4 GiB; 0: none; what the loader will hold is allocated ahead, in the
       background, from when it is built). ``gpu_decode_streams``: most
@@ -415,6 +419,7 @@ class Pipeline:
         retries: int | None = None,
         fetch_concurrency: int | None = None,
         cpu_decode_threads: int | None = None,
+        gpu_memory: int | None = None,
         gpu_tensor_memory: int | None = None,
         gpu_pinned_memory: int | None = None,
         gpu_read_memory: int | None = None,
@@ -490,6 +495,7 @@ class Pipeline:
             "fetch_concurrency": fetch_concurrency,
             "cpu_decode_threads": cpu_decode_threads,
             "processes_on_host": _processes_on_host(),
+            "gpu_memory": gpu_memory,
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,
             "gpu_read_memory": gpu_read_memory,

@@ -42,6 +42,11 @@ pub struct RunArgs {
     /// without a staging copy (0: none; past it, reads go to ordinary memory).
     #[arg(long, default_value = "4G", value_name = "SIZE")]
     gpu_read_memory: String,
+    /// On the GPU, most of its memory the pipeline takes (decoded chunks not yet collated,
+    /// stored bytes being decoded, batch tensors), e.g. 16G; under it fewer batches decode at
+    /// once. Default: a quarter of the device's memory, leaving a model the rest.
+    #[arg(long, value_name = "SIZE")]
+    gpu_memory: Option<String>,
     /// cpu, cuda:N, or auto (the GPU when this build can use one, else the CPU): the GPU the
     /// GPU stages run on, and the stages' default side (both on the GPU for cuda:N).
     #[arg(long, default_value = "auto")]
@@ -282,6 +287,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         if let Some(warm_up) = report.warm_up_seconds {
             println!("warm-up epoch, with the setup it waited for: {warm_up:.2} s");
         }
+        if let Some((memory, _)) = &report.gpu_memory {
+            println!("GPU memory budget: {memory}");
+        }
         if let Some(checksum) = report.checksum {
             println!("checksum (sum of every delivered value, NaN skipped): {checksum}");
         }
@@ -301,6 +309,8 @@ struct Report {
     /// what a training loop's first epoch costs beyond the steady state's.
     warm_up_seconds: Option<f64>,
     checksum: Option<f64>,
+    /// The GPU memory budget and its shares (GPU stages only): as text, and bytes for JSON.
+    gpu_memory: Option<(String, serde_json::Value)>,
 }
 
 /// Passes with at least one stage on the GPU.
@@ -323,7 +333,20 @@ async fn gpu_passes(
         read_memory: super::store::parse_size(&args.gpu_read_memory)? as usize,
         ..Default::default()
     };
-    let gpu = GpuDevice::open(options, 16 << 30)?;
+    let budget = match &args.gpu_memory {
+        Some(size) => Some(super::store::parse_size(size)? as usize),
+        None => None,
+    };
+    let gpu = GpuDevice::open_within(options, budget)?;
+    let memory = gpu.memory_budget();
+    let gpu_memory = (
+        memory.to_string(),
+        serde_json::json!({
+            "budget": memory.budget,
+            "decoding": memory.decoding,
+            "tensors": memory.tensors,
+        }),
+    );
     // Pinned read memory is allocated ahead while the warm-up runs (seconds for GiBs);
     // the timed passes start once it is there.
     let settle = || {
@@ -338,7 +361,11 @@ async fn gpu_passes(
     let builder = &builder;
     if stages.collate == Side::Cpu {
         let build = |layout, epochs| async move { Ok(builder(layout, epochs)?.build().await?) };
-        return timed_passes(args, build, settle, |_| Ok(()), host_sum).await;
+        let report = timed_passes(args, build, settle, |_| Ok(()), host_sum).await?;
+        return Ok(Report {
+            gpu_memory: Some(gpu_memory),
+            ..report
+        });
     }
     let build = |layout, epochs| async move {
         Ok(builder(layout, epochs)?.collate_on_gpu().build().await?)
@@ -348,7 +375,11 @@ async fn gpu_passes(
     let sum = |batch: &GpuBatch| -> anyhow::Result<f64> {
         Ok(nan_skipping_sum(batch.inputs.to_host_f32()?.iter()))
     };
-    timed_passes(args, build, settle, ready, sum).await
+    let report = timed_passes(args, build, settle, ready, sum).await?;
+    Ok(Report {
+        gpu_memory: Some(gpu_memory),
+        ..report
+    })
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -470,6 +501,7 @@ where
             metrics,
             warm_up_seconds,
             checksum: None,
+            gpu_memory: None,
         };
         Ok((report, layout.expect("at least one pass")))
     }
@@ -506,6 +538,7 @@ where
             metrics: batches.metrics().since(&before),
             warm_up_seconds,
             checksum: None,
+            gpu_memory: None,
         };
         Ok((report, batches.layout().clone()))
     }
@@ -620,6 +653,7 @@ fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row:
         ref metrics,
         warm_up_seconds,
         checksum,
+        ref gpu_memory,
     } = *report;
     let device = stages.device();
     let summary = serde_json::json!({
@@ -630,6 +664,7 @@ fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row:
         "url": url,
         "seconds": seconds,
         "warm_up_s": warm_up_seconds,
+        "gpu_memory": gpu_memory.as_ref().map(|(_, bytes)| bytes),
         "epochs_in_a_row": in_a_row,
         "epochs": epochs,
         "samples": metrics.samples,

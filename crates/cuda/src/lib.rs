@@ -44,4 +44,4 @@ pub use error::{CudaError, Result};
 #[cfg(feature = "runtime")]
 pub use kernels::{kernel, load_module};
 #[cfg(feature = "runtime")]
-pub use memory::{keep_freed_memory_pooled, trim_memory_pool, DeviceMemory};
+pub use memory::{device_total_memory, keep_freed_memory_pooled, trim_memory_pool, DeviceMemory};

@@ -15,10 +15,10 @@ pub struct DeviceMemory {
 }
 
 impl DeviceMemory {
-    /// Keeps memory freed on `context`'s device pooled for reuse (see
+    /// Keeps up to `keep` bytes of memory freed on `context`'s device pooled for reuse (see
     /// [`keep_freed_memory_pooled`]) until the returned holder and its clones are gone.
-    pub fn pooled(context: Arc<CudaContext>) -> Result<Arc<Self>> {
-        keep_freed_memory_pooled(&context)?;
+    pub fn pooled(context: Arc<CudaContext>, keep: usize) -> Result<Arc<Self>> {
+        keep_freed_memory_pooled(&context, keep)?;
         Ok(Arc::new(Self { context }))
     }
 
@@ -61,8 +61,10 @@ pub fn trim_memory_pool(context: &Arc<CudaContext>) {
 }
 
 /// Device memory freed by a batch stays in the pool for the next, instead of going back to
-/// the driver at each synchronisation.
-pub fn keep_freed_memory_pooled(context: &Arc<CudaContext>) -> Result<()> {
+/// the driver at each synchronisation: up to `keep` bytes of it (the pool's release
+/// threshold), so memory held beyond that goes back where others on the device (a model) can
+/// allocate it.
+pub fn keep_freed_memory_pooled(context: &Arc<CudaContext>, keep: usize) -> Result<()> {
     context.bind_to_thread().during("binding the context")?;
     let mut pool = std::ptr::null_mut();
     // SAFETY: plain driver queries on the bound context's device; `pool` and `threshold`
@@ -72,7 +74,7 @@ pub fn keep_freed_memory_pooled(context: &Arc<CudaContext>) -> Result<()> {
         if status != sys::CUresult::CUDA_SUCCESS {
             return Ok(()); // no stream-ordered pools: nothing to keep
         }
-        let mut threshold = u64::MAX;
+        let mut threshold = keep as u64;
         sys::cuMemPoolSetAttribute(
             pool,
             sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
@@ -82,4 +84,12 @@ pub fn keep_freed_memory_pooled(context: &Arc<CudaContext>) -> Result<()> {
         .during("setting the memory pool's release threshold")?;
     }
     Ok(())
+}
+
+/// The device's total memory, in bytes.
+pub fn device_total_memory(context: &Arc<CudaContext>) -> Result<usize> {
+    context.bind_to_thread().during("binding the context")?;
+    // SAFETY: a plain query on the context's own device handle.
+    unsafe { cudarc::driver::result::device::total_mem(context.cu_device()) }
+        .during("asking the device's total memory")
 }

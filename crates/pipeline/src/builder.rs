@@ -84,7 +84,8 @@ struct Config {
     collate: CollateOptions,
     stats_json: Option<String>,
     latitude_dim: Option<String>,
-    gpu_tensor_memory: usize,
+    gpu_memory: Option<usize>,
+    gpu_tensor_memory: Option<usize>,
     gpu_pinned_memory: usize,
     /// Threads of CPU decoding in a GPU pipeline; `None`: [`default_cpu_decode_threads`].
     cpu_decode_threads: Option<usize>,
@@ -134,7 +135,8 @@ impl PipelineBuilder {
             collate: CollateOptions::default(),
             stats_json: None,
             latitude_dim: None,
-            gpu_tensor_memory: 16 << 30,
+            gpu_memory: None,
+            gpu_tensor_memory: None,
             gpu_pinned_memory: 8 << 30,
             cpu_decode_threads: None,
             processes_on_host: 1,
@@ -444,11 +446,21 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
+    /// When the builder opens the device: most bytes of its memory the pipeline takes,
+    /// shared half and half between decoding (decoded chunks not yet collated, stored bytes
+    /// being decoded) and batch tensors (default: a quarter of the device's memory, see
+    /// [`GpuMemory`](crate::GpuMemory)). Under it, fewer batches decode at once and the
+    /// pipeline waits for dropped batches, instead of running out of memory beside a model.
+    pub fn gpu_memory(mut self, bytes: usize) -> Self {
+        self.config.gpu_memory = Some(bytes);
+        self
+    }
+
     /// GPU collation, when the builder opens the device: most device bytes in batch tensors
-    /// at once (default 16 GiB). Tensors the
-    /// consumer still holds count, so the pipeline waits for dropped batches once there.
+    /// at once (default: half of [`gpu_memory`](Self::gpu_memory)). Tensors the consumer
+    /// still holds count, so the pipeline waits for dropped batches once there.
     pub fn gpu_tensor_memory(mut self, bytes: usize) -> Self {
-        self.config.gpu_tensor_memory = bytes;
+        self.config.gpu_tensor_memory = Some(bytes);
         self
     }
 
@@ -506,12 +518,21 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 Device::Cuda(ordinal) => ordinal,
                 Device::Cpu => 0,
             };
-            let options = zarrpipe_codec_gpu::GpuOptions {
-                device: ordinal,
-                pinned_memory: self.config.gpu_pinned_memory,
-                ..Default::default()
-            };
-            return match crate::GpuDevice::open(options, self.config.gpu_tensor_memory) {
+            let opened =
+                crate::GpuMemory::for_device(ordinal, self.config.gpu_memory).and_then(|memory| {
+                    let memory = match self.config.gpu_tensor_memory {
+                        Some(tensors) => memory.with_tensors(tensors),
+                        None => memory,
+                    };
+                    let options = zarrpipe_codec_gpu::GpuOptions {
+                        device: ordinal,
+                        pinned_memory: self.config.gpu_pinned_memory,
+                        device_memory: memory.decoding,
+                        ..Default::default()
+                    };
+                    crate::GpuDevice::open(options, memory.tensors)
+                });
+            return match opened {
                 Ok(gpu) => Ok(Some(gpu)),
                 Err(error) if optional => {
                     self.decode_on_cpu_instead(&error.to_string());

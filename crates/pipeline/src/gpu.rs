@@ -8,7 +8,7 @@ use zarrpipe_codec_gpu::{CpuDecoder, GpuDecoder, GpuOptions, SplitDecoder, Split
 use zarrpipe_collate::{CollateOptions, DeviceCollator, Gpu, TensorPool};
 use zarrpipe_cuda::cudarc;
 
-use crate::{Error, Result};
+use crate::{Error, GpuMemory, Result};
 
 /// A batch in device memory: its tensors are complete once its `ready` event has (make the
 /// consumer's stream wait on it with [`Batch::wait_on`](zarrpipe_collate::Batch::wait_on),
@@ -22,6 +22,7 @@ pub type GpuBatch = zarrpipe_collate::Batch<Gpu>;
 pub struct GpuDevice {
     decoder: Arc<GpuDecoder>,
     pool: TensorPool,
+    memory: GpuMemory,
     /// Split decoders made so far, one per policy, kept so that what they learnt (rates,
     /// throttle) carries over from epoch to epoch.
     splits: Mutex<Vec<(usize, Arc<SplitDecoder>)>>,
@@ -34,19 +35,41 @@ impl std::fmt::Debug for GpuDevice {
         f.debug_struct("GpuDevice")
             .field("decoder", &self.decoder)
             .field("pool", &self.pool)
+            .field("memory", &self.memory)
             .finish_non_exhaustive()
     }
 }
 
 impl GpuDevice {
-    /// Opens CUDA device `options.device`. Batch tensors handed out at once (delivered and
-    /// not yet dropped, or being collated) stay under `tensor_memory` bytes.
+    /// Opens CUDA device `options.device`. The decoder's batches stay under
+    /// `options.device_memory` bytes, and batch tensors handed out at once (delivered and not
+    /// yet dropped, or being collated) under `tensor_memory`.
     pub fn open(options: GpuOptions, tensor_memory: usize) -> Result<Arc<Self>> {
+        let memory = GpuMemory {
+            budget: options.device_memory + tensor_memory,
+            decoding: options.device_memory,
+            tensors: tensor_memory,
+        };
+        Self::open_with(options, memory)
+    }
+
+    /// Opens CUDA device `options.device` with `budget` bytes of its memory for the pipelines
+    /// on it (`None`: [`GpuMemory::default_for`] the device), shared between decoding and
+    /// batch tensors ([`GpuMemory::within`]).
+    pub fn open_within(mut options: GpuOptions, budget: Option<usize>) -> Result<Arc<Self>> {
+        let memory = GpuMemory::for_device(options.device, budget)?;
+        options.device_memory = memory.decoding;
+        Self::open_with(options, memory)
+    }
+
+    fn open_with(options: GpuOptions, memory: GpuMemory) -> Result<Arc<Self>> {
         let decoder = Arc::new(GpuDecoder::new(options)?);
-        let pool = TensorPool::on_device(tensor_memory, decoder.memory());
+        let pool = TensorPool::on_device(memory.tensors, decoder.memory());
+        tracing::debug!(target: "zarrpipe::gpu", "GPU memory: {memory}");
         Ok(Arc::new(Self {
             decoder,
             pool,
+            memory,
             splits: Mutex::new(Vec::new()),
             cpu_decoders: Mutex::new(Vec::new()),
         }))
@@ -123,6 +146,11 @@ impl GpuDevice {
     /// The device's tensor pool.
     pub fn pool(&self) -> &TensorPool {
         &self.pool
+    }
+
+    /// The device memory this GPU's pipelines take at most, and how it is shared.
+    pub fn memory_budget(&self) -> GpuMemory {
+        self.memory
     }
 }
 

@@ -62,6 +62,8 @@ mod channels;
 mod error;
 #[cfg(feature = "cuda")]
 mod gpu;
+#[cfg(feature = "cuda")]
+mod gpu_memory;
 mod metrics;
 mod missing;
 mod prefetch;
@@ -73,6 +75,8 @@ pub use channels::read_channel_inputs;
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};
+#[cfg(feature = "cuda")]
+pub use gpu_memory::GpuMemory;
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use missing::{apply_missing_steps, find_missing_steps, time_dim, MAX_CHECKED_CHUNKS};
 pub use prefetch::Prefetch;

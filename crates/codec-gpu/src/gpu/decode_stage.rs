@@ -20,6 +20,7 @@ impl BatchDecoder for GpuDecoder {
     ) -> BoxFuture<'static, Result<DecodedChunks>> {
         async move {
             let _decoding = self.reserve_decoding(&chunks).await;
+            let device_memory = self.reserve_device(&chunks).await;
             // The batch's stored bytes sit in pinned staging memory until it is decoded.
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;
@@ -36,7 +37,7 @@ impl BatchDecoder for GpuDecoder {
             })?;
             let preparing = self.reserve_preparing().await;
             drop(checking);
-            let decoded = tokio::task::spawn_blocking(move || {
+            let mut decoded = tokio::task::spawn_blocking(move || {
                 let count = chunks.len();
                 let planned = self.plan_checked(chunks, checks);
                 let pending = self.submit_planned(planned);
@@ -61,6 +62,7 @@ impl BatchDecoder for GpuDecoder {
                 stage: "GPU decode",
                 source,
             })??;
+            decoded.hold(device_memory);
             if let Some(failed) = decoded.chunks.iter().position(Result::is_err) {
                 let mut chunks = decoded.chunks;
                 return Err(chunks.swap_remove(failed).expect_err("a failed chunk"));

@@ -25,6 +25,8 @@ pub struct DeviceBatch {
     /// Where the batch's time went.
     pub timings: BatchTimings,
     pub(super) buffer: DeviceBuffer,
+    /// The decoder's device-memory budget this batch takes, given back when it goes.
+    budget: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl std::fmt::Debug for DeviceBatch {
@@ -161,7 +163,13 @@ impl DeviceBatch {
             chunks,
             timings: BatchTimings::default(),
             buffer,
+            budget: None,
         })
+    }
+
+    /// Holds `permit` (the decoder's memory budget) until the batch is dropped.
+    pub(super) fn hold(&mut self, permit: tokio::sync::OwnedSemaphorePermit) {
+        self.budget = Some(permit);
     }
 
     /// Copies the decoded chunks back to host memory (for checks and CPU consumers).

@@ -48,9 +48,15 @@ pub struct GpuOptions {
     pub device: usize,
     /// Refuse chunks the GPU cannot decode instead of decoding them on the CPU.
     pub strict: bool,
-    /// Most temporary device memory nvCOMP may use at once; larger batches of a codec are
+    /// Most temporary device memory nvCOMP may use at once per decode stream (and at most a
+    /// quarter of [`device_memory`](Self::device_memory)); larger batches of a codec are
     /// decompressed in several calls.
     pub temp_budget: usize,
+    /// Most device memory the decoder's batches take at once: each batch's decoded chunks,
+    /// until the collator lets go of them, and its stored bytes. A batch waits for room (one
+    /// always goes through, however large), so fewer batches decode at once under a smaller
+    /// budget instead of running out of memory beside a model.
+    pub device_memory: usize,
     /// Also check the entropy tables of every compressed zstd block on the CPU before nvCOMP
     /// sees it (corrupt Huffman tables can make nvCOMP 6 write out of bounds). On by default:
     /// it reads about 17 GB/s of W1's stored bytes per core of the lent H100 host, on every
@@ -90,6 +96,7 @@ impl Default for GpuOptions {
             device: 0,
             strict: false,
             temp_budget: 4 << 30,
+            device_memory: 12 << 30,
             check_zstd_tables: true,
             group_bytes: 4 << 30,
             decode_streams: 6,
@@ -101,6 +108,12 @@ impl Default for GpuOptions {
 }
 
 impl GpuOptions {
+    /// nvCOMP's temporary memory per decode stream: [`temp_budget`](Self::temp_budget), at most
+    /// a quarter of [`device_memory`](Self::device_memory) (at least 64 MiB).
+    pub fn temp_memory(&self) -> usize {
+        self.temp_budget.min((self.device_memory / 4).max(64 << 20))
+    }
+
     /// How many batches of `pieces` pieces each ([`pieces`]) decode at once so that about
     /// `chunks_in_flight` are in flight: at least 3 (or `decode_streams`, if fewer), at most
     /// `decode_streams`.

@@ -25,7 +25,7 @@ use zarrpipe_store::ChunkRequest;
 #[cfg(feature = "candle")]
 pub use candle::Candle;
 pub use gpu_place::Gpu;
-pub use pool::{DeviceTensor, TensorPool};
+pub use pool::{DeviceTensor, TensorPool, TensorRoom};
 use staging::Staging;
 
 use crate::gather::{GatherPlan, Piece, MAX_AXES};
@@ -164,12 +164,28 @@ impl DeviceCollator {
         // Every tensor is taken before the first kernel is queued: a take can wait, on the
         // host, for a consumer still reading an older tensor, and that wait is not this
         // batch's GPU time (`begun` marks where it starts).
-        let input_buffers = self.take_buffers(&plan.input_shape, true, stream)?;
+        // The batch's room is taken at once: with several tensors a batch, taking them one by
+        // one under a tight cap could leave a batch waiting for room its own tensors hold.
+        let bytes =
+            |shape: &[usize], dtype: TensorDType| shape.iter().product::<usize>() * dtype.size();
+        let mut room_needed = self.buffers_bytes(&plan.input_shape, true);
+        if let Some((_, shape)) = &plan.targets {
+            room_needed += self.buffers_bytes(shape, false);
+        }
+        room_needed += mask
+            .as_ref()
+            .map_or(0, |m| bytes(m.shape(), TensorDType::U8));
+        room_needed += weights
+            .as_ref()
+            .map_or(0, |w| bytes(w.shape(), TensorDType::F32));
+        let mut room = self.pool.reserve(room_needed);
+        let input_buffers = self.take_buffers(&mut room, &plan.input_shape, true, stream)?;
         let target_buffers = match &plan.targets {
-            Some((_, shape)) => Some(self.take_buffers(shape, false, stream)?),
+            Some((_, shape)) => Some(self.take_buffers(&mut room, shape, false, stream)?),
             None => None,
         };
-        let take = |shape: &[usize], dtype| self.pool.take(shape, dtype, stream);
+        let mut take =
+            |shape: &[usize], dtype| self.pool.take_reserved(&mut room, shape, dtype, stream);
         let mask_tensor = mask
             .as_ref()
             .map(|m| take(m.shape(), TensorDType::U8))
@@ -178,6 +194,7 @@ impl DeviceCollator {
             .as_ref()
             .map(|w| take(w.shape(), TensorDType::F32))
             .transpose()?;
+        drop(room);
         let begun = timed_event(stream)?;
 
         let mut scratch = Vec::new();
@@ -233,22 +250,39 @@ impl DeviceCollator {
     /// is cast, a NaN mask when asked for.
     fn take_buffers(
         &self,
+        room: &mut TensorRoom,
         shape: &[usize],
         with_nan_mask: bool,
         stream: &Arc<CudaStream>,
     ) -> Result<TensorBuffers> {
         let options = self.options();
+        let mut take = |dtype| self.pool.take_reserved(room, shape, dtype, stream);
         Ok(TensorBuffers {
-            out: self.pool.take(shape, options.dtype, stream)?,
+            out: take(options.dtype)?,
             work: match options.dtype {
                 TensorDType::F32 => None,
-                _ => Some(self.pool.take(shape, TensorDType::F32, stream)?),
+                _ => Some(take(TensorDType::F32)?),
             },
             nan_mask: match with_nan_mask && options.nan_mask {
-                true => Some(self.pool.take(shape, TensorDType::U8, stream)?),
+                true => Some(take(TensorDType::U8)?),
                 false => None,
             },
         })
+    }
+
+    /// The bytes [`take_buffers`](Self::take_buffers) takes for a tensor of `shape`.
+    fn buffers_bytes(&self, shape: &[usize], with_nan_mask: bool) -> usize {
+        let options = self.options();
+        let elements: usize = shape.iter().product();
+        let work = match options.dtype {
+            TensorDType::F32 => 0,
+            _ => TensorDType::F32.size(),
+        };
+        let nan_mask = match with_nan_mask && options.nan_mask {
+            true => TensorDType::U8.size(),
+            false => 0,
+        };
+        elements * (options.dtype.size() + work + nan_mask)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -133,15 +133,47 @@ impl TensorPool {
         stream: &Arc<CudaStream>,
     ) -> Result<DeviceTensor> {
         let len = shape.iter().product::<usize>() * dtype.size();
+        let mut room = self.reserve(len);
+        self.take_reserved(&mut room, shape, dtype, stream)
+    }
+
+    /// Room for `bytes` of tensors, counted as handed out: waits while the cap is reached and
+    /// other tensors are out (at once when none are). A batch takes all its tensors' room at
+    /// once, so it never waits for a tensor of its own; what it does not take goes back when
+    /// the room is dropped.
+    pub fn reserve(&self, bytes: usize) -> TensorRoom {
         let inner = &self.inner;
         let mut state = inner.lock();
-        while state.outstanding > 0 && state.outstanding + len > inner.cap {
+        while state.outstanding > 0 && state.outstanding + bytes > inner.cap {
             state = inner
                 .returned
                 .wait(state)
                 .unwrap_or_else(|poison| poison.into_inner());
         }
-        state.outstanding += len;
+        state.outstanding += bytes;
+        TensorRoom {
+            pool: self.inner.clone(),
+            left: bytes,
+        }
+    }
+
+    /// A tensor as [`take`](Self::take) makes it, in room reserved before ([`reserve`](
+    /// Self::reserve)); a tensor larger than the room left waits for the rest.
+    pub fn take_reserved(
+        &self,
+        room: &mut TensorRoom,
+        shape: &[usize],
+        dtype: TensorDType,
+        stream: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor> {
+        let len = shape.iter().product::<usize>() * dtype.size();
+        if len > room.left {
+            let more = self.reserve(len - room.left);
+            room.absorb(more);
+        }
+        room.left -= len;
+        let inner = &self.inner;
+        let mut state = inner.lock();
         // The smallest free buffer that fits, if not more than twice too large.
         let fitting = (0..state.free.len())
             .filter(|&i| (len.max(1)..=2 * len.max(1)).contains(&state.free[i].buffer.len()))
@@ -177,6 +209,35 @@ impl TensorPool {
             pool: Arc::downgrade(inner),
             readers: Mutex::new(Vec::new()),
         })
+    }
+}
+
+/// Tensor room reserved in a [`TensorPool`] and not yet taken; what is left goes back when
+/// dropped.
+pub struct TensorRoom {
+    pool: Arc<PoolInner>,
+    left: usize,
+}
+
+impl TensorRoom {
+    fn absorb(&mut self, mut other: TensorRoom) {
+        self.left += std::mem::take(&mut other.left);
+    }
+}
+
+impl Drop for TensorRoom {
+    fn drop(&mut self) {
+        if self.left > 0 {
+            self.pool.give_back(self.left, None);
+        }
+    }
+}
+
+impl std::fmt::Debug for TensorRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorRoom")
+            .field("left", &self.left)
+            .finish()
     }
 }
 
