@@ -332,6 +332,12 @@ def main() -> int:
                   host_wait_fraction=min(host_wait / seconds, 1.0),
                   mean_loss=float(loss_sum.item()) / args.steps,
                   input_gb_per_s=samples * 2 * channels * shape[0] * shape[1] * 4 / seconds / 1e9)
+    if cuda:
+        # The device's memory in use at the end (model, optimizer, activations, and the
+        # loader's), and the most PyTorch itself held: what the loader left the model.
+        free, total = torch.cuda.mem_get_info(device)
+        result.update(device_memory_used_gib=(total - free) / 2**30,
+                      torch_max_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30)
     if zarrpipe_loader is not None:
         now = zarrpipe_loader.metrics()
         delta = {k: now.get(k, 0) - metrics_at_start.get(k, 0) for k in now}

@@ -24,12 +24,17 @@ where
 {
     let limit = decoder.batches_in_flight();
     StageStream::new(batches, limit, move |batch| {
-        let decoder = decoder.clone();
-        async move {
-            let mut batch = batch.map_err(Into::into)?;
+        // The decoder is called here, as batches come, in order: a GPU decoder admits batches
+        // to its memory budget in the order it was called.
+        let started = batch.map_err(Into::into).map(|mut batch| {
             let chunks = std::mem::take(&mut batch.payload);
             tracing::debug!(target: "zarrpipe::timeline", "batch {} decoding", batch.index);
-            let decoded = decoder.decode_chunks(chunks).await?;
+            let decoding = decoder.clone().decode_chunks(chunks);
+            (batch, decoding)
+        });
+        async move {
+            let (batch, decoding) = started?;
+            let decoded = decoding.await?;
             tracing::debug!(target: "zarrpipe::timeline", "batch {} decoded", batch.index);
             let mut batch = batch.with_payload(decoded);
             batch.stats += batch.payload.stats();

@@ -402,23 +402,31 @@ impl SplitDecoder {
         state.cpu_weight = (state.cpu_weight * factor).clamp(low, high);
     }
 
-    /// Decodes one side's chunks; returns what it decoded and when it finished.
-    async fn decode_side(
-        self: &Arc<Self>,
-        side: Side,
-        chunks: Vec<EncodedChunk>,
-        _queued: Queued,
-    ) -> Result<Option<(DecodedChunks, Instant)>> {
+    /// Hands one side its chunks (none: nothing to do); returns their kinds and the decoding.
+    fn start_side(&self, side: Side, chunks: Vec<EncodedChunk>) -> Option<SidePart> {
         if chunks.is_empty() {
-            return Ok(None);
+            return None;
         }
         let kinds: Vec<Kind> = chunks.iter().map(kind).collect();
         let decoder = match side {
             Side::Cpu => self.cpu.clone(),
             Side::Gpu => self.gpu.clone(),
         };
+        Some((kinds, decoder.decode_chunks(chunks)))
+    }
+
+    /// Finishes one side's part; returns what it decoded and when it finished.
+    async fn decode_side(
+        self: &Arc<Self>,
+        side: Side,
+        part: Option<SidePart>,
+        _queued: Queued,
+    ) -> Result<Option<(DecodedChunks, Instant)>> {
+        let Some((kinds, decoding)) = part else {
+            return Ok(None);
+        };
         let part = PartInFlight::start(self, side);
-        let decoded = match decoder.decode_chunks(chunks).await? {
+        let decoded = match decoding.await? {
             // The side's rate is learnt from when it finishes: decode now.
             DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
             decoded => decoded,
@@ -539,6 +547,9 @@ fn lean(gpu_share: f64, cpu_weight: f64) -> f64 {
     }
 }
 
+/// One side's part of a batch: its chunks' kinds and their decoding, started.
+type SidePart = (Vec<Kind>, BoxFuture<'static, Result<DecodedChunks>>);
+
 /// A side of the split; its number indexes `SplitState::busy`.
 #[derive(Clone, Copy, Debug)]
 enum Side {
@@ -566,10 +577,16 @@ impl BatchDecoder for SplitDecoder {
             work: shares.work[side as usize],
         };
         let (cpu_queued, gpu_queued) = (queued(Side::Cpu), queued(Side::Gpu));
+        // Both sides are called now, as batches come, in order: the GPU side admits batches
+        // to its memory budget in the order it was called.
+        let (cpu_part, gpu_part) = (
+            self.start_side(Side::Cpu, shares.cpu),
+            self.start_side(Side::Gpu, shares.gpu),
+        );
         async move {
             let (cpu, gpu) = futures::try_join!(
-                self.decode_side(Side::Cpu, shares.cpu, cpu_queued),
-                self.decode_side(Side::Gpu, shares.gpu, gpu_queued)
+                self.decode_side(Side::Cpu, cpu_part, cpu_queued),
+                self.decode_side(Side::Gpu, gpu_part, gpu_queued)
             )?;
             self.weigh(
                 cpu.as_ref().map(|(_, done)| *done),

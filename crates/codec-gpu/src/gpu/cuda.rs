@@ -15,6 +15,7 @@ use zarrpipe_cuda::cudarc::driver::{
 use zarrpipe_cuda::{open_device, CudaError, DeviceBuffer, DeviceMemory, During};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
+use super::admission::{Admission, Ticket};
 use super::device_batches::{device_chunk, DeviceBatch, PendingBatch, PlannedBatch};
 use super::kernels::Kernels;
 use super::lanes::{Lane, Lanes};
@@ -50,9 +51,9 @@ pub struct GpuDecoder {
     fault: Mutex<Option<String>>,
     /// Pinned staging memory for batches being decoded, in units of [`PINNED_UNIT`] bytes.
     pinned: Arc<tokio::sync::Semaphore>,
-    /// Device memory of the batches decoding or decoded and not yet collated, in units of
-    /// [`DEVICE_UNIT`] bytes ([`GpuOptions::device_memory`]).
-    device: Arc<tokio::sync::Semaphore>,
+    /// Device memory of the batches decoding or decoded and not yet collated
+    /// ([`GpuOptions::device_memory`]), admitted in the order the batches came.
+    admission: Arc<Admission>,
     /// Batches being decoded or planned, in shares of [`DECODING_UNITS`]: a batch of few
     /// chunks takes a smaller share, so more of them decode at once.
     decoding: Arc<tokio::sync::Semaphore>,
@@ -74,9 +75,6 @@ pub struct GpuDecoder {
 /// The granularity of the pinned-memory budget.
 const PINNED_UNIT: usize = 1 << 16;
 
-/// The granularity of the device-memory budget.
-const DEVICE_UNIT: usize = 1 << 20;
-
 /// The whole of the decoding budget: divisible by every count of batches up to 10, so that
 /// each of `n` batches taking `DECODING_UNITS / n` lets exactly `n` in.
 const DECODING_UNITS: usize = 5040;
@@ -94,11 +92,6 @@ fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
 /// The pinned-memory budget in units (a `u32` count, as the semaphore takes them).
 fn pinned_units(options: &GpuOptions) -> usize {
     (options.pinned_memory / PINNED_UNIT).clamp(1, u32::MAX as usize)
-}
-
-/// The device-memory budget in units.
-fn device_units(options: &GpuOptions) -> usize {
-    (options.device_memory / DEVICE_UNIT).clamp(1, u32::MAX as usize)
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -130,7 +123,7 @@ impl GpuDecoder {
         let copy_stream = context.new_stream().during("creating a stream")?;
         let kernels = Kernels::load(&context)?;
         let pinned_units = pinned_units(&options);
-        let device_units = device_units(&options);
+        let admission = Admission::new(options.device_memory);
         let read_memory = Arc::new(PinnedReadMemory::new(context.clone(), options.read_memory));
         Ok(Self {
             context: context.clone(),
@@ -142,7 +135,7 @@ impl GpuDecoder {
             slots: SlotPool::default(),
             fault: Mutex::new(None),
             pinned: Arc::new(tokio::sync::Semaphore::new(pinned_units)),
-            device: Arc::new(tokio::sync::Semaphore::new(device_units)),
+            admission,
             decoding: Arc::new(tokio::sync::Semaphore::new(DECODING_UNITS)),
             preparing: Arc::new(tokio::sync::Semaphore::new(1)),
             checking: Arc::new(tokio::sync::Semaphore::new(1)),
@@ -196,25 +189,19 @@ impl GpuDecoder {
             .expect("the semaphore is never closed")
     }
 
-    /// Waits until the device memory a batch of `chunks` takes (its decoded chunks and stored
-    /// bytes) is free under [`GpuOptions::device_memory`] (at once when no other batch holds
-    /// any); the decoded batch holds the permit until the collator lets go of it.
-    pub(crate) async fn reserve_device(
-        &self,
-        chunks: &[EncodedChunk],
-    ) -> tokio::sync::OwnedSemaphorePermit {
-        let bytes: usize = chunks
+    /// A batch's place in the order device memory is admitted in: taken when the batch comes,
+    /// before anything awaits.
+    pub(super) fn admission_ticket(&self) -> Ticket {
+        self.admission.ticket()
+    }
+
+    /// The device memory a batch of `chunks` takes until collated: its decoded chunks and its
+    /// stored bytes.
+    pub(super) fn device_bytes(chunks: &[EncodedChunk]) -> usize {
+        chunks
             .iter()
             .map(|chunk| output_bytes(chunk) + chunk.stored_len())
-            .sum();
-        let units = bytes
-            .div_ceil(DEVICE_UNIT)
-            .clamp(1, device_units(&self.options)) as u32;
-        self.device
-            .clone()
-            .acquire_many_owned(units)
-            .await
-            .expect("the semaphore is never closed")
+            .sum()
     }
 
     /// Waits until a batch of `chunks` may be planned and decoded: with fewer pieces a batch

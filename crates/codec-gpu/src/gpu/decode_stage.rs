@@ -18,9 +18,11 @@ impl BatchDecoder for GpuDecoder {
         self: Arc<Self>,
         chunks: Vec<EncodedChunk>,
     ) -> BoxFuture<'static, Result<DecodedChunks>> {
+        // Taken now, as batches come, in order (see `Admission`).
+        let ticket = self.admission_ticket();
         async move {
             let _decoding = self.reserve_decoding(&chunks).await;
-            let device_memory = self.reserve_device(&chunks).await;
+            let device_memory = ticket.admit(GpuDecoder::device_bytes(&chunks)).await;
             // The batch's stored bytes sit in pinned staging memory until it is decoded.
             let stored: usize = chunks.iter().map(EncodedChunk::stored_len).sum();
             let _pinned = self.reserve_pinned(stored).await;

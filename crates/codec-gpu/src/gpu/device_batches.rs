@@ -10,6 +10,7 @@ use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
 use zarrpipe_cuda::DeviceBuffer;
 
+use super::admission::AdmittedMemory;
 use super::lanes::LaneHold;
 use super::slots::{InFlight, SlotPool};
 use super::{BatchTimings, DeviceChunk};
@@ -26,7 +27,7 @@ pub struct DeviceBatch {
     pub timings: BatchTimings,
     pub(super) buffer: DeviceBuffer,
     /// The decoder's device-memory budget this batch takes, given back when it goes.
-    budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    budget: Option<AdmittedMemory>,
 }
 
 impl std::fmt::Debug for DeviceBatch {
@@ -168,8 +169,8 @@ impl DeviceBatch {
     }
 
     /// Holds `permit` (the decoder's memory budget) until the batch is dropped.
-    pub(super) fn hold(&mut self, permit: tokio::sync::OwnedSemaphorePermit) {
-        self.budget = Some(permit);
+    pub(super) fn hold(&mut self, memory: AdmittedMemory) {
+        self.budget = Some(memory);
     }
 
     /// Copies the decoded chunks back to host memory (for checks and CPU consumers).

@@ -8,6 +8,8 @@ use zarrpipe_store::{ChunkRequest, EncodedChunk};
 use crate::DecodePath;
 
 #[cfg(feature = "cuda")]
+mod admission;
+#[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
 mod decode_stage;
