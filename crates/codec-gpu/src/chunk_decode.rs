@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
+use zarrpipe_core::panic_message;
 use zarrpipe_store::EncodedChunk;
 use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
@@ -28,18 +29,6 @@ pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
                 message: panic_message(payload.as_ref()),
             })
         })
-}
-
-/// The text a panic was raised with.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (
-        payload.downcast_ref::<&str>(),
-        payload.downcast_ref::<String>(),
-    ) {
-        (Some(text), _) => text.to_string(),
-        (_, Some(text)) => text.clone(),
-        _ => "(no message)".to_string(),
-    }
 }
 
 /// Checks the frames of a chunk's stored bytes as the GPU path does (headers, declared sizes,

@@ -128,7 +128,7 @@ fn decode_both_ways(chunk: EncodedChunk) -> Result<(), TestCaseError> {
     let planned = planned.map_err(|payload| {
         TestCaseError::fail(format!(
             "planning or interpreting `{key}` panicked: {}",
-            crate::chunk_decode::panic_message(payload.as_ref())
+            zarrpipe_core::panic_message(payload.as_ref())
         ))
     })?;
     let cpu = decode_on_cpu(chunk);

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use zarrpipe_core::BatchStats;
 use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
-use crate::chunk_decode::{decode_on_cpu, direct_chain, panic_message, write_chunk};
+use crate::chunk_decode::{decode_on_cpu, direct_chain, write_chunk};
 use crate::direct::DirectChain;
 use crate::{CpuDecoder, DecodedChunk, Error, Result};
 
@@ -150,7 +150,7 @@ fn guarded(
         Err(Error::Panicked {
             variable: chunk.request.variable.name().to_string(),
             key: chunk.request.key(),
-            message: panic_message(payload.as_ref()),
+            message: zarrpipe_core::panic_message(payload.as_ref()),
         })
     })
 }

@@ -24,7 +24,7 @@ pub fn collate_on_rayon(
                 .unwrap_or_else(|payload| {
                     Err(Error::Panicked {
                         samples,
-                        message: panic_message(payload.as_ref()),
+                        message: zarrpipe_core::panic_message(payload.as_ref()),
                     })
                 });
         // The receiver is gone when the consumer dropped the stream: nothing to deliver.
@@ -40,17 +40,5 @@ fn sample_range(batch: &DecodedBatch) -> String {
     match more {
         0 => format!("{shown:?}"),
         more => format!("{shown:?} and {more} more"),
-    }
-}
-
-/// The text a panic was raised with.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (
-        payload.downcast_ref::<&str>(),
-        payload.downcast_ref::<String>(),
-    ) {
-        (Some(text), _) => text.to_string(),
-        (_, Some(text)) => text.clone(),
-        _ => "(no message)".to_string(),
     }
 }
