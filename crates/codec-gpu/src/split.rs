@@ -8,8 +8,9 @@
 //! A side's rate is its throughput, not one batch's latency: several batches are in flight
 //! on a side at once (the GPU's decode streams, the CPU pool's queue), and each takes longer
 //! for waiting on the others. A part is timed by the side's busy time since the previous
-//! part finished ([`BusyTime`]). Timed by latency alone, the GPU of the lent H100 looked three
-//! times slower than it is (setup B of the training benchmark, docs/training.md); timed by
+//! part finished ([`BusyTime`]). Timed by latency alone, the GPU looked three times slower than
+//! it is (setup B of the training benchmark, H100, 2026-11-24; docs/training.md, "What split's
+//! rates need"); timed by
 //! latency over the parts in flight, the first of four parts queued on the CPU looked four
 //! times faster than it is, and the CPU side got a third of W1's next batches where it
 //! decodes a tenth.
@@ -28,11 +29,13 @@ use crate::busy_time::{BusyTime, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
 /// The rates a kind's GPU share starts from, before both sides have decoded some of it:
-/// nvCOMP's batched zstd on the reference H100 (about 20 GB/s) and one CPU thread's zstd (16
-/// cores decode about 6.7 GB/s there), BENCHMARKS.md; replaced by measurements as parts finish.
+/// nvCOMP's batched zstd on an H100 (about 20 GB/s) and one CPU thread's zstd (16 cores
+/// decode about 6.7 GB/s there; the reference figures of the workloads' definitions, shared
+/// BENCHMARKS.md); replaced by measurements as parts finish.
 /// The CPU side's threads count: from 16 threads' rate whatever the side had, split gave its
 /// 4 threads a quarter of setup B's first batches, about twice what they decode, and their
-/// first parts took up to 1.8 s where later ones take 0.4 (docs/training.md).
+/// first parts took up to 1.8 s where later ones take 0.4 (H100, 2026-11-24; docs/training.md,
+/// "What split's rates need").
 const PRIOR_GPU_RATE: f64 = 20e9;
 const PRIOR_CPU_THREAD_RATE: f64 = 0.42e9;
 /// CPU threads assumed until [`SplitDecoder::with_cpu_threads`] says otherwise.
@@ -271,7 +274,8 @@ impl SplitDecoder {
     /// The queued work a batch is shared out by: all of it when balanced; none under auto,
     /// which keeps the CPU first. Its CPU side always has work queued (the GPU helps only while
     /// the consumer waits), so counting it sent whole batches to the GPU once throttled up
-    /// (setup A in fp32 on the H100: 10.3% of the GPU's time, against 3.0-3.4% without).
+    /// (setup A in fp32 on an H100, 2026-11-25: 10.3% of the GPU's time, against 3.0-3.4% without;
+    /// docs/training.md).
     fn backlog_to_share_by(&self, state: &SplitState) -> Backlog {
         match self.policy {
             SplitPolicy::Balanced => state.backlog,

@@ -606,12 +606,14 @@ impl<P: CollateOn> PipelineBuilder<P> {
 /// `processes` processes on the host sharing its cores
 /// ([`PipelineBuilder::processes_on_host`]):
 /// - split decoding: a quarter of the process's share of the cores (at least one). Feeding the
-///   GPU (reads, frame checks, staging) takes the host's cores too: on the H100 host, 16-thread
-///   split decoding of W1 was slower than 2 or 4 threads (docs/benchmarks.md);
+///   GPU (reads, frame checks, staging) takes the host's cores too: 16-thread split decoding of
+///   W1 was slower than 2 or 4 threads (H100, 2026-11-24 and 25; docs/benchmarks.md,
+///   "Defaults and the measurements behind them");
 /// - CPU decoding: the process's share of every core (at least one). Its threads are niced,
 ///   so the training loop beside them keeps its core by priority: setup A in bf16 on an H100
 ///   host trained at 160 samples/s (155-168) with 16 threads against 143 (129-158) with 14,
-///   four and five runs, two calls (2026-11-26, docs/benchmarks.md "The CPU path");
+///   four and five runs, two calls (2026-11-26; docs/benchmarks.md, "Defaults and the
+///   measurements behind them");
 /// - auto decoding: the process's share of every core but two (at least one); two stay for
 ///   the consumers and the GPU's feeders, which auto keeps busy.
 pub fn default_cpu_decode_threads(on: DecodeOn, processes: usize) -> usize {

@@ -172,8 +172,9 @@ fn yielding_cpu_decoder(threads: usize, name: &'static str) -> Result<CpuDecoder
 /// Lowers the calling thread's priority, so the threads that feed the GPU (planning, frame
 /// checks, staging) and the consumer's own (a training loop launching kernels) run first
 /// when CPU decoding keeps every core busy: starved, they slow down more than decoding gains.
-/// Measured on the H100 host: CPU decoding on 16 threads at normal priority beside a U-Net's
-/// training loop cut training from 80 to 57 samples/s while decoding alone delivered 102.
+/// CPU decoding on 16 threads at normal priority beside a U-Net's training loop cut training
+/// from 80 to 57 samples/s while decoding alone delivered 102 (H100, 2026-11-24;
+/// docs/benchmarks.md, "Defaults and the measurements behind them").
 fn yield_to_the_gpu_side() {
     #[cfg(target_os = "linux")]
     // SAFETY: setpriority reads no memory of ours; on Linux, `who = 0` names the calling

@@ -59,7 +59,7 @@ pub struct GpuDecoder {
     decoding: Arc<tokio::sync::Semaphore>,
     /// One batch at a time is planned and staged (on every core), in the order batches came:
     /// batches prepared side by side all finished late, and the GPU waited for the first of
-    /// them (W1 of 64 steps on the H100 host: the first batch's staging took 108 ms beside
+    /// them (W1 of 64 steps, H100, 2026-11-25: the first batch's staging took 108 ms beside
     /// six others, against 13-18 ms alone).
     preparing: Arc<tokio::sync::Semaphore>,
     /// One batch at a time has its zstd tables checked (on every core), in order, while the

@@ -61,23 +61,27 @@ pub struct GpuOptions {
     pub device_memory: usize,
     /// Also check the entropy tables of every compressed zstd block on the CPU before nvCOMP
     /// sees it (corrupt Huffman tables can make nvCOMP 6 write out of bounds). On by default:
-    /// it reads about 17 GB/s of W1's stored bytes per core of the lent H100 host, on every
-    /// core while a batch is planned.
+    /// it reads about 17 GB/s of W1's stored bytes per core (H100 host), on every core while
+    /// a batch is planned, and costs W1 in shards 39.16 / 38.40 GB/s against 37.27 / 38.32
+    /// without (H200, 2026-11-26; docs/benchmarks.md, "Defaults and the measurements behind
+    /// them").
     pub check_zstd_tables: bool,
     /// Decoded bytes per pipelined group: a larger batch is split into groups, staged one after
     /// another (each decoding on a free stream when there is one), which bounds a group's
     /// staging and scratch memory. A batch of one
     /// group is faster and, beside the others in flight, took less device memory: W1 of 64
     /// steps in batches of 8 (1.1 GB) ran at 44 GB/s in one group with a 28 GB peak, at 26-28
-    /// in two with 40 GB (H200 host, docs/benchmarks.md).
+    /// in two with 40 GB (H200, 2026-11-26; docs/benchmarks.md, "Defaults and the
+    /// measurements behind them").
     pub group_bytes: usize,
     /// Most batches decoding at once, each on a stream of its own. nvCOMP's zstd gives each
     /// chunk one thread block, so a call over few large chunks leaves most of the GPU idle;
     /// batches on other streams fill it. Each stream in use keeps its own nvCOMP scratch memory.
     pub decode_streams: usize,
     /// Chunks to keep decoding at once: a batch of fewer chunks lets more batches decode
-    /// beside it (at least 3, at most `decode_streams`), one more being planned. On the H100,
-    /// W1's 172 chunks of 3.3 MB a batch went from 14.0 GB/s with 3 batches to 16.9 with 6.
+    /// beside it (at least 3, at most `decode_streams`), one more being planned. On an H100
+    /// (2026-11-25), W1's 172 chunks of 3.3 MB a batch went from 14.0 GB/s with 3 batches to
+    /// 16.9 with 6.
     /// With 1024, W1's 0.8 MB chunks (688 a batch) and its shards of 16 inner chunks (2752 a
     /// batch) decoded three batches at once; six ran at 50-53 GB/s against 46-48, and 41-42
     /// against 37-38 (H200, 2026-11-26: docs/benchmarks.md, "Defaults and the measurements behind them").

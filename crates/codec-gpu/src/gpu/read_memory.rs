@@ -6,9 +6,10 @@
 //! chunk read into it has been dropped (a batch keeps its chunks until the device has copied
 //! them). With every slab in use, reads go to ordinary memory and are staged as before.
 //!
-//! `cudaHostAlloc` is slow (19-214 ms a slab on an H100 host, 35 ms median on an H200 host)
-//! and holds up every other CUDA call of the process meanwhile: on the H200 host an upload
-//! call that takes 5 us waited 30 ms (median) beside it (`benches/pinned_allocation_probe.py`).
+//! `cudaHostAlloc` is slow (19-214 ms a slab on an H100, 35 ms median on an H200) and holds up
+//! every other CUDA call of the process meanwhile: on the H200 an upload call that takes 5 us
+//! waited 30 ms (median) beside it (`benches/pinned_allocation_probe.py`; 2026-11-25,
+//! docs/benchmarks.md, "Defaults and the measurements behind them").
 //! So the slabs a pipeline will need are allocated ahead, on a thread of their own, from when
 //! it is built ([`ReadMemory::expect_held`]); a read finding no room allocates one more
 //! itself, unless an allocation is under way.

@@ -13,7 +13,8 @@ use crate::batch::Prepared;
 use crate::Result;
 
 /// Groups of one batch staged, uploading or decoding at once (4 against 3: W1 in batches of
-/// 16, three groups each, 17.2-18.1 GB/s against 14.4-14.6 on an H200 host).
+/// 16, three groups each, 17.2-18.1 GB/s against 14.4-14.6, H200, 2026-11-25; the raw
+/// figures in benches/results/2026-11-25_h200_gpu_path.md).
 pub(super) const SLOTS: usize = 4;
 
 /// The buffers of one group in flight; they only grow, and go back to the pool when the
