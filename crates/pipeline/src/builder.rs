@@ -5,7 +5,9 @@ use futures::stream;
 use zarrpipe_batcher::{
     Batcher, EpochOptions, Missing, Ranks, SampleLayout, SamplerState, Shuffle, Uneven, WindowSpec,
 };
-use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt, SplitPolicy};
+#[cfg(feature = "cuda")]
+use zarrpipe_codec_gpu::SplitPolicy;
+use zarrpipe_codec_gpu::{BatchDecoder, CpuDecoder, DecodeBatchesExt};
 use zarrpipe_collate::{
     BatchCollator, CollateBatchesExt, CollateOptions, Host, HostCollator, LatitudeWeights,
     Normalization, Place,
@@ -18,6 +20,7 @@ use crate::missing::apply_missing_steps;
 use crate::select::{
     coordinate_values, label_channels, resolve_selections, ChannelSelection, CoordValue, Selection,
 };
+use crate::stage_gpu::StageGpu;
 use crate::stream::BatchStream;
 use crate::{Error, PipelineExt, Result};
 
@@ -476,7 +479,6 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// the stream of batches: read plans, then `fetch_batches`, `decode_batches`,
     /// `collate_batches` and `prefetch`, the chain a user can also compose by hand. Must be
     /// called inside a Tokio runtime.
-    #[cfg_attr(not(feature = "cuda"), allow(clippy::let_unit_value))] // StageGpu is () then
     pub async fn build(mut self) -> Result<BatchStream<P>> {
         let gpu = self.open_gpu_if_used()?;
         let (decoder, pace) = self.stage_decoder(&gpu)?;
@@ -504,7 +506,6 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 
     /// The GPU, when a stage runs there: the one given, or opened on `device`.
-    #[cfg_attr(not(feature = "cuda"), allow(clippy::unit_arg))] // StageGpu is () then
     fn open_gpu_if_used(&mut self) -> Result<StageGpu> {
         let needed = self.config.decode_on != DecodeOn::Cpu || P::NEEDS_GPU;
         // `auto` into host tensors only calls the GPU in when there is one to call.
@@ -512,7 +513,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
         #[cfg(feature = "cuda")]
         if needed {
             if let Some(gpu) = self.config.gpu.take() {
-                return Ok(Some(gpu));
+                return Ok(StageGpu::on(gpu));
             }
             let ordinal = match self.config.device {
                 Device::Cuda(ordinal) => ordinal,
@@ -533,10 +534,10 @@ impl<P: CollateOn> PipelineBuilder<P> {
                     crate::GpuDevice::open(options, memory.tensors)
                 });
             return match opened {
-                Ok(gpu) => Ok(Some(gpu)),
+                Ok(gpu) => Ok(StageGpu::on(gpu)),
                 Err(error) if optional => {
                     self.decode_on_cpu_instead(&error.to_string());
-                    Ok(None)
+                    Ok(StageGpu::none())
                 }
                 Err(error) => Err(error),
             };
@@ -544,13 +545,13 @@ impl<P: CollateOn> PipelineBuilder<P> {
         match needed {
             true if optional => {
                 self.decode_on_cpu_instead("this build has no `cuda` feature");
-                Ok(StageGpu::default())
+                Ok(StageGpu::none())
             }
             true => Err(Error::UnsupportedDevice {
                 device: self.config.device,
                 reason: "GPU stages need the `cuda` feature",
             }),
-            false => Ok(StageGpu::default()),
+            false => Ok(StageGpu::none()),
         }
     }
 
@@ -570,34 +571,26 @@ impl<P: CollateOn> PipelineBuilder<P> {
         let threads = self.config.cpu_decode_threads.unwrap_or_else(|| {
             default_cpu_decode_threads(self.config.decode_on, self.config.processes_on_host)
         });
-        let policy = match self.config.decode_on {
-            #[cfg(feature = "cuda")]
-            DecodeOn::Cpu if gpu.is_some() => {
-                let gpu = gpu.as_ref().expect("checked");
-                return Ok((gpu.cpu_decoder(threads)?, own_pace));
-            }
-            DecodeOn::Cpu => return Ok((Arc::new(CpuDecoder::new()), own_pace)),
-            DecodeOn::Gpu => None,
-            DecodeOn::Split => Some(SplitPolicy::Balanced),
-            DecodeOn::Auto { gpu_share } => Some(SplitPolicy::Auto { gpu_share }),
-        };
         #[cfg(feature = "cuda")]
-        {
-            let gpu = gpu.as_ref().expect("opened for GPU decoding");
-            Ok(match policy {
-                None => (gpu.decoder(), own_pace),
-                Some(policy) => {
-                    // The device's own split decoder: what it learnt carries over epochs.
-                    let split = gpu.split_decoder(policy, threads)?;
-                    let pace = split.pace();
-                    (split, pace)
-                }
-            })
+        if let Some(gpu) = gpu.device() {
+            let split = |policy| -> Result<(Arc<dyn BatchDecoder>, Arc<Pace>)> {
+                // The device's own split decoder: what it learnt carries over epochs.
+                let split = gpu.split_decoder(policy, threads)?;
+                let pace = split.pace();
+                Ok((split, pace))
+            };
+            return match self.config.decode_on {
+                DecodeOn::Cpu => Ok((gpu.cpu_decoder(threads)?, own_pace)),
+                DecodeOn::Gpu => Ok((gpu.decoder(), own_pace)),
+                DecodeOn::Split => split(SplitPolicy::Balanced),
+                DecodeOn::Auto { gpu_share } => split(SplitPolicy::Auto { gpu_share }),
+            };
         }
-        #[cfg(not(feature = "cuda"))]
-        {
-            let _ = (gpu, policy, threads);
-            unreachable!("refused when the GPU was opened")
+        let _ = (gpu, threads);
+        match self.config.decode_on {
+            DecodeOn::Cpu => Ok((Arc::new(CpuDecoder::new()), own_pace)),
+            // Refused, or turned into CPU decoding, when the GPU was opened.
+            _ => Err(StageGpu::missing("GPU decoding needs a GPU")),
         }
     }
 }
@@ -649,13 +642,6 @@ fn most_read_bytes(batcher: &Batcher, batches: usize) -> u64 {
         .saturating_mul(batches as u64)
 }
 
-/// The GPU the stages use, if any.
-#[cfg(feature = "cuda")]
-pub(crate) type StageGpu = Option<Arc<crate::GpuDevice>>;
-/// Without `cuda`, no stage runs on a GPU.
-#[cfg(not(feature = "cuda"))]
-pub(crate) type StageGpu = ();
-
 /// Where a pipeline collates: the places a builder can make tensors in ([`Host`], and
 /// [`Gpu`](zarrpipe_collate::Gpu) with the `cuda` feature).
 pub trait CollateOn: Place + Sized {
@@ -700,13 +686,12 @@ impl CollateOn for zarrpipe_collate::Gpu {
         options: CollateOptions,
         gpu: &StageGpu,
     ) -> Result<Arc<dyn BatchCollator<Place = Self>>> {
-        let gpu = gpu.as_ref().expect("opened for GPU collation");
+        let gpu = gpu.required("GPU collation needs a GPU")?;
         Ok(Arc::new(gpu.collator(layout, options)?))
     }
 
     fn device(gpu: &StageGpu) -> Device {
-        let gpu = gpu.as_ref().expect("opened for GPU collation");
-        Device::Cuda(gpu.decoder().context().ordinal())
+        gpu.place()
     }
 }
 

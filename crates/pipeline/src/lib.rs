@@ -68,6 +68,7 @@ mod metrics;
 mod missing;
 mod prefetch;
 mod select;
+mod stage_gpu;
 mod stream;
 
 pub use builder::{default_cpu_decode_threads, CollateOn, DecodeOn, Pipeline, PipelineBuilder};
@@ -84,6 +85,7 @@ pub use select::{
     dim_labels, index_range, label_channels, resolve_selections, ChannelSelection, CoordValue,
     Selection,
 };
+pub use stage_gpu::StageGpu;
 pub use stream::BatchStream;
 #[cfg(feature = "candle")]
 pub use zarrpipe_collate::Candle;
