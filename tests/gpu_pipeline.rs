@@ -272,7 +272,7 @@ mod on_gpu {
         runtime().block_on(async {
             let url = store(&dir.path().join("zstd"), Compression::Zstd, None);
             let cpu = cpu_batches(patches(&url), |v| v).await;
-            let gpu = GpuDevice::open_within(GpuOptions::default(), Some(2 << 10)).unwrap();
+            let gpu = GpuDevice::open_within(GpuOptions::default(), Some(2 << 10), None).unwrap();
             let memory = gpu.memory_budget();
             assert_eq!(
                 (memory.budget, memory.decoding, memory.tensors),

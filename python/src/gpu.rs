@@ -19,7 +19,7 @@ use zarrpipe::cuda::cudarc::driver::{result, sys, CudaEvent};
 use zarrpipe::cuda::{CudaError, During};
 use zarrpipe::codec::GpuOptions;
 use zarrpipe::collate::{DeviceTensor, TensorDType};
-use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, GpuMemory, PipelineBuilder};
+use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
 
 use crate::options::Config;
 
@@ -56,13 +56,8 @@ pub(crate) async fn build(
                 if let Some(streams) = config.gpu_decode_streams {
                     options.decode_streams = streams;
                 }
-                let memory = GpuMemory::for_device(ordinal, config.gpu_memory)?;
-                let memory = match config.gpu_tensor_memory {
-                    Some(tensors) => memory.with_tensors(tensors),
-                    None => memory,
-                };
-                options.device_memory = memory.decoding;
-                let gpu = GpuDevice::open(options, memory.tensors)?;
+                let (budget, tensors) = (config.gpu_memory, config.gpu_tensor_memory);
+                let gpu = GpuDevice::open_within(options, budget, tensors)?;
                 *slot = Some(gpu.clone());
                 gpu
             }

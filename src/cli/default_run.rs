@@ -337,7 +337,7 @@ async fn gpu_passes(
         Some(size) => Some(super::store::parse_size(size)? as usize),
         None => None,
     };
-    let gpu = GpuDevice::open_within(options, budget)?;
+    let gpu = GpuDevice::open_within(options, budget, None)?;
     let memory = gpu.memory_budget();
     let gpu_memory = (
         memory.to_string(),

@@ -519,20 +519,13 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 Device::Cuda(ordinal) => ordinal,
                 Device::Cpu => 0,
             };
-            let opened =
-                crate::GpuMemory::for_device(ordinal, self.config.gpu_memory).and_then(|memory| {
-                    let memory = match self.config.gpu_tensor_memory {
-                        Some(tensors) => memory.with_tensors(tensors),
-                        None => memory,
-                    };
-                    let options = zarrpipe_codec_gpu::GpuOptions {
-                        device: ordinal,
-                        pinned_memory: self.config.gpu_pinned_memory,
-                        device_memory: memory.decoding,
-                        ..Default::default()
-                    };
-                    crate::GpuDevice::open(options, memory.tensors)
-                });
+            let options = zarrpipe_codec_gpu::GpuOptions {
+                device: ordinal,
+                pinned_memory: self.config.gpu_pinned_memory,
+                ..Default::default()
+            };
+            let (budget, tensors) = (self.config.gpu_memory, self.config.gpu_tensor_memory);
+            let opened = crate::GpuDevice::open_within(options, budget, tensors);
             return match opened {
                 Ok(gpu) => Ok(StageGpu::on(gpu)),
                 Err(error) if optional => {

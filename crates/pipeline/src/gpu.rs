@@ -55,9 +55,18 @@ impl GpuDevice {
 
     /// Opens CUDA device `options.device` with `budget` bytes of its memory for the pipelines
     /// on it (`None`: [`GpuMemory::default_for`] the device), shared between decoding and
-    /// batch tensors ([`GpuMemory::within`]).
-    pub fn open_within(mut options: GpuOptions, budget: Option<usize>) -> Result<Arc<Self>> {
+    /// batch tensors ([`GpuMemory::within`]); `tensors`, when given, is the batch tensors'
+    /// share instead of half the budget ([`GpuMemory::with_tensors`]).
+    pub fn open_within(
+        mut options: GpuOptions,
+        budget: Option<usize>,
+        tensors: Option<usize>,
+    ) -> Result<Arc<Self>> {
         let memory = GpuMemory::for_device(options.device, budget)?;
+        let memory = match tensors {
+            Some(tensors) => memory.with_tensors(tensors),
+            None => memory,
+        };
         options.device_memory = memory.decoding;
         Self::open_with(options, memory)
     }

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use zarrpipe_cuda::cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use zarrpipe_store::{ChunkRequest, EncodedChunk};
-
 use zarrpipe_cuda::DeviceBuffer;
+use zarrpipe_store::{ChunkRequest, EncodedChunk};
 
 use super::admission::AdmittedMemory;
 use super::lanes::LaneHold;
@@ -168,7 +167,8 @@ impl DeviceBatch {
         })
     }
 
-    /// Holds `permit` (the decoder's memory budget) until the batch is dropped.
+    /// Holds `memory` (the decoder's device-memory budget it was admitted to) until the batch
+    /// is dropped.
     pub(super) fn hold(&mut self, memory: AdmittedMemory) {
         self.budget = Some(memory);
     }

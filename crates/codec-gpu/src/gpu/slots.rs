@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use zarrpipe_cuda::cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
-
 use zarrpipe_cuda::During;
 
 use super::tables::Tables;

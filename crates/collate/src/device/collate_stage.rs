@@ -12,9 +12,8 @@ use futures::FutureExt;
 use zarrpipe_codec_gpu::{ChunkRuns, DecodedChunk, DecodedChunks, DeviceBatch, PendingChunks};
 use zarrpipe_core::{BatchStats, Staged};
 use zarrpipe_cuda::cudarc::driver::{CudaSlice, DevicePtr};
-use zarrpipe_store::ChunkRequest;
-
 use zarrpipe_cuda::{CudaError, During};
+use zarrpipe_store::ChunkRequest;
 
 use super::{timed_event, DeviceCollator, Gpu};
 use crate::{Batch, BatchCollator, DecodedBatch, Result};

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use zarrpipe_cuda::cudarc::driver::{CudaEvent, CudaStream};
+use zarrpipe_cuda::During;
 
 use super::pool::DeviceTensor;
 use crate::{Batch, Place, Result};
-use zarrpipe_cuda::During;
 
 /// GPU memory: [`DeviceTensor`]s, complete once the batch's `ready` event has completed.
 /// Dropping a tensor returns its memory to the pipeline's pool.

@@ -255,34 +255,38 @@ impl DeviceCollator {
         with_nan_mask: bool,
         stream: &Arc<CudaStream>,
     ) -> Result<TensorBuffers> {
-        let options = self.options();
+        let (out, work, nan_mask) = self.buffer_types(with_nan_mask);
         let mut take = |dtype| self.pool.take_reserved(room, shape, dtype, stream);
         Ok(TensorBuffers {
-            out: take(options.dtype)?,
-            work: match options.dtype {
-                TensorDType::F32 => None,
-                _ => Some(take(TensorDType::F32)?),
-            },
-            nan_mask: match with_nan_mask && options.nan_mask {
-                true => Some(take(TensorDType::U8)?),
-                false => None,
-            },
+            out: take(out)?,
+            work: work.map(&mut take).transpose()?,
+            nan_mask: nan_mask.map(&mut take).transpose()?,
         })
     }
 
     /// The bytes [`take_buffers`](Self::take_buffers) takes for a tensor of `shape`.
     fn buffers_bytes(&self, shape: &[usize], with_nan_mask: bool) -> usize {
+        let (out, work, nan_mask) = self.buffer_types(with_nan_mask);
+        let element: usize = [Some(out), work, nan_mask]
+            .iter()
+            .flatten()
+            .map(|t| t.size())
+            .sum();
+        shape.iter().product::<usize>() * element
+    }
+
+    /// The element types of a tensor's buffers: the tensor, float32 values to finish from
+    /// when the tensor is cast, a NaN mask when asked for.
+    fn buffer_types(
+        &self,
+        with_nan_mask: bool,
+    ) -> (TensorDType, Option<TensorDType>, Option<TensorDType>) {
         let options = self.options();
-        let elements: usize = shape.iter().product();
-        let work = match options.dtype {
-            TensorDType::F32 => 0,
-            _ => TensorDType::F32.size(),
-        };
-        let nan_mask = match with_nan_mask && options.nan_mask {
-            true => TensorDType::U8.size(),
-            false => 0,
-        };
-        elements * (options.dtype.size() + work + nan_mask)
+        (
+            options.dtype,
+            (options.dtype != TensorDType::F32).then_some(TensorDType::F32),
+            (with_nan_mask && options.nan_mask).then_some(TensorDType::U8),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
