@@ -6,6 +6,12 @@
 //! (here one that decodes each chunk with zarrpipe's per-chunk CPU decoder and counts what it
 //! saw). It then checks that its batches are the builder's, bit for bit.
 //!
+//! What the builder adds travels through the adapters: the fetch stage reads into the memory
+//! a decoder asks for (`fetch_batches_into` with `decoder.read_memory()`: a GPU decoder's
+//! pinned memory), a decoder that adapts to the consumer (a split decoder under auto) finds
+//! its pace recorded through the batches, and `BatchStream` checks every batch against the
+//! batcher and device it is given.
+//!
 //! A decoder of your own can also hand its chunks over in GPU memory: it builds a
 //! `DeviceBatch` from a `zarrpipe::cuda::DeviceBuffer` it wrote and the chunks' places in it
 //! (`DeviceBatch::new`), and the GPU collator gathers from there (`tests/gpu_pipeline.rs`,
@@ -86,8 +92,9 @@ async fn main() -> anyhow::Result<()> {
         ..EpochOptions::default()
     };
     let batcher = Batcher::with_options(layout.clone(), 8, &epoch)?;
+    let memory = decoder.read_memory();
     let chain = stream::iter(batcher.read_plans())
-        .fetch_batches(4, 64)
+        .fetch_batches_into(4, 64, memory)
         .decode_batches(decoder.clone() as Arc<dyn BatchDecoder>)
         .collate_batches(Arc::new(HostCollator::new(layout)))
         .prefetch(2);

@@ -120,6 +120,9 @@ pub struct Advice {
     pub keep_store_layout: bool,
     /// Why it is the fastest, in a sentence or two.
     pub reason: String,
+    /// The `zarrpipe rechunk` options that write the fastest layout (`--chunks`, `--shard`,
+    /// `--codec`); `None` when the store's layout is kept.
+    pub rechunk: Option<Vec<String>>,
 }
 
 /// Measures the store and candidate layouts on a sample; see the module documentation.
@@ -180,6 +183,7 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
         in_flight: options.requests_in_flight,
     };
     let mut candidates = Vec::new();
+    let mut measured = Vec::new();
     let mut not_measured = Vec::new();
     for candidate in candidates_for(&shape) {
         if started.elapsed() > options.time_limit {
@@ -201,6 +205,7 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
         figures.read_s = rates.read_s(figures.stored_bytes, figures.objects);
         finish(&mut figures, sample_bytes);
         candidates.push(figures);
+        measured.push(candidate);
     }
     if candidates.is_empty() {
         bail!(
@@ -220,7 +225,9 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
         true => keep_reason(&source, &candidates[best]),
         false => reason(&candidates[best], &source, &candidates, &rates),
     };
+    let rechunk = (!keep_store_layout).then(|| rechunk_options(&variable, &measured[best]));
     Ok(Advice {
+        rechunk,
         variable: variable.name().to_string(),
         sample: region,
         sample_bytes,
@@ -275,6 +282,22 @@ fn sample_region(variable: &Variable, bytes: u64) -> Vec<[u64; 2]> {
     let most = if shape.len() == 2 { shape[0] } else { 4 };
     region[0] = [0, (bytes / step.max(1)).clamp(1, most).min(shape[0])];
     region
+}
+
+/// The `zarrpipe rechunk` options that write `candidate`'s layout, its sizes named by
+/// `variable`'s dimensions.
+fn rechunk_options(variable: &Variable, candidate: &Candidate) -> Vec<String> {
+    let sizes = |shape: &[u64]| {
+        let named = variable.dims().iter().zip(shape);
+        let named: Vec<String> = named.map(|(dim, n)| format!("{dim}={n}")).collect();
+        named.join(",")
+    };
+    let mut options = vec!["--chunks".to_string(), sizes(&candidate.chunk)];
+    if let Some(shard) = &candidate.shard {
+        options.extend(["--shard".to_string(), sizes(shard)]);
+    }
+    options.extend(["--codec".to_string(), candidate.codec.to_string()]);
+    options
 }
 
 /// A candidate layout of the sample.

@@ -299,10 +299,12 @@ fn pinned_read_memory_is_allocated_ahead_as_pipelines_expect_up_to_its_size() {
         0,
         "nothing before it is asked for"
     );
-    // 100 MiB held: a quarter more, rounded up to slabs of 64 MiB, and one more.
-    memory.clone().expect_held(100 << 20);
+    // Batches of 10 MiB, two read ahead and eight the decoder holds (six streams, one
+    // planning, one collating): 100 MiB, a quarter more, rounded up to slabs of 64 MiB, and
+    // one more.
+    memory.clone().expect_batches(10 << 20, 2);
     assert_eq!(decoder.wait_for_read_memory(), 192 << 20);
-    memory.clone().expect_held(10 << 30);
+    memory.clone().expect_batches(1 << 30, 2);
     assert_eq!(
         decoder.wait_for_read_memory(),
         256 << 20,

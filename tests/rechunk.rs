@@ -317,6 +317,31 @@ fn advise_measures_the_store_and_every_candidate_layout() {
         assert!(why.contains("`cuda` feature"), "{why}");
     }
 
+    // The advice as `zarrpipe rechunk` options, which write the layout it names.
+    match advice["keep_store_layout"].as_bool().unwrap() {
+        true => assert!(advice["rechunk"].is_null(), "{advice}"),
+        false => {
+            let options: Vec<&str> = advice["rechunk"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|option| option.as_str().unwrap())
+                .collect();
+            let dir = tempfile::tempdir().unwrap();
+            let written = dir.path().join("advised.zarr");
+            let written = written.to_str().unwrap();
+            let source = store_path("xr_v3");
+            let mut rechunk = vec!["rechunk", &source, written, "--var", "z"];
+            rechunk.extend(&options);
+            succeed(zarrpipe(&rechunk));
+            let again = succeed(zarrpipe(&["advise", written, "--var", "z", "--json"]));
+            let again: serde_json::Value = serde_json::from_str(&again).unwrap();
+            let (layout, advised) = (&again["source"], &candidates[best]);
+            assert_eq!(layout["chunk"], advised["chunk"], "{options:?}");
+            assert_eq!(layout["shard"], advised["shard"], "{options:?}");
+        }
+    }
+
     let text = succeed(zarrpipe(&["advise", &store_path("xr_v2"), "--var", "t2m"]));
     assert!(text.contains("sampled t2m[0:4, 0:11, 0:15]"), "{text}");
     assert!(

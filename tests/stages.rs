@@ -111,6 +111,68 @@ async fn a_chain_composed_by_hand_equals_the_builder_with_metrics_and_state() {
     assert_eq!(contents(&first), contents(&built));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_refuses_a_chain_its_batcher_or_device_did_not_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), Compression::Zstd);
+    let dataset = Arc::new(Dataset::open(&url).await.unwrap());
+    let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
+    let chain = || {
+        let batcher = Batcher::with_options(layout.clone(), 3, &shuffled()).unwrap();
+        stream::iter(batcher.read_plans())
+            .fetch_batches(2, 16)
+            .decode_batches(Arc::new(CpuDecoder::new()))
+            .collate_batches(Arc::new(HostCollator::new(layout.clone())))
+    };
+    let other_seed = EpochOptions {
+        seed: 10,
+        ..shuffled()
+    };
+    let other = Batcher::with_options(layout.clone(), 3, &other_seed).unwrap();
+    let mut stream = BatchStream::new(chain(), dataset.clone(), other, Device::Cpu);
+    let error = stream.try_next().await.unwrap_err().to_string();
+    assert!(
+        error.contains("batch 0 of epoch 0 holds other samples"),
+        "{error}"
+    );
+    assert!(stream.try_next().await.unwrap().is_none());
+
+    let batcher = Batcher::with_options(layout.clone(), 3, &shuffled()).unwrap();
+    let mut stream = BatchStream::new(chain(), dataset, batcher, Device::Cuda(0));
+    let error = stream.try_next().await.unwrap_err().to_string();
+    assert!(
+        error.contains("is on cpu, the stream's device is cuda:0"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumers_pace_reaches_an_auto_decoder_through_the_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), Compression::Zstd);
+    let (cpu, gpu) = (Arc::new(Counting::default()), Arc::new(Counting::default()));
+    let auto = SplitPolicy::Auto { gpu_share: None };
+    let split = Arc::new(SplitDecoder::new(cpu, gpu, auto));
+    let dataset = Arc::new(Dataset::open(&url).await.unwrap());
+    let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
+    let batcher = Batcher::with_options(layout.clone(), 3, &shuffled()).unwrap();
+    let chain = stream::iter(batcher.read_plans())
+        .fetch_batches(1, 16)
+        .decode_batches(split.clone())
+        .collate_batches(Arc::new(HostCollator::new(layout)));
+    let count = batcher.num_batches();
+    let mut stream = BatchStream::new(chain, dataset, batcher, Device::Cpu);
+    while let Some(_batch) = stream.try_next().await.unwrap() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let pace = split.pace().counts();
+    assert_eq!(pace.delivered, count);
+    assert!(
+        pace.steps >= Duration::from_millis(2 * (count - 1)),
+        "{pace:?}"
+    );
+}
+
 /// A CPU decoder that counts the chunks it was given: one side of a split.
 #[derive(Debug, Default)]
 struct Counting {

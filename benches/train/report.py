@@ -17,7 +17,10 @@ from pathlib import Path
 SETUPS = {
     "a": "Setup A: t2m, V500, U500, T500, Z500, Q500 in and out (6 channels)",
     "b": "Setup B: W1's 43 fields in and out",
+    "b-advised": "Setup B on the layout `zarrpipe advise` names for it",
 }
+# A setup whose model is another's: its synthetic row, when it has none of its own.
+SAME_MODEL = {"b-advised": "b"}
 LOADER_NAMES = {
     "baseline": "baseline (xarray + DataLoader)",
     "zarrpipe-gpu": "zarrpipe, GPU decode",
@@ -48,6 +51,10 @@ def table(rows: list[dict], setup: str, precision: str, count: int) -> tuple[lis
     """The markdown table of one setup, precision and GPU count, and the figures the plot
     needs."""
     runs = {r["run"]: r for r in rows if r.get("setup") == setup and gpus(r) == count}
+    if f"synthetic {precision}" not in runs and setup in SAME_MODEL:
+        model = SAME_MODEL[setup]
+        runs.update({r["run"]: r for r in rows if r.get("setup") == model and gpus(r) == count
+                     and r["run"] == f"synthetic {precision}"})
     synthetic = runs.get(f"synthetic {precision}", {}).get("samples_per_s")
     out = [
         "| loader | training samples/s | % of synthetic | data wait | loader GPU time | loader alone samples/s | mean loss |",

@@ -9,6 +9,8 @@
 # 2. writes each setup's store with `zarrpipe generate` into WORKDIR (kept between runs):
 #      a   setup A: t2m, V500, U500, T500, Z500, Q500 (`--variables setup-a`), A_TIME steps
 #      b   setup B: W1's 43 fields (t2m, u10, v10, msl; z, t, u on 13 levels), B_TIME steps
+#      b-advised   setup B's store rewritten in the layout `zarrpipe advise` names for it on this
+#          host (`zarrpipe rechunk` with the options the advice prints), trained the same way
 #    and their per-variable statistics (the first training run computes and caches them);
 # 3. runs examples/python/train_unet.py once per loader, mode and precision, the same STEPS
 #    timed steps after WARMUP untimed ones each: synthetic (the upper bound), the baseline
@@ -105,11 +107,32 @@ train() {
 # Whether a loader is also timed alone (--no-training).
 alone() { [[ " ${ALONE:-baseline zarrpipe} " == *" $1 "* ]]; }
 
+# Setup B's store in the layout `zarrpipe advise` names on this host: written from setup B's
+# (generated first if missing), with its statistics.
+advised_store() {
+  local source=$work/setup-b.zarr store=$1
+  if [ ! -e "$source/zarr.json" ]; then
+    say "writing $source for the advice: zarrpipe generate --time ${B_TIME:-200} ${GEN_ARGS:-}"
+    "$bin" generate "$source" --time "${B_TIME:-200}" ${GEN_ARGS:-} | tail -n 1 >&2 || return 1
+  fi
+  "$bin" advise "$source" --json > "$work/advice-b.json" 2> "$work/advice-b.log" || { say "advise failed: $(tail -n 2 "$work/advice-b.log")"; return 1; }
+  local options
+  options=$(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(' '.join(a['rechunk'] or []))" "$work/advice-b.json")
+  say "advice for setup B: ${options:-keep the layout of the store} ($(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['reason'])" "$work/advice-b.json"))"
+  if [ -z "$options" ]; then ln -sfn "$source" "$store"; return 0; fi
+  "$bin" rechunk "$source" "$store" $options > "$work/rechunk-b.log" 2>&1 || { say "rechunk failed: $(tail -n 2 "$work/rechunk-b.log")"; return 1; }
+  [ -s "$work/setup-b.stats.json" ] && cp "$work/setup-b.stats.json" "$work/setup-b-advised.stats.json"
+  return 0
+}
+
 for setup in ${SETUPS:-a b}; do
   store=$work/setup-$setup.zarr
   case $setup in
     a) gen=(--variables setup-a --time "${A_TIME:-4800}"); variables=(--variables t2m,V500,U500,T500,Z500,Q500); stats_vars=(--var t2m --var V500 --var U500 --var T500 --var Z500 --var Q500); precisions=${PRECISIONS:-fp32 bf16} ;;
     b) gen=(--time "${B_TIME:-200}"); variables=(--variables all --batch-size "${B_BATCH:-8}"); stats_vars=(); precisions=fp32 ;;
+    b-advised)
+      [ -e "$store/zarr.json" ] || advised_store "$store" || { say "no advised store for setup B"; continue; }
+      gen=(); variables=(--variables all --batch-size "${B_BATCH:-8}"); stats_vars=(); precisions=fp32 ;;
     *) say "unknown setup $setup (a or b)"; continue ;;
   esac
   if [ ! -e "$store/zarr.json" ]; then
@@ -127,7 +150,7 @@ for setup in ${SETUPS:-a b}; do
   fi
   variables+=(--stats "$stats")
   # Warm the page cache (every loader then reads from memory, as in the peers' runs).
-  cat "$store"/*/c/* "$store"/*/c/*/* "$store"/*/c/*/*/* > /dev/null 2>&1
+  cat "$store"/*/c/* "$store"/*/c/*/* "$store"/*/c/*/*/* "$store"/*/c/*/*/*/* > /dev/null 2>&1
   for precision in $precisions; do
     for gpus in ${GPUS:-1}; do
       for loader in $loaders; do
@@ -145,7 +168,11 @@ for setup in ${SETUPS:-a b}; do
       done
     done
   done
-  [ "${KEEP:-0}" = 1 ] || rm -rf "$store"
+  # Setup B's store stays while the advised one is still to be written from it.
+  if [ "${KEEP:-0}" != 1 ] && ! { [ "$setup" = b ] && [[ " ${SETUPS:-a b} " == *" b-advised "* ]]; }; then
+    rm -rf "$store"
+  fi
+  [ "$setup" = b-advised ] && [ "${KEEP:-0}" != 1 ] && rm -rf "$work/setup-b.zarr"
 done
 
 # --- 4. the report ---------------------------------------------------------------------------

@@ -43,20 +43,11 @@ pub(crate) async fn build(
         match &*slot {
             Some(gpu) => gpu.clone(),
             None => {
-                let mut options = GpuOptions {
+                let options = GpuOptions {
                     device: ordinal,
-                    ..Default::default()
+                    ..config.gpu.decoder.clone()
                 };
-                if let Some(bytes) = config.gpu_pinned_memory {
-                    options.pinned_memory = bytes;
-                }
-                if let Some(bytes) = config.gpu_read_memory {
-                    options.read_memory = bytes;
-                }
-                if let Some(streams) = config.gpu_decode_streams {
-                    options.decode_streams = streams;
-                }
-                let (budget, tensors) = (config.gpu_memory, config.gpu_tensor_memory);
+                let (budget, tensors) = (config.gpu.memory, config.gpu.tensor_memory);
                 let gpu = GpuDevice::open_within(options, budget, tensors)?;
                 *slot = Some(gpu.clone());
                 gpu
@@ -66,7 +57,7 @@ pub(crate) async fn build(
     builder
         .device(config.device)
         .gpu(gpu)
-        .decode_on(config.decode_on)
+        .decode_on(config.gpu.decode_on)
         .collate_on_gpu()
         .build()
         .await

@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 use zarrpipe::batcher::{
     Edge, EpochOptions, Missing, Ranks, SamplerState, Shuffle, Uneven, WindowSpec,
 };
+use zarrpipe::codec::GpuOptions;
 use zarrpipe::collate::{CollateOptions, DerivedChannels, StaticFields, TensorDType};
 use zarrpipe::core::Device;
 use zarrpipe::pipeline::{DecodeOn, Pipeline, PipelineBuilder};
@@ -56,26 +57,77 @@ pub(crate) struct Config {
     /// Processes on this host running pipelines (torchrun's `LOCAL_WORLD_SIZE`): the default
     /// CPU decode threads take this one's share of the cores.
     pub processes_on_host: Option<usize>,
-    /// GPU pipelines: most device memory the loader takes (`PipelineBuilder::gpu_memory`).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub gpu_memory: Option<usize>,
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub gpu_tensor_memory: Option<usize>,
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub gpu_pinned_memory: Option<usize>,
-    /// GPU pipelines: pinned memory chunk reads land in (`GpuOptions::read_memory`; 0: none).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub gpu_read_memory: Option<usize>,
-    /// GPU pipelines: most batches decoding on the GPU at once (`GpuOptions::decode_streams`).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub gpu_decode_streams: Option<usize>,
-    /// GPU pipelines: where chunks are decoded (default: the GPU; also the CPU, split between
-    /// both by their rates, or `auto` with an optional `gpu_share`).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub decode_on: DecodeOn,
+    /// GPU pipelines' settings (`gpu.rs`).
+    #[cfg(feature = "cuda")]
+    pub gpu: GpuConfig,
     /// Static fields and derived channels' coordinates, read once when the `Pipeline` is made
     /// and given to every epoch's builder.
     pub channel_inputs: (Option<Arc<StaticFields>>, Option<Arc<DerivedChannels>>),
+}
+
+/// What only a GPU pipeline reads.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Debug)]
+pub(crate) struct GpuConfig {
+    /// The decoder's options but its device (the pipeline's): `gpu_pinned_memory`,
+    /// `gpu_read_memory` (pinned memory chunk reads land in; 0: none) and `gpu_decode_streams`
+    /// (most batches decoding on the GPU at once) over the defaults.
+    pub decoder: GpuOptions,
+    /// Most device memory the loader takes (`PipelineBuilder::gpu_memory`).
+    pub memory: Option<usize>,
+    /// Of it, most in batch tensors (`PipelineBuilder::gpu_tensor_memory`).
+    pub tensor_memory: Option<usize>,
+    /// Where chunks are decoded (default: the GPU; also the CPU, split between both by their
+    /// rates, or `auto` with an optional `gpu_share`).
+    pub decode_on: DecodeOn,
+}
+
+#[cfg(feature = "cuda")]
+impl GpuConfig {
+    fn from_dict(options: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let (decoder, memory, tensor_memory, decode_on) = gpu_settings(options)?;
+        Ok(Self {
+            decoder,
+            memory,
+            tensor_memory,
+            decode_on,
+        })
+    }
+}
+
+/// Reads the settings only a GPU pipeline uses, as [`GpuConfig`] keeps them. Every build reads
+/// them, so that a bad one fails alike with or without `cuda`.
+fn gpu_settings(
+    options: &Bound<'_, PyDict>,
+) -> PyResult<(GpuOptions, Option<usize>, Option<usize>, DecodeOn)> {
+    let decode_streams = get(options, "gpu_decode_streams")?;
+    if decode_streams == Some(0) {
+        return Err(PyValueError::new_err(
+            "`gpu_decode_streams` must be at least 1 (batches decoding on the GPU at once)",
+        ));
+    }
+    let defaults = GpuOptions::default();
+    let decoder = GpuOptions {
+        pinned_memory: get(options, "gpu_pinned_memory")?.unwrap_or(defaults.pinned_memory),
+        read_memory: get(options, "gpu_read_memory")?.unwrap_or(defaults.read_memory),
+        decode_streams: decode_streams.unwrap_or(defaults.decode_streams),
+        ..defaults
+    };
+    let decode_on: String = get(options, "decode_on")?.unwrap_or_else(|| "gpu".into());
+    let gpu_share: Option<f64> = get(options, "gpu_share")?;
+    let decode_on = choice(
+        "decode_on",
+        &decode_on,
+        &[
+            ("gpu", DecodeOn::Gpu),
+            ("cpu", DecodeOn::Cpu),
+            ("split", DecodeOn::Split),
+            ("auto", DecodeOn::Auto { gpu_share }),
+        ],
+    )?;
+    let memory = get(options, "gpu_memory")?;
+    let tensor_memory = get(options, "gpu_tensor_memory")?;
+    Ok((decoder, memory, tensor_memory, decode_on))
 }
 
 const KEYS: &[&str] = &[
@@ -235,18 +287,6 @@ impl Config {
                 ("float16", TensorDType::F16),
             ],
         )?;
-        let decode_on: String = get(options, "decode_on")?.unwrap_or_else(|| "gpu".into());
-        let gpu_share: Option<f64> = get(options, "gpu_share")?;
-        let decode_on = choice(
-            "decode_on",
-            &decode_on,
-            &[
-                ("gpu", DecodeOn::Gpu),
-                ("cpu", DecodeOn::Cpu),
-                ("split", DecodeOn::Split),
-                ("auto", DecodeOn::Auto { gpu_share }),
-            ],
-        )?;
         let device: String = get(options, "device")?.unwrap_or_else(|| "cpu".into());
         let device: Device = device
             .parse()
@@ -319,22 +359,16 @@ impl Config {
             fetch_concurrency: get(options, "fetch_concurrency")?,
             cpu_decode_threads: get(options, "cpu_decode_threads")?,
             processes_on_host: get(options, "processes_on_host")?,
-            gpu_memory: get(options, "gpu_memory")?,
-            gpu_tensor_memory: get(options, "gpu_tensor_memory")?,
-            gpu_pinned_memory: get(options, "gpu_pinned_memory")?,
-            gpu_read_memory: get(options, "gpu_read_memory")?,
-            gpu_decode_streams: get(options, "gpu_decode_streams")?,
-            decode_on,
+            #[cfg(feature = "cuda")]
+            gpu: GpuConfig::from_dict(options)?,
             channel_inputs: (None, None),
         };
+        // Without `cuda` no pipeline reads the GPU settings; a bad one fails as with it.
+        #[cfg(not(feature = "cuda"))]
+        gpu_settings(options)?;
         if config.history.is_some() && config.leads.is_empty() {
             return Err(PyValueError::new_err(
                 "`history` needs `leads` (the target steps ahead)",
-            ));
-        }
-        if config.gpu_decode_streams == Some(0) {
-            return Err(PyValueError::new_err(
-                "`gpu_decode_streams` must be at least 1 (batches decoding on the GPU at once)",
             ));
         }
         if config.device == Device::Cpu && config.dtype != TensorDType::F32 {

@@ -112,5 +112,11 @@ fn print_advice(url: &str, advice: &Advice) {
     }
     println!();
     println!("fastest: {}", advice.reason);
-    println!("(read times of candidates are estimated from the store's measured rates; `zarrpipe rechunk` writes a layout)");
+    println!("(read times of candidates are estimated from the store's measured rates)");
+    if let Some(options) = &advice.rechunk {
+        println!(
+            "write it: zarrpipe rechunk {url} DESTINATION {}",
+            options.join(" ")
+        );
+    }
 }

@@ -14,21 +14,7 @@ use crate::chain::GpuChain;
 use crate::chunk_decode::decode_on_cpu;
 use crate::frames::{self, FrameError};
 use crate::plan::{BatchPlan, ChunkInput, Region, ALIGN};
-use crate::{Error, Result};
-
-/// How a chunk of a GPU batch was decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DecodePath {
-    /// Decompressed and decoded on the GPU.
-    Gpu,
-    /// Missing from the store: filled with the fill value on the GPU.
-    Fill,
-    /// Decoded on the CPU with zarrs, then copied to the GPU.
-    CpuFallback {
-        /// Why the GPU path could not decode it.
-        reason: String,
-    },
-}
+use crate::{DecodePath, Error, Result};
 
 /// One chunk of a prepared batch.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_core::BatchStats;
+use zarrpipe_core::{BatchStats, Pace};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use crate::{
@@ -116,6 +116,13 @@ pub trait BatchDecoder: Send + Sync + std::fmt::Debug {
     /// ([`FetchBatchesExt::fetch_batches_into`](zarrpipe_store::FetchBatchesExt)): a GPU
     /// decoder's pinned memory, which its uploads read without staging. `None`: any.
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
+        None
+    }
+
+    /// Where this decoder reads the consumer's pace, when it adapts to it (a
+    /// [`SplitDecoder`](crate::SplitDecoder) under auto): the decode stage attaches it to each
+    /// batch ([`Staged::pace`](zarrpipe_core::Staged)) and the end of the chain records into it.
+    fn consumer_pace(&self) -> Option<Arc<Pace>> {
         None
     }
 }

@@ -11,8 +11,8 @@ use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
 use crate::chain::GpuChain;
 use crate::direct::{CodecFailure, DirectChain};
+use crate::frame_check::check_chunk;
 use crate::frames::{self, FrameError};
-use crate::plan::{BatchPlan, ChunkInput};
 use crate::{DecodedChunk, Error, Result};
 
 /// Decodes one chunk on the calling thread; a missing chunk becomes the fill value. A panic
@@ -45,16 +45,11 @@ fn check_frames(chunk: &EncodedChunk, chain: Option<&GpuChain>) -> Result<()> {
         .chunk_region(&chunk.request.indices)
         .map(|(_, shape)| shape)
         .unwrap_or_else(|_| variable.chunk_shape());
-    let input = ChunkInput {
-        bytes: Some(bytes),
-        chain,
-        shape: &shape,
-        element_size: variable.dtype().size(),
-        fill: variable.array().fill_value().as_ne_bytes(),
-    };
-    let checked = frames::with_table_checks(false, || BatchPlan::default().add(0, &input));
+    let element_size = variable.dtype().size();
+    let checked =
+        frames::with_table_checks(false, || check_chunk(bytes, chain, &shape, element_size));
     match checked {
-        Ok(_) | Err(FrameError::NeedsCpu(_)) => Ok(()),
+        Ok(()) | Err(FrameError::NeedsCpu(_)) => Ok(()),
         Err(source) => Err(Error::Frame {
             variable: variable.name().to_string(),
             key: chunk.request.key(),

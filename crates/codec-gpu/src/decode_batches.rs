@@ -23,10 +23,14 @@ where
     E: Into<Error> + Send + 'static,
 {
     let limit = decoder.batches_in_flight();
+    let pace = decoder.consumer_pace();
     StageStream::new(batches, limit, move |batch| {
         // The decoder is called here, as batches come, in order: a GPU decoder admits batches
         // to its memory budget in the order it was called.
         let started = batch.map_err(Into::into).map(|mut batch| {
+            if pace.is_some() {
+                batch.pace = pace.clone();
+            }
             let chunks = std::mem::take(&mut batch.payload);
             tracing::debug!(target: "zarrpipe::timeline", "batch {} decoding", batch.index);
             let decoding = decoder.clone().decode_chunks(chunks);

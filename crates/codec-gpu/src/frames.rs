@@ -502,6 +502,16 @@ impl BloscFrame {
         }
         Ok(frame)
     }
+
+    /// What the frame's codec reads of `stream`, a compressed split of `split_len` decoded
+    /// bytes, after checking its header.
+    pub fn payload(&self, stream: &[u8], split_len: usize) -> Result<Range<usize>> {
+        match self.codec {
+            BloscCodec::Zlib => zlib_payload(stream),
+            BloscCodec::Zstd => check_zstd(stream, split_len).map(|()| 0..stream.len()),
+            BloscCodec::Lz4 | BloscCodec::Snappy => Ok(0..stream.len()),
+        }
+    }
 }
 
 /// Where one inner chunk of a shard is stored; `None` when it is missing (the fill value).

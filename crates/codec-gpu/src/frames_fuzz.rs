@@ -5,20 +5,27 @@
 //! Real chunks of every generated codec chain (`testing::cases`) are mutated (bytes flipped,
 //! cut, appended, or overwritten with boundary numbers such as 2^64 - 6) and decoded both
 //! ways. Nothing may panic; zarrs' panics are caught by `decode_on_cpu` and reported as
-//! errors, so they count as handled. `cargo test` runs a few hundred cases in seconds;
-//! `ZARRPIPE_FUZZ_CASES=100000 cargo test -p zarrpipe-codec-gpu --release --lib fuzz` runs
-//! more. A crash found becomes a named case in `regressions` below.
+//! errors, so they count as handled. The same mutations check that the CPU path's frame
+//! check refuses exactly what the planner refuses. `cargo test` runs a few hundred cases in
+//! seconds; `ZARRPIPE_FUZZ_CASES=100000 cargo test -p zarrpipe-codec-gpu --release --lib fuzz`
+//! runs more. A crash found becomes a named case in `regressions` below.
 
+use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use zarrpipe_core::DType;
 use zarrpipe_store::{Dataset, EncodedChunk};
 
-use crate::frames::{self, shard_index, BloscFrame};
+use crate::chain::{Compressor, GpuChain, Step};
+use crate::frame_check::check_chunk;
+use crate::frames::{self, shard_index, BloscFrame, FrameError};
 use crate::interpret::decode_batch;
-use crate::testing::{cases, fetch_all, write_cases};
+use crate::plan::{BatchPlan, ChunkInput};
+use crate::testing::{cases, fetch_all, random_bytes, write_cases};
 use crate::{decode_on_cpu, Error};
 
 /// Cases per property: `ZARRPIPE_FUZZ_CASES`, or 256.
@@ -98,7 +105,6 @@ fn corpus() -> &'static [EncodedChunk] {
         let dir = tempfile::tempdir().unwrap();
         // Every chain for three element sizes, on small chunks, and for bytes on chunks of
         // several blosc blocks: the whole set takes long to write in a debug build.
-        use zarrpipe_core::DType;
         let cases: Vec<_> = cases()
             .into_iter()
             .filter(|case| matches!(case.dtype, DType::UInt8 | DType::Int16 | DType::Float32))
@@ -164,6 +170,139 @@ fn mutated_chunks_of_every_codec_chain_never_panic() {
             decode_both_ways(chunk)
         })
         .unwrap();
+}
+
+/// A stored chunk as the frame checks see it.
+struct Stored {
+    name: String,
+    bytes: Bytes,
+    chain: GpuChain,
+    /// The decoded (full, unclipped) shape.
+    shape: Vec<u64>,
+    element_size: usize,
+}
+
+/// Every chunk of the corpus, and numcodecs lz4 chunks, bare and under crc32c (zarrs writes
+/// no lz4 chunks, so no generated case has them).
+fn stored_chunks() -> Vec<Stored> {
+    let mut stored: Vec<Stored> = corpus()
+        .iter()
+        .map(|chunk| {
+            let variable = &chunk.request.variable;
+            Stored {
+                name: chunk.request.key(),
+                bytes: chunk.bytes.clone().expect("stored"),
+                chain: GpuChain::of(variable).expect("every generated chain is the GPU's"),
+                shape: variable
+                    .chunk_region(&chunk.request.indices)
+                    .expect("in the grid")
+                    .1,
+                element_size: variable.dtype().size(),
+            }
+        })
+        .collect();
+    for (seed, dtype) in [DType::UInt8, DType::Int16, DType::Float32]
+        .into_iter()
+        .enumerate()
+    {
+        let data = random_bytes(dtype, 320, seed as u64);
+        let mut lz4 = (data.len() as u32).to_le_bytes().to_vec();
+        lz4.extend(lz4_flex::block::compress(&data));
+        let mut trailed = lz4.clone();
+        trailed.extend(crc32c::crc32c(&lz4).to_le_bytes());
+        let lz4_step = Step::Decompress(Compressor::Lz4);
+        for (label, bytes, steps) in [
+            ("lz4", lz4, vec![lz4_step.clone()]),
+            ("lz4_crc32c", trailed, vec![Step::Crc32c, lz4_step]),
+        ] {
+            stored.push(Stored {
+                name: format!("{}_{label}", dtype.zarr_name()),
+                bytes: Bytes::from(bytes),
+                chain: GpuChain { steps },
+                shape: vec![16, 20],
+                element_size: dtype.size(),
+            });
+        }
+    }
+    stored
+}
+
+/// How `check_chunk` and the planner judged `bytes` of `chunk`, once they agree, with the
+/// entropy-table checks off (the CPU path's) and on.
+fn judge(chunk: &Stored, bytes: &Bytes) -> Result<&'static str, TestCaseError> {
+    let mut verdict = "";
+    for tables in [false, true] {
+        let (checked, planned) = frames::with_table_checks(tables, || {
+            let input = ChunkInput {
+                bytes: Some(bytes),
+                chain: &chunk.chain,
+                shape: &chunk.shape,
+                element_size: chunk.element_size,
+                fill: &[0; 8][..chunk.element_size],
+            };
+            let planned = BatchPlan::default().add(0, &input).map(|_| ());
+            let checked = check_chunk(bytes, &chunk.chain, &chunk.shape, chunk.element_size);
+            (checked, planned)
+        });
+        prop_assert_eq!(
+            &checked,
+            &planned,
+            "{} with table checks {}",
+            &chunk.name,
+            if tables { "on" } else { "off" }
+        );
+        if !tables {
+            verdict = match checked {
+                Ok(()) => "accepted",
+                Err(FrameError::NeedsCpu(_)) => "needs the CPU",
+                Err(FrameError::Truncated { .. }) => "truncated",
+                Err(FrameError::BadHeader { .. }) => "bad header",
+                Err(FrameError::DeclaredSize { .. }) => "declared size",
+                Err(FrameError::Checksum { .. }) => "checksum",
+                Err(FrameError::OutOfBounds { .. }) => "out of bounds",
+            };
+        }
+    }
+    Ok(verdict)
+}
+
+/// The CPU path's frame check gives the planner's verdict, error for error, on every stored
+/// chunk and on mutations of them: zstd, gzip, zlib, lz4, blosc with every shuffle and inner
+/// codec, crc32c, shuffle, transpose, scale-offset and sharded chains.
+#[test]
+fn the_frame_check_refuses_exactly_what_the_planner_refuses() {
+    let chunks = stored_chunks();
+    let verdicts = Mutex::new(BTreeMap::<&str, usize>::new());
+    let count = |verdict| *verdicts.lock().unwrap().entry(verdict).or_default() += 1;
+    for chunk in &chunks {
+        let verdict = judge(chunk, &chunk.bytes).unwrap_or_else(|error| panic!("{error}"));
+        // Accepted, or blosclz.
+        assert!(
+            ["accepted", "needs the CPU"].contains(&verdict),
+            "{}",
+            chunk.name
+        );
+    }
+    let mut runner = TestRunner::new(Config {
+        cases: 16 * fuzz_cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (0..chunks.len(), prop::collection::vec(mutation(), 1..4));
+    runner
+        .run(&strategy, |(index, mutations)| {
+            let chunk = &chunks[index];
+            let mutated = Bytes::from(mutate(&chunk.bytes, &mutations));
+            count(judge(chunk, &mutated)?);
+            Ok(())
+        })
+        .unwrap();
+    let verdicts = verdicts.into_inner().unwrap();
+    eprintln!("{} stored chunks, mutated: {verdicts:?}", chunks.len());
+    assert!(
+        verdicts.len() >= 4,
+        "too few kinds of verdict: {verdicts:?}"
+    );
 }
 
 proptest! {

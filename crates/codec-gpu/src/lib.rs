@@ -34,31 +34,30 @@
 
 #![warn(missing_docs)]
 
+mod auto_share;
 mod backlog;
-// Planning GPU batches is plain Rust, built and unit-tested everywhere (against a CPU
-// interpreter); without `cuda` only the tests use it.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+// Planning GPU batches is plain Rust, unit-tested everywhere against a CPU interpreter.
+#[cfg(any(feature = "cuda", test))]
 mod batch;
 mod batch_decoder;
 mod busy_time;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod chain;
 mod chunk_decode;
 mod cpu;
 mod decode;
 mod decode_batches;
+mod decode_path;
 mod decoded;
 mod direct;
 mod error;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod frame_check;
 mod frame_error;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod frames;
 mod gpu;
 #[cfg(test)]
 mod interpret;
 mod placement;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg(any(feature = "cuda", test))]
 mod plan;
 mod read;
 mod split;
@@ -66,7 +65,6 @@ mod split;
 pub mod testing;
 #[cfg(test)]
 mod tests;
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod zstd_tables;
 
 use std::sync::Arc;
@@ -76,12 +74,12 @@ use futures::Stream;
 use zarrpipe_core::Staged;
 use zarrpipe_store::EncodedChunk;
 
-pub use batch::DecodePath;
 pub use batch_decoder::{BatchDecoder, DecodedChunks};
 pub use chunk_decode::decode_on_cpu;
 pub use cpu::CpuDecoder;
 pub use decode::Decode;
 pub use decode_batches::DecodeBatches;
+pub use decode_path::DecodePath;
 pub use decoded::DecodedChunk;
 pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};

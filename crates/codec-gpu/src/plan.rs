@@ -10,6 +10,10 @@
 use bytes::Bytes;
 
 use crate::chain::{Compressor, GpuChain, ScaleOffset, ShardSpec, Step};
+pub(crate) use crate::frame_check::MAX_DIMS;
+use crate::frame_check::{
+    check_len, element_sizes, encoded_shapes, shard_grid, step_lens, MAX_DECOMPRESSED,
+};
 use crate::frames::{self, BloscCodec, BloscFrame, BloscShuffle, FrameError};
 
 /// Device buffers a plan addresses: uploaded input, scratch, and the decoded output.
@@ -155,10 +159,6 @@ const COPY_INPUT_ALIGN: usize = 1;
 /// in the input buffer, so that both travel in one copy (a shard's inner chunks, a blosc
 /// chunk's streams, neighbouring reads): thousands of copies a batch cost milliseconds each.
 pub(crate) const MOST_UPLOAD_GAP: usize = 4096;
-/// nvCOMP's smallest limit on one decompressed stream (zstd and snappy: 2^31 - 1 bytes).
-const MAX_DECOMPRESSED: usize = (1 << 31) - 1;
-/// Dimensions the transpose and shard kernels index (`MAX_DIMS` in `kernels.cu`).
-pub(crate) const MAX_DIMS: usize = 8;
 
 /// One chunk to plan.
 pub(crate) struct ChunkInput<'a> {
@@ -309,9 +309,7 @@ impl LanePlanner<'_> {
         let shapes = encoded_shapes(steps, input.shape);
         // Bytes of one element as each step reads it (a scale-offset step changes the size).
         let sizes = element_sizes(steps, input.element_size);
-        let elements = output.len / input.element_size.max(1);
-        let len_in = |index: usize| elements * sizes[index];
-        let len_out = |index: usize| sizes.get(index + 1).map_or(output.len, |s| elements * s);
+        let (len_in, len_out) = step_lens(&sizes, input.element_size, output.len);
         // The last step that writes a new buffer writes straight into `output`.
         let last_new_buffer = last_new_buffer(steps);
         let mut data = Data::Host(bytes.clone());
@@ -321,7 +319,7 @@ impl LanePlanner<'_> {
                 if Some(index) == last_new_buffer {
                     output
                 } else {
-                    planner.scratch(len_out(index))
+                    planner.scratch(len_out[index])
                 }
             };
             data = match (chain_step, data) {
@@ -342,7 +340,7 @@ impl LanePlanner<'_> {
                 (Step::Shuffle { element_size }, data) => {
                     let dst = dst_for(self);
                     let (data, next) =
-                        self.kernel_step(data, step, len_in(index), dst, |src| Op::Unshuffle {
+                        self.kernel_step(data, step, len_in[index], dst, |src| Op::Unshuffle {
                             src,
                             planes: Planes::contiguous(src.len / element_size.max(&1)),
                             dst,
@@ -354,7 +352,7 @@ impl LanePlanner<'_> {
                 (Step::SwapBytes, data) => {
                     let into_output = last_new_buffer.is_none_or(|last| last < index);
                     let (region, at) =
-                        self.in_place(data, step, into_output, output, len_in(index))?;
+                        self.in_place(data, step, into_output, output, len_in[index])?;
                     self.push(
                         at,
                         Op::SwapBytes {
@@ -374,7 +372,7 @@ impl LanePlanner<'_> {
                 (Step::Transpose { encoded_order }, data) => {
                     let dst = dst_for(self);
                     let (data, next) =
-                        self.kernel_step(data, step, len_in(index), dst, |src| Op::Transpose {
+                        self.kernel_step(data, step, len_in[index], dst, |src| Op::Transpose {
                             src,
                             dst,
                             encoded_shape: shapes[index].clone(),
@@ -387,7 +385,7 @@ impl LanePlanner<'_> {
                 (Step::ScaleOffset(spec), data) => {
                     let dst = dst_for(self);
                     let (data, next) =
-                        self.kernel_step(data, step, len_in(index), dst, |src| Op::ScaleOffset {
+                        self.kernel_step(data, step, len_in[index], dst, |src| Op::ScaleOffset {
                             src,
                             dst,
                             spec: *spec,
@@ -538,14 +536,7 @@ impl LanePlanner<'_> {
                 let src = if split.raw {
                     self.upload(stream, COPY_INPUT_ALIGN)
                 } else {
-                    let payload = match frame.codec {
-                        BloscCodec::Zlib => frames::zlib_payload(&stream)?,
-                        BloscCodec::Zstd => {
-                            frames::check_zstd(&stream, split_len)?;
-                            0..stream.len()
-                        }
-                        BloscCodec::Lz4 | BloscCodec::Snappy => 0..stream.len(),
-                    };
+                    let payload = frame.payload(&stream, split_len)?;
                     self.upload(stream.slice(payload), codec.input_align())
                 };
                 let op = if split.raw {
@@ -606,22 +597,7 @@ impl LanePlanner<'_> {
         dst: Region,
     ) -> Result<usize, FrameError> {
         let inner_shape = &spec.inner_shape;
-        if inner_shape.len() != shard_shape.len()
-            || shard_shape.len() > MAX_DIMS
-            || inner_shape
-                .iter()
-                .zip(shard_shape)
-                .any(|(&i, &s)| i == 0 || s % i != 0)
-        {
-            return Err(FrameError::NeedsCpu(format!(
-                "inner chunks {inner_shape:?} do not tile the shard {shard_shape:?}"
-            )));
-        }
-        let grid: Vec<u64> = shard_shape
-            .iter()
-            .zip(inner_shape)
-            .map(|(s, i)| s / i)
-            .collect();
+        let grid = shard_grid(inner_shape, shard_shape)?;
         let count = grid.iter().product::<u64>() as usize;
         let index = frames::shard_index(bytes, count, spec.index_crc32c, spec.index_at_end)?;
         let element_size = outer.element_size;
@@ -677,17 +653,6 @@ impl LanePlanner<'_> {
     }
 }
 
-fn check_len(bytes: &[u8], expected: usize) -> Result<(), FrameError> {
-    if bytes.len() != expected {
-        return Err(FrameError::DeclaredSize {
-            what: "uncompressed chunk",
-            declared: bytes.len() as u64,
-            expected: expected as u64,
-        });
-    }
-    Ok(())
-}
-
 /// Index of the last step that writes a new buffer (decompressions, shuffles, transposes,
 /// shards); in-place steps after it work on the output.
 fn last_new_buffer(steps: &[Step]) -> Option<usize> {
@@ -701,37 +666,6 @@ fn last_new_buffer(steps: &[Step]) -> Option<usize> {
                 | Step::ScaleOffset(_)
         )
     })
-}
-
-/// For each step, the bytes of one element of the data it reads: the array's, except before
-/// (in decode order) a scale-offset step, which reads its stored type.
-fn element_sizes(steps: &[Step], element_size: usize) -> Vec<usize> {
-    let mut sizes = vec![element_size; steps.len()];
-    let mut size = element_size;
-    for (index, step) in steps.iter().enumerate().rev() {
-        if let Step::ScaleOffset(spec) = step {
-            size = spec.stored_size();
-        }
-        sizes[index] = size;
-    }
-    sizes
-}
-
-/// For each step, the shape of the array it reads when decoding (array steps only; bytes
-/// steps see the shape of the first array step after them, unused).
-fn encoded_shapes(steps: &[Step], decoded: &[u64]) -> Vec<Vec<u64>> {
-    let mut shapes = vec![Vec::new(); steps.len()];
-    let mut shape = decoded.to_vec();
-    // Encoding applies the steps backwards: each transpose permutes the shape.
-    for (index, step) in steps.iter().enumerate().rev() {
-        if let Step::Transpose { encoded_order } = step {
-            if encoded_order.len() == shape.len() {
-                shape = encoded_order.iter().map(|&axis| shape[axis]).collect();
-            }
-        }
-        shapes[index] = shape.clone();
-    }
-    shapes
 }
 
 /// True when a C-order block at any aligned start is one contiguous run of the outer array.
@@ -844,16 +778,5 @@ mod tests {
             .collect();
         let first = plan.uploads[0].1;
         assert_eq!(copies, [(first, 2), (first + 2, 0)]);
-    }
-
-    #[test]
-    fn transposes_see_the_permuted_shape() {
-        let steps = [
-            Step::Decompress(Compressor::Zstd),
-            Step::Transpose {
-                encoded_order: vec![2, 0, 1],
-            },
-        ];
-        assert_eq!(encoded_shapes(&steps, &[4, 4, 6])[1], [6, 4, 4]);
     }
 }

@@ -1,9 +1,9 @@
 //! Split decoding: one batch's chunks decoded partly by the CPU cores and partly by the GPU,
 //! at once, into one batch. How much each side takes follows the rates measured on earlier
 //! batches, per kind of chunk (codec chain and decoded size), so both sides finish a batch
-//! together ([`SplitPolicy::Balanced`]); or the CPU goes first and the GPU takes a share
-//! only while the consumer waits for batches, within a budget of GPU time
-//! ([`SplitPolicy::Auto`]).
+//! together ([`SplitPolicy::Balanced`]); or the CPU goes first and the GPU takes the share
+//! that lets the CPU side keep up with the consumer, within a budget of GPU time
+//! ([`SplitPolicy::Auto`], see `auto_share.rs`).
 //!
 //! A side's rate is its throughput, not one batch's latency: several batches are in flight
 //! on a side at once (the GPU's decode streams, the CPU pool's queue), and each takes longer
@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_core::{Pace, PaceDelta};
+use zarrpipe_core::Pace;
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
+use crate::auto_share::AutoShare;
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
@@ -59,24 +60,15 @@ const CPU_WEIGHT_BOUNDS: (f64, f64) = (1.0 / 16.0, 1.0);
 /// chunks took 0.32 s of GPU time where a whole batch of 172 takes about 0.03
 /// (docs/benchmarks.md).
 const AUTO_SMALLEST_GPU_SHARE: f64 = 1.0 / 8.0;
-/// Auto calls the GPU in while the consumer waits more than this share of its time, both over
-/// the batches delivered since the last batch was shared out and over about the last
-/// `AUTO_WAIT_WINDOW_SECONDS` of its steps. Counted batch by batch (any wait of half a percent
-/// of its step), a single wait of a few milliseconds sent the next several batches, shared out
-/// before it was seen again, partly to the GPU: beside a consumer at 3.2 GB/s that waited
-/// 0.2-0.3% of its time, auto used 4.7-5.5% of the GPU's time in two runs of four, against
-/// 0.6% in the others (H200, 2026-11-26: docs/benchmarks.md, "Defaults and the measurements behind them").
-const AUTO_MOST_WAIT_SHARE: f64 = 0.005;
-const AUTO_WAIT_WINDOW_SECONDS: f64 = 2.0;
-
 /// How a [`SplitDecoder`] shares batches between the CPU and the GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SplitPolicy {
     /// Every batch split so that both sides finish together: the most this host decodes.
     Balanced,
-    /// The CPU first: the GPU takes part of each batch only while the consumer waits for
-    /// batches (up to the balanced share), and, with `gpu_share`, only while the GPU time
-    /// spent decoding stays under that fraction of the wall-clock time.
+    /// The CPU first: the GPU takes the part of each batch (up to the balanced share) that
+    /// lets the CPU side keep up with the consumer, sized from the consumer's waits and the
+    /// CPU side's load, and gives it back when the consumer keeps up; with `gpu_share`, only
+    /// while the GPU time spent decoding stays under that fraction of the wall-clock time.
     Auto {
         /// Most of the GPU's time the decoder may use (e.g. 0.05); `None`: as much as the
         /// consumer's pace asks for.
@@ -173,17 +165,13 @@ struct SplitState {
     busy: [BusyTime; 2],
     /// Work shared out to each side and not yet finished.
     backlog: Backlog,
-    /// Auto: the fraction of the balanced GPU share the GPU takes now (0 = CPU only).
-    throttle: f64,
+    /// Auto: the GPU's share of each batch, from the consumer's pace.
+    auto: AutoShare,
     /// What the measured rates miss (a GPU part's fixed costs, sides slowing each other):
     /// the CPU's rate counts this many times in the balanced share. Lowered when a batch's
     /// CPU part finishes after its GPU part, raised back towards 1 when it finishes first or
     /// gets nothing.
     cpu_weight: f64,
-    seen: PaceDelta,
-    /// Auto: the consumer's share of time waiting, over about its last
-    /// `AUTO_WAIT_WINDOW_SECONDS` of steps.
-    wait_share: f64,
     started: Option<Instant>,
     gpu_time: Duration,
 }
@@ -204,10 +192,6 @@ impl SplitDecoder {
         gpu: Arc<dyn BatchDecoder>,
         policy: SplitPolicy,
     ) -> Self {
-        let throttle = match policy {
-            SplitPolicy::Balanced => 1.0,
-            SplitPolicy::Auto { .. } => 0.0,
-        };
         Self {
             cpu,
             gpu,
@@ -218,10 +202,8 @@ impl SplitDecoder {
                 rates: HashMap::new(),
                 busy: [BusyTime::new(Instant::now()), BusyTime::new(Instant::now())],
                 backlog: Backlog::default(),
-                throttle,
+                auto: AutoShare::new(),
                 cpu_weight: 1.0,
-                seen: PaceDelta::default(),
-                wait_share: 0.0,
                 started: None,
                 gpu_time: Duration::ZERO,
             }),
@@ -241,9 +223,9 @@ impl SplitDecoder {
         self
     }
 
-    /// Where [`SplitPolicy::Auto`] reads the consumer's pace: a pipeline's `BatchStream`
-    /// records into it (`BatchStream::with_pace`). The decoder keeps what it learnt (rates,
-    /// throttle) for as long as it lives: keep it across epochs.
+    /// Where [`SplitPolicy::Auto`] reads the consumer's pace: the decode stage attaches it to
+    /// each batch and a pipeline's `BatchStream` records into it. The decoder keeps what it learnt (rates,
+    /// auto's share) for as long as it lives: keep it across epochs.
     pub fn pace(&self) -> Arc<Pace> {
         self.pace.clone()
     }
@@ -266,9 +248,20 @@ impl SplitDecoder {
     }
 
     /// The GPU's share of a kind's chunks with `rates` with nothing queued: balanced, leant
-    /// by the CPU's weight, throttled by the policy.
+    /// by the CPU's weight; under auto, no more than auto's share.
     fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
-        lean(rates.balanced_gpu_share(self.prior), state.cpu_weight) * state.throttle
+        let balanced = lean(rates.balanced_gpu_share(self.prior), state.cpu_weight);
+        balanced * self.throttle(balanced, state)
+    }
+
+    /// The fraction of a kind's balanced GPU share `balanced` the GPU takes: all of it when
+    /// balanced; under auto, what auto's share asks for.
+    fn throttle(&self, balanced: f64, state: &SplitState) -> f64 {
+        match self.policy {
+            SplitPolicy::Balanced => 1.0,
+            SplitPolicy::Auto { .. } if balanced > 0.0 => (state.auto.share() / balanced).min(1.0),
+            SplitPolicy::Auto { .. } => 0.0,
+        }
     }
 
     /// The queued work a batch is shared out by: all of it when balanced; none under auto,
@@ -297,24 +290,11 @@ impl SplitDecoder {
         state.backlog.drain(now);
         let ahead = state.backlog.seconds();
         if let SplitPolicy::Auto { gpu_share } = self.policy {
-            let counts = self.pace.counts();
-            let delta = counts - state.seen;
-            state.seen = counts;
-            if delta.delivered > 0 {
-                let lately = delta.wait_share();
-                let weight = 1.0 - (-delta.steps.as_secs_f64() / AUTO_WAIT_WINDOW_SECONDS).exp();
-                state.wait_share += (lately - state.wait_share) * weight;
-                // Up quickly while the consumer waits, down slowly while it does not.
-                let waiting =
-                    lately > AUTO_MOST_WAIT_SHARE && state.wait_share > AUTO_MOST_WAIT_SHARE;
-                state.throttle = match waiting {
-                    true => (state.throttle + 0.25).min(1.0),
-                    false => (state.throttle - 0.1).max(0.0),
-                };
-            }
+            let cpu_busy = state.busy[Side::Cpu as usize].busy_seconds(now);
+            state.auto.update(self.pace.counts(), cpu_busy, now);
             if let Some(share) = gpu_share {
                 if state.gpu_time.as_secs_f64() > share * started.elapsed().as_secs_f64() {
-                    state.throttle = (state.throttle - 0.25).max(0.0);
+                    state.auto.scale_down(0.75);
                 }
             }
         }
@@ -331,17 +311,19 @@ impl SplitDecoder {
                 added: now,
             }),
         };
+        let (mut gpu_bytes, mut all_bytes) = (0u64, 0u64);
         for (kind, mut chunks) in by_kind {
             let rates = state.rates.get(&kind).copied().unwrap_or_default();
             let (cpu_rate, gpu_rate) = rates.or(self.prior);
             // The CPU's rate counted `cpu_weight` times, as in `lean`.
             let cpu_rate = cpu_rate * state.cpu_weight;
+            let balanced = lean(rates.balanced_gpu_share(self.prior), state.cpu_weight);
             let to_gpu = gpu_chunks(
                 chunks.len(),
                 kind.decoded_bytes,
                 (cpu_rate, gpu_rate),
                 &self.backlog_to_share_by(&state),
-                state.throttle,
+                self.throttle(balanced, &state),
             );
             let to_gpu = match self.policy {
                 SplitPolicy::Auto { .. } => worth_a_gpu_part(to_gpu, chunks.len()),
@@ -359,14 +341,23 @@ impl SplitDecoder {
             }
             shares.gpu.extend(chunks.drain(to_cpu..));
             shares.cpu.extend(chunks);
+            gpu_bytes += to_gpu as u64 * kind.decoded_bytes;
+            all_bytes += (to_cpu + to_gpu) as u64 * kind.decoded_bytes;
+        }
+        if matches!(self.policy, SplitPolicy::Auto { .. }) {
+            let fraction = match all_bytes {
+                0 => 0.0,
+                all => gpu_bytes as f64 / all as f64,
+            };
+            state.auto.shared_out(fraction, now);
         }
         tracing::debug!(
             cpu = shares.cpu.len(),
             gpu = shares.gpu.len(),
             cpu_queued_ms = 1e3 * state.backlog.seconds()[0],
             gpu_queued_ms = 1e3 * state.backlog.seconds()[1],
-            throttle = state.throttle,
-            wait_share = state.wait_share,
+            auto_share = state.auto.share(),
+            wait_share = state.auto.wait_share(),
             cpu_weight = state.cpu_weight,
             "split: a batch shared out"
         );
@@ -617,6 +608,14 @@ impl BatchDecoder for SplitDecoder {
         }
     }
 
+    /// Auto's: it shares batches out by the consumer's waits.
+    fn consumer_pace(&self) -> Option<Arc<Pace>> {
+        match self.policy {
+            SplitPolicy::Balanced => None,
+            SplitPolicy::Auto { .. } => Some(self.pace.clone()),
+        }
+    }
+
     fn batches_in_flight(&self) -> usize {
         self.cpu
             .batches_in_flight()
@@ -759,31 +758,21 @@ mod tests {
     }
 
     #[test]
-    fn auto_calls_the_gpu_in_for_waits_that_last_not_for_one() {
+    fn auto_sends_the_gpu_what_a_waiting_consumer_asks_for() {
         let split = split(SplitPolicy::Auto { gpu_share: None });
         let pace = split.pace();
         let ms = Duration::from_millis;
-        let shared_at = |throttle: f64| {
-            split.share(Vec::new());
-            assert!((split.lock().throttle - throttle).abs() < 1e-12);
-        };
-        // Steps of 175 ms that did not wait, then one that waited 8 ms: the GPU stays out.
+        // Keeping up: the GPU stays out.
         for _ in 0..10 {
             pace.record(Duration::ZERO, ms(175));
-            shared_at(0.0);
+            split.share(Vec::new());
         }
-        pace.record(ms(8), ms(175));
-        shared_at(0.0);
-        // Waiting a tenth of each step: the GPU comes in at once, and more each batch.
-        pace.record(ms(20), ms(200));
-        shared_at(0.25);
-        pace.record(ms(20), ms(200));
-        shared_at(0.5);
-        // Keeping up again: it leaves slowly; batches shared out before the next delivery keep
-        // the share.
-        pace.record(Duration::ZERO, ms(180));
-        shared_at(0.4);
-        shared_at(0.4);
+        assert_eq!(split.lock().auto.share(), 0.0);
+        // Waiting a third of each step while the CPU side decodes: the GPU comes in at once.
+        let _part = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+        pace.record(ms(100), ms(300));
+        split.share(Vec::new());
+        assert!(split.lock().auto.share() > 0.3, "{:?}", split.lock().auto);
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! zarr-python. The GPU suite (`tests/gpu_decode.rs`) runs the same plans on a GPU.
 
 use std::path::Path;
+use std::time::Duration;
 
 use zarrpipe_store::{Dataset, EncodedChunk};
 
-use crate::batch::{prepare, DecodePath};
+use crate::batch::{check_tables, groups, output_bytes, prepare, prepare_checked};
 use crate::gpu::pieces;
 use crate::interpret::decode_batch;
 use crate::testing::{cases, compare_with_cpu, fetch_all, write_cases};
+use crate::DecodePath;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -148,7 +150,8 @@ fn corrupt_chunks_fail_alone() {
 }
 
 /// A corrupt Huffman table (valid frame structure) is caught by the parallel table pass of
-/// `prepare`, fails its chunk alone, and would reach nvCOMP without that pass.
+/// `prepare`, fails its chunk alone (also when the batch is planned in groups, as the GPU
+/// decoder plans a large one), and would reach nvCOMP without that pass.
 #[test]
 fn corrupt_zstd_tables_fail_their_chunk_when_planned() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,6 +198,25 @@ fn corrupt_zstd_tables_fail_their_chunk_when_planned() {
             Ok(_) => {}
         }
     }
+    // In groups of three chunks' output, each with its share of the checks, as the GPU
+    // decoder plans them: the same chunk fails, with the same error.
+    let mut checks = crate::frames::with_table_checks(true, || check_tables(&chunks));
+    let group_bytes = 3 * chunks.iter().map(output_bytes).max().unwrap();
+    let (mut grouped, mut output_start) = (Vec::new(), 0);
+    for group in groups(chunks.clone(), group_bytes) {
+        let rest = checks.split_off(group.len());
+        // The checks' time stays with the first group's.
+        assert_eq!(rest.took, Duration::ZERO);
+        let group_checks = std::mem::replace(&mut checks, rest);
+        let prepared = prepare_checked(group, group_checks, false, output_start);
+        output_start = prepared.plan.output_len;
+        grouped.extend(prepared.chunks);
+    }
+    assert!(output_start > group_bytes, "one group only");
+    let message =
+        |chunk: &crate::batch::PreparedChunk| chunk.outcome.as_ref().err().map(ToString::to_string);
+    let whole: Vec<_> = checked.chunks.iter().map(message).collect();
+    assert_eq!(grouped.iter().map(message).collect::<Vec<_>>(), whole);
     let unchecked = crate::frames::with_table_checks(false, || prepare(chunks, false, 0));
     assert!(unchecked.chunks[index].outcome.is_ok());
 }

@@ -2,10 +2,12 @@
 //! over where the tensors live ([`Host`], `Gpu` with the `cuda` feature, `Candle` with
 //! `candle`).
 
+use std::sync::Arc;
+
 use ndarray::ArrayD;
 use zarrpipe_batcher::Sample;
 use zarrpipe_codec_gpu::DecodedChunks;
-use zarrpipe_core::{BatchStats, Staged};
+use zarrpipe_core::{BatchStats, Device, Pace, Staged};
 
 /// Where a batch's tensors live, and what they are there.
 pub trait Place: Send + 'static {
@@ -18,6 +20,9 @@ pub trait Place: Send + 'static {
 
     /// Bytes of a tensor's elements.
     fn tensor_bytes(tensor: &Self::Tensor) -> usize;
+
+    /// The device a tensor's memory is on.
+    fn tensor_device(tensor: &Self::Tensor) -> Device;
 }
 
 /// Host memory: float32 `ndarray`s, complete when delivered.
@@ -31,6 +36,10 @@ impl Place for Host {
 
     fn tensor_bytes(tensor: &ArrayD<f32>) -> usize {
         tensor.len() * std::mem::size_of::<f32>()
+    }
+
+    fn tensor_device(_tensor: &ArrayD<f32>) -> Device {
+        Device::Cpu
     }
 }
 
@@ -62,6 +71,9 @@ pub struct Batch<P: Place = Host> {
     pub ready: P::Ready,
     /// What each stage cost for this batch.
     pub stats: BatchStats,
+    /// Where the consumer's pace is recorded when the batch is handed over (see
+    /// [`Staged::pace`](zarrpipe_core::Staged)).
+    pub pace: Option<Arc<Pace>>,
 }
 
 impl<P: Place> Batch<P> {
@@ -84,6 +96,7 @@ impl Clone for Batch<Host> {
             samples: self.samples.clone(),
             ready: (),
             stats: self.stats,
+            pace: self.pace.clone(),
         }
     }
 }

@@ -68,6 +68,7 @@ impl HostCollator {
             samples,
             payload,
             stats,
+            pace,
         } = batch;
         self.options.check_channels(&self.layout)?;
         let mut stats = stats;
@@ -112,6 +113,7 @@ impl HostCollator {
             samples,
             ready: (),
             stats,
+            pace,
         })
     }
 

@@ -38,6 +38,12 @@ impl Pace {
         self.step_nanos.fetch_add(nanos(step), Ordering::Relaxed);
     }
 
+    /// Records the first batch a consumer is handed: delivered, but its wait is the chain
+    /// filling up, not the consumer's pace, and no step came before it.
+    pub fn record_first(&self) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// What happened so far.
     pub fn counts(&self) -> PaceDelta {
         PaceDelta {
@@ -87,13 +93,14 @@ mod tests {
         let before = pace.counts();
         pace.record(ms(1), ms(400));
         pace.record(Duration::ZERO, Duration::ZERO);
+        pace.record_first();
         let counts = pace.counts();
-        assert_eq!(counts.delivered, 4);
+        assert_eq!(counts.delivered, 5);
         assert_eq!((counts.wait, counts.steps), (ms(6), ms(650)));
         let since = counts - before;
         assert_eq!(
             (since.delivered, since.wait, since.steps),
-            (2, ms(1), ms(400))
+            (3, ms(1), ms(400))
         );
         assert!((since.wait_share() - 0.0025).abs() < 1e-12);
         assert_eq!(PaceDelta::default().wait_share(), 0.0);

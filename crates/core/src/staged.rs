@@ -3,7 +3,10 @@
 //! swapped without its neighbours noticing.
 
 use std::ops::AddAssign;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::Pace;
 
 /// A batch on its way through the chain: `samples` says what it holds (the batcher's samples
 /// in a pipeline), `payload` is the previous stage's output (chunk requests, encoded chunks,
@@ -21,6 +24,10 @@ pub struct Staged<M, T> {
     /// What the stages so far cost, carried to the end of the chain, where the pipeline's
     /// metrics add it up.
     pub stats: BatchStats,
+    /// Where the end of the chain records the consumer's pace when this batch is handed over,
+    /// for a stage that adapts to it (a split decoder under auto sets it; the others carry
+    /// it on).
+    pub pace: Option<Arc<Pace>>,
 }
 
 impl<M, T> Staged<M, T> {
@@ -32,6 +39,7 @@ impl<M, T> Staged<M, T> {
             samples,
             payload,
             stats: BatchStats::default(),
+            pace: None,
         }
     }
 
@@ -49,6 +57,7 @@ impl<M, T> Staged<M, T> {
             samples: self.samples,
             payload,
             stats: self.stats,
+            pace: self.pace,
         }
     }
 }

@@ -12,7 +12,7 @@ use zarrpipe_collate::{
     BatchCollator, CollateBatchesExt, CollateOptions, Host, HostCollator, LatitudeWeights,
     Normalization, Place,
 };
-use zarrpipe_core::{Device, Pace};
+use zarrpipe_core::Device;
 use zarrpipe_store::{Dataset, FetchBatchesExt, StoreOptions};
 
 use crate::channels::read_channel_inputs;
@@ -481,28 +481,27 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
         let gpu = self.open_gpu_if_used()?;
-        let (decoder, pace) = self.stage_decoder(&gpu)?;
+        let decoder = self.stage_decoder(&gpu)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
         let epochs = self.config.epochs;
         let (dataset, batcher, collate) = self.config.prepare().await?;
         let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
         let device = P::device(&gpu);
         // A GPU decoder's pinned memory, when it has some: its chunks then upload unstaged.
+        // The fetch stage asks for it at its first batch; asked now, it is set aside from
+        // the start (a benchmark waits for it before timing).
         let memory = decoder.read_memory();
         if let Some(memory) = &memory {
-            let batches_held = prefetch + decoder.batches_in_flight() + 1;
             memory
                 .clone()
-                .expect_held(most_read_bytes(&batcher, batches_held));
+                .expect_batches(most_batch_bytes(&batcher), prefetch);
         }
         let chain = stream::iter(batcher.read_plans_with_epochs_after(epochs - 1))
             .fetch_batches_into(prefetch, reads, memory)
             .decode_batches(decoder)
             .collate_batches(collator)
             .prefetch(prefetch);
-        Ok(BatchStream::new(chain, dataset, batcher, device)
-            .epochs(epochs)
-            .with_pace(pace))
+        Ok(BatchStream::new(chain, dataset, batcher, device).epochs(epochs))
     }
 
     /// The GPU, when a stage runs there: the one given, or opened on `device`.
@@ -555,33 +554,30 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self.config.decode_on = DecodeOn::Cpu;
     }
 
-    /// The decode stage, and the pace its split decoder reads (the stream records into it).
-    fn stage_decoder(&self, gpu: &StageGpu) -> Result<(Arc<dyn BatchDecoder>, Arc<Pace>)> {
-        let own_pace = Arc::new(Pace::default());
+    /// The decode stage.
+    fn stage_decoder(&self, gpu: &StageGpu) -> Result<Arc<dyn BatchDecoder>> {
         if let Some(decoder) = &self.config.decoder {
-            return Ok((decoder.clone(), own_pace));
+            return Ok(decoder.clone());
         }
         let threads = self.config.cpu_decode_threads.unwrap_or_else(|| {
             default_cpu_decode_threads(self.config.decode_on, self.config.processes_on_host)
         });
         #[cfg(feature = "cuda")]
         if let Some(gpu) = gpu.device() {
-            let split = |policy| -> Result<(Arc<dyn BatchDecoder>, Arc<Pace>)> {
-                // The device's own split decoder: what it learnt carries over epochs.
-                let split = gpu.split_decoder(policy, threads)?;
-                let pace = split.pace();
-                Ok((split, pace))
+            // The device's own split decoder: what it learnt carries over epochs.
+            let split = |policy| -> Result<Arc<dyn BatchDecoder>> {
+                Ok(gpu.split_decoder(policy, threads)?)
             };
             return match self.config.decode_on {
-                DecodeOn::Cpu => Ok((gpu.cpu_decoder(threads)?, own_pace)),
-                DecodeOn::Gpu => Ok((gpu.decoder(), own_pace)),
+                DecodeOn::Cpu => Ok(gpu.cpu_decoder(threads)?),
+                DecodeOn::Gpu => Ok(gpu.decoder()),
                 DecodeOn::Split => split(SplitPolicy::Balanced),
                 DecodeOn::Auto { gpu_share } => split(SplitPolicy::Auto { gpu_share }),
             };
         }
         let _ = (gpu, threads);
         match self.config.decode_on {
-            DecodeOn::Cpu => Ok((Arc::new(CpuDecoder::new()), own_pace)),
+            DecodeOn::Cpu => Ok(Arc::new(CpuDecoder::new())),
             // Refused, or turned into CPU decoding, when the GPU was opened.
             _ => Err(StageGpu::missing("GPU decoding needs a GPU")),
         }
@@ -617,13 +613,12 @@ fn cpu_decode_threads_of(cores: usize, on: DecodeOn, processes: usize) -> usize 
     }
 }
 
-/// `batches` times the most decoded bytes one of the epoch's first batches reads (an upper
-/// bound for their stored bytes): what a pipeline holding that many batches' chunks at once
-/// holds at most, judged by the start of the epoch.
-fn most_read_bytes(batcher: &Batcher, batches: usize) -> u64 {
+/// The most decoded bytes one of the epoch's first batches reads (an upper bound for their
+/// stored bytes).
+fn most_batch_bytes(batcher: &Batcher) -> u64 {
     batcher
         .read_plans()
-        .take(2 * batches)
+        .take(16)
         .map(|plan| {
             plan.payload
                 .iter()
@@ -632,7 +627,6 @@ fn most_read_bytes(batcher: &Batcher, batches: usize) -> u64 {
         })
         .max()
         .unwrap_or(0)
-        .saturating_mul(batches as u64)
 }
 
 /// Where a pipeline collates: the places a builder can make tensors in ([`Host`], and

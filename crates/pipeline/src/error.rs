@@ -67,6 +67,14 @@ pub enum Error {
     #[error("the GPU worker thread stopped before the batch was delivered")]
     WorkerStopped,
 
+    /// A chain handed to [`BatchStream::new`](crate::BatchStream::new) delivered a batch that
+    /// the batcher or device given beside it does not plan.
+    #[error("the chain does not deliver what its batcher and device plan: {what} (build the chain from that batcher's read plans, collating on that device)")]
+    ChainMismatch {
+        /// What differs, naming the batch.
+        what: String,
+    },
+
     /// A device this build cannot use.
     #[error("device {device} is not supported by this build: {reason}")]
     UnsupportedDevice {

@@ -1,7 +1,9 @@
 //! [`BatchStream`]: the end of a chain, whether the builder made it or a user composed it. It
 //! counts what the consumer receives into [`Metrics`] (each batch carries what its stages
 //! cost) and knows the epoch's position, so any chain gets metrics and a resumable state. A
-//! chain may carry several epochs in a row; the stream then follows their boundaries.
+//! chain may carry several epochs in a row; the stream then follows their boundaries. Each
+//! batch is checked against the batcher and device the stream was given, and the consumer's
+//! pace is recorded where the batch says a stage reads it ([`Batch::pace`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use std::time::Instant;
 use futures::stream::{BoxStream, FusedStream, Stream, StreamExt};
 use zarrpipe_batcher::{Batcher, SampleLayout, SamplerState};
 use zarrpipe_collate::{Batch, Host, Place};
-use zarrpipe_core::{Device, Pace};
+use zarrpipe_core::Device;
 use zarrpipe_store::Dataset;
 
 use crate::{Error, Metrics, MetricsSnapshot, Result};
@@ -26,6 +28,8 @@ pub struct BatchStream<P: Place = Host> {
     layout: Arc<SampleLayout>,
     /// The first epoch's batcher: the batch count and state of every epoch.
     batcher: Batcher,
+    /// The batcher of the epoch last checked, whose batches' samples are checked.
+    checked_epoch: Batcher,
     /// The epoch whose batches come next (the last one's once all are delivered); the chain
     /// plans its order, the stream only counts.
     epoch: u64,
@@ -38,7 +42,6 @@ pub struct BatchStream<P: Place = Host> {
     /// The counters of the epoch of the last batch delivered, and that epoch.
     epoch_metrics: Metrics,
     epoch_metrics_of: Option<u64>,
-    pace: Arc<Pace>,
     waiting_since: Option<Instant>,
     /// When the last batch was handed over: the consumer's step runs from there.
     handed_over: Option<Instant>,
@@ -72,13 +75,13 @@ impl<P: Place> BatchStream<P> {
             layout: batcher.layout().clone(),
             delivered: batcher.first_batch(),
             epoch: batcher.epoch(),
+            checked_epoch: batcher.clone(),
             batcher,
             epochs_after: 0,
             device,
             metrics: Arc::new(Metrics::default()),
             epoch_metrics: Metrics::default(),
             epoch_metrics_of: None,
-            pace: Arc::new(Pace::default()),
             waiting_since: None,
             handed_over: None,
             done: false,
@@ -90,14 +93,6 @@ impl<P: Place> BatchStream<P> {
     pub fn epochs(mut self, count: u64) -> Self {
         self.epochs_after = count.max(1) - 1;
         self.roll_over_finished_epoch();
-        self
-    }
-
-    /// Records in `pace` how long the consumer waited for each batch and how long its step
-    /// took, for the stages that adapt to it (a
-    /// [`SplitDecoder`](zarrpipe_codec_gpu::SplitDecoder) in `Auto`).
-    pub fn with_pace(mut self, pace: Arc<Pace>) -> Self {
-        self.pace = pace;
         self
     }
 
@@ -162,6 +157,36 @@ impl<P: Place> BatchStream<P> {
 }
 
 impl<P: Place> BatchStream<P> {
+    /// Checks that `batch` is one the batcher plans, in its order of epochs, on the device.
+    fn check(&mut self, batch: &Batch<P>) -> Result<()> {
+        let mismatch = |what: String| Err(Error::ChainMismatch { what });
+        let name = format!("batch {} of epoch {}", batch.index, batch.epoch);
+        let device = P::tensor_device(&batch.inputs);
+        if device != self.device {
+            return mismatch(format!(
+                "{name} is on {device}, the stream's device is {}",
+                self.device
+            ));
+        }
+        if batch.epoch < self.epoch || batch.index >= self.batcher.num_batches() {
+            return mismatch(format!(
+                "{name} is not among the batcher's {} batches from epoch {}",
+                self.batcher.num_batches(),
+                self.epoch
+            ));
+        }
+        while self.checked_epoch.epoch() < batch.epoch {
+            match self.checked_epoch.next_epoch() {
+                Some(next) => self.checked_epoch = next,
+                None => return mismatch(format!("{name} comes after the batcher's last epoch")),
+            }
+        }
+        if batch.samples != self.checked_epoch.batch(batch.index) {
+            return mismatch(format!("{name} holds other samples than the batcher's"));
+        }
+        Ok(())
+    }
+
     /// Counts a delivered batch into the stream's and its epoch's counters, and moves the
     /// position past it.
     fn count_batch(&mut self, batch: &Batch<P>, waited: std::time::Duration) {
@@ -214,11 +239,19 @@ impl<P: Place> Stream for BatchStream<P> {
             self.waiting_since = None;
             match item {
                 Some(Ok(batch)) => {
+                    if let Err(error) = self.check(batch) {
+                        self.done = true;
+                        return Poll::Ready(Some(Err(error)));
+                    }
                     // The first batch's wait is the chain filling up, not the consumer's pace.
                     let now = Instant::now();
-                    if let Some(before) = self.handed_over.replace(now) {
-                        let step = now - before;
-                        self.pace.record(waited, step);
+                    let step = self.handed_over.replace(now).map(|before| now - before);
+                    match (&batch.pace, step) {
+                        (Some(pace), Some(step)) => pace.record(waited, step),
+                        (Some(pace), None) => pace.record_first(),
+                        (None, _) => {}
+                    }
+                    if let Some(step) = step {
                         tracing::debug!(
                             target: "zarrpipe::timeline",
                             "batch {} taken after a wait of {:.2} ms in a step of {:.1} ms",

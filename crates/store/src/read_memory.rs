@@ -15,11 +15,12 @@ pub trait ReadMemory: Send + Sync + fmt::Debug {
     /// (none left, or too large).
     fn buffer(&self, len: usize) -> Option<Box<dyn ReadBuffer>>;
 
-    /// A pipeline will hold up to about `bytes` of reads at once (the batches it reads
-    /// ahead and decodes): memory that is slow to set aside may be prepared now, in the
-    /// background. By default nothing is.
-    fn expect_held(self: Arc<Self>, bytes: u64) {
-        let _ = bytes;
+    /// A fetch stage reads batches of up to about `batch_bytes` into this memory,
+    /// `read_ahead` at once, and the memory's owner holds some more until it is done with
+    /// them (a GPU decoder: the batches it decodes at once): memory that is slow to set aside
+    /// may be prepared now, in the background, for all of them. By default nothing is.
+    fn expect_batches(self: Arc<Self>, batch_bytes: u64, read_ahead: usize) {
+        let _ = (batch_bytes, read_ahead);
     }
 }
 

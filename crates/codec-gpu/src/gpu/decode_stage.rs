@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
-use super::cuda::GpuDecoder;
+use super::decoder::GpuDecoder;
 use crate::batch::check_tables;
 use crate::{BatchDecoder, DecodedChunks, Error, Result};
 

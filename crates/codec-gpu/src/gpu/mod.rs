@@ -3,41 +3,53 @@
 
 use std::time::Duration;
 
-use zarrpipe_store::{ChunkRequest, EncodedChunk};
+use zarrpipe_store::ChunkRequest;
 
 use crate::DecodePath;
 
 #[cfg(feature = "cuda")]
 mod admission;
 #[cfg(feature = "cuda")]
-mod cuda;
+mod batch_gates;
+#[cfg(feature = "cuda")]
+mod completion;
 #[cfg(feature = "cuda")]
 mod decode_stage;
 #[cfg(feature = "cuda")]
+mod decoder;
+#[cfg(feature = "cuda")]
 mod device_batches;
+#[cfg(feature = "cuda")]
+mod fault;
 #[cfg(feature = "cuda")]
 mod kernels;
 #[cfg(feature = "cuda")]
 mod lanes;
+#[cfg(feature = "cuda")]
+mod launcher;
 #[cfg(feature = "cuda")]
 mod nvcomp;
 #[cfg(feature = "cuda")]
 mod read_memory;
 #[cfg(feature = "cuda")]
 mod slots;
+#[cfg(feature = "cuda")]
+mod staging;
 #[cfg(not(feature = "cuda"))]
 mod stand_in;
-// Plain arithmetic, built (and unit-tested) without the `cuda` feature too.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+// Plain arithmetic, unit-tested without the `cuda` feature too.
+#[cfg(any(feature = "cuda", test))]
 mod staging_layout;
 #[cfg(feature = "cuda")]
+mod submission;
+#[cfg(feature = "cuda")]
 mod tables;
-// Plain arithmetic, built (and unit-tested) without the `cuda` feature too.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+// Plain arithmetic, unit-tested without the `cuda` feature too.
+#[cfg(any(feature = "cuda", test))]
 mod upload_runs;
 
 #[cfg(feature = "cuda")]
-pub use cuda::GpuDecoder;
+pub use decoder::GpuDecoder;
 #[cfg(feature = "cuda")]
 pub use device_batches::{DeviceBatch, PendingBatch, PlannedBatch};
 #[cfg(not(feature = "cuda"))]
@@ -123,7 +135,7 @@ impl GpuOptions {
     /// How many batches of `pieces` pieces each ([`pieces`]) decode at once so that about
     /// `chunks_in_flight` are in flight: at least 3 (or `decode_streams`, if fewer), at most
     /// `decode_streams`.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    #[cfg(any(feature = "cuda", test))]
     pub(crate) fn batches_decoding(&self, pieces: usize) -> usize {
         let most = self.decode_streams.max(1);
         self.chunks_in_flight
@@ -134,8 +146,8 @@ impl GpuOptions {
 
 /// The pieces the GPU decodes of `chunks` side by side: a shard's inner chunks (those read, or
 /// all of them), each its own compressed stream; one for any other chunk.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) fn pieces(chunks: &[EncodedChunk]) -> usize {
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn pieces(chunks: &[zarrpipe_store::EncodedChunk]) -> usize {
     chunks
         .iter()
         .map(|chunk| match &chunk.request.inner {

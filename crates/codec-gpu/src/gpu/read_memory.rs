@@ -11,7 +11,7 @@
 //! waited 30 ms (median) beside it (`benches/pinned_allocation_probe.py`; 2026-11-25,
 //! docs/benchmarks.md, "Defaults and the measurements behind them").
 //! So the slabs a pipeline will need are allocated ahead, on a thread of their own, from when
-//! it is built ([`ReadMemory::expect_held`]); a read finding no room allocates one more
+//! it is built ([`ReadMemory::expect_batches`]); a read finding no room allocates one more
 //! itself, unless an allocation is under way.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
@@ -36,6 +36,8 @@ struct Slab {
 pub(crate) struct PinnedReadMemory {
     context: Arc<CudaContext>,
     most_slabs: usize,
+    /// Batches of reads the owning decoder holds past the fetch stage.
+    batches_held: usize,
     state: Mutex<State>,
     /// Held through each allocation: one at a time.
     allocation: Mutex<()>,
@@ -48,7 +50,7 @@ struct State {
     slabs: Vec<Arc<Slab>>,
     /// The slab being handed out, and how much of it is.
     current: Option<(usize, usize)>,
-    /// Slabs to allocate ahead ([`ReadMemory::expect_held`]).
+    /// Slabs to allocate ahead ([`ReadMemory::expect_batches`]).
     wanted: usize,
     /// The allocating thread runs.
     allocating_ahead: bool,
@@ -66,11 +68,13 @@ impl std::fmt::Debug for PinnedReadMemory {
 
 impl PinnedReadMemory {
     /// Up to `bytes` of pinned memory (rounded down to slabs; 0: none), allocated ahead once
-    /// a pipeline says how much it will hold, and as reads need it.
-    pub(crate) fn new(context: Arc<CudaContext>, bytes: usize) -> Self {
+    /// a pipeline says what it reads, and as reads need it. The decoder that owns it holds
+    /// `batches_held` batches of reads past the fetch stage.
+    pub(crate) fn new(context: Arc<CudaContext>, bytes: usize, batches_held: usize) -> Self {
         Self {
             context,
             most_slabs: bytes / SLAB_BYTES,
+            batches_held,
             state: Mutex::new(State::default()),
             allocation: Mutex::new(()),
             prepared: Condvar::new(),
@@ -164,7 +168,7 @@ impl PinnedReadMemory {
 fn allocate_ahead(memory: &Weak<PinnedReadMemory>) {
     while let Some(memory) = memory.upgrade() {
         {
-            // Decided and marked under one lock: `expect_held` raising `wanted` meanwhile
+            // Decided and marked under one lock: `expect_batches` raising `wanted` meanwhile
             // either is seen here or starts a new thread.
             let mut state = memory.state();
             if state.slabs.len() >= state.wanted {
@@ -227,9 +231,12 @@ impl ReadMemory for PinnedReadMemory {
             .flatten()
     }
 
-    /// Allocates ahead, on a thread of its own, the slabs that `bytes` of reads take: a
-    /// quarter more (a slab is reused only once all of it is free) and one, up to the most.
-    fn expect_held(self: Arc<Self>, bytes: u64) {
+    /// Allocates ahead, on a thread of its own, the slabs that the batches read ahead and the
+    /// decoder's take: their bytes, a quarter more (a slab is reused only once all of it is
+    /// free) and one, up to the most.
+    fn expect_batches(self: Arc<Self>, batch_bytes: u64, read_ahead: usize) {
+        let batches = read_ahead.saturating_add(self.batches_held) as u64;
+        let bytes = batch_bytes.saturating_mul(batches);
         let slabs = usize::try_from(bytes + bytes / 4)
             .unwrap_or(usize::MAX)
             .div_ceil(SLAB_BYTES)

@@ -87,6 +87,7 @@ mod tests {
         runs.push(staging + 256, 256, 100, Source::Staging);
         assert_eq!(runs.runs().len(), 1);
         assert_eq!(runs.runs()[0].len, 356);
+        assert_eq!(runs.staged_bytes(), 356);
 
         let mut runs = UploadRuns::default();
         let slab = 5_000_000;

@@ -30,6 +30,13 @@ impl crate::Place for Candle {
     fn tensor_bytes(tensor: &Tensor) -> usize {
         tensor.elem_count() * tensor.dtype().size_in_bytes()
     }
+
+    fn tensor_device(tensor: &Tensor) -> zarrpipe_core::Device {
+        match tensor.device().location() {
+            candle_core::DeviceLocation::Cuda { gpu_id } => zarrpipe_core::Device::Cuda(gpu_id),
+            _ => zarrpipe_core::Device::Cpu,
+        }
+    }
 }
 
 impl DeviceTensor {
@@ -121,6 +128,7 @@ impl Batch<Gpu> {
             samples: self.samples,
             ready: (),
             stats: self.stats,
+            pace: self.pace,
         })
     }
 }

@@ -21,13 +21,13 @@ use crate::{Batch, BatchCollator, DecodedBatch, Result};
 /// Batches collated at once (each on a blocking thread that waits for its kernels).
 const COLLATES_IN_FLIGHT: usize = 4;
 
-/// The device memory a batch's chunks are in, kept until its kernels have read them.
-#[allow(dead_code)] // held, never read
+/// The device memory a batch's chunks are in, held (never read) until its kernels have read
+/// them.
 enum ChunkMemory {
     /// Decoded on the GPU: the decoder's buffer.
-    Decoded(DeviceBatch),
+    Decoded { _batch: DeviceBatch },
     /// Decoded on the CPU and uploaded.
-    Uploaded(CudaSlice<u8>),
+    Uploaded { _buffer: CudaSlice<u8> },
 }
 
 impl BatchCollator for DeviceCollator {
@@ -67,6 +67,7 @@ impl DeviceCollator {
             samples,
             payload,
             mut stats,
+            pace,
         } = batch;
         let (mut decoded, mut host, mut pending) = (Vec::new(), Vec::new(), Vec::new());
         sort_parts(payload, &mut decoded, &mut host, &mut pending);
@@ -86,7 +87,7 @@ impl DeviceCollator {
                 addresses.push(base + chunk.offset as u64);
                 requests.push(chunk.request);
             }
-            memory.push(ChunkMemory::Decoded(part));
+            memory.push(ChunkMemory::Decoded { _batch: part });
         }
         if !host.is_empty() {
             let parts: Vec<&[u8]> = host.iter().map(|chunk| chunk.bytes.as_slice()).collect();
@@ -94,7 +95,7 @@ impl DeviceCollator {
             let base = buffer.device_ptr(&stream).0;
             addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
             requests.extend(host.drain(..).map(|chunk| chunk.request));
-            memory.push(ChunkMemory::Uploaded(buffer));
+            memory.push(ChunkMemory::Uploaded { _buffer: buffer });
         }
         for part in pending {
             // Decoded on the CPU straight into the pinned buffer they upload from.
@@ -114,7 +115,7 @@ impl DeviceCollator {
             let base = buffer.device_ptr(&stream).0;
             addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
             requests.extend(part_requests);
-            memory.push(ChunkMemory::Uploaded(buffer));
+            memory.push(ChunkMemory::Uploaded { _buffer: buffer });
         }
         let chunks: Vec<(&ChunkRequest, u64)> = requests.iter().zip(addresses).collect();
         // The GPU's work for this batch runs from `tensors.begun` (the upload above is the
@@ -140,6 +141,7 @@ impl DeviceCollator {
             samples,
             ready,
             stats,
+            pace,
         })
     }
 }

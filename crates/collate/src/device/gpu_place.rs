@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use zarrpipe_core::Device;
 use zarrpipe_cuda::cudarc::driver::{CudaEvent, CudaStream};
 use zarrpipe_cuda::During;
 
@@ -21,6 +22,10 @@ impl Place for Gpu {
 
     fn tensor_bytes(tensor: &DeviceTensor) -> usize {
         tensor.byte_len()
+    }
+
+    fn tensor_device(tensor: &DeviceTensor) -> Device {
+        Device::Cuda(tensor.device_ordinal())
     }
 }
 

@@ -1,0 +1,255 @@
+//! How much of each batch [`SplitPolicy::Auto`](crate::SplitPolicy) sends the GPU: the share
+//! that lets the CPU side keep up with the consumer, computed from what the last batches
+//! delivered cost, and moved there at once.
+//!
+//! The consumer's step holds its compute `C` and its wait `W`; over the same time the CPU side
+//! was busy a fraction `L` of the wall clock decoding its part, `1 - g` of each batch. At
+//! share `g'` the CPU spends `(1 - g') / (1 - g)` of that per batch, and keeping up asks for
+//! no more than `C` of busy time per step, with headroom:
+//!
+//! `1 - g' = HEADROOM * (1 - g) * (C / (C + W)) / L`
+//!
+//! A consumer that waits asks for the GPU's help in one move, sized by its wait; one that
+//! does not, with the CPU side idle part of the time, gives the GPU's share back. The same
+//! rule moves work back to the CPU when the GPU side is what the consumer waits for (the CPU
+//! is then idle). Waits already in the pipe when the share changed are judged against the
+//! share their batches were given, so a change is not repeated while it takes effect.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use zarrpipe_core::PaceDelta;
+
+/// The CPU side is given at most this share of its busy time, so small changes in the
+/// consumer's steps do not make it wait.
+const HEADROOM: f64 = 0.9;
+/// The consumer waiting for less than this share of its time is keeping up: the GPU is not
+/// called in for it. Counted batch by batch (any wait of half a percent of its step), a single
+/// wait of a few milliseconds sent the next several batches partly to the GPU: beside a
+/// consumer at 3.2 GB/s that waited 0.2-0.3% of its time, auto used 4.7-5.5% of the GPU's time
+/// in two runs of four, against 0.6% in the others (H200, 2026-11-26: docs/benchmarks.md,
+/// "Defaults and the measurements behind them").
+const MOST_WAIT_SHARE: f64 = 0.005;
+/// Waits and the CPU side's load are averaged over about this many seconds of steps.
+const WINDOW_SECONDS: f64 = 2.0;
+/// A batch shared out this long ago and still not delivered never will be (its stream was
+/// dropped): its share no longer explains a wait.
+const STALE: Duration = Duration::from_secs(30);
+/// The CPU side's load is read as at least this, so a quiet moment does not divide by zero.
+const LEAST_LOAD: f64 = 0.05;
+
+/// The GPU's share of each batch under auto, and what it is computed from.
+#[derive(Debug)]
+pub(crate) struct AutoShare {
+    /// The GPU's share of each kind's bytes the next batches get (before the balanced cap).
+    share: f64,
+    /// The consumer's waits and steps as last read.
+    seen: PaceDelta,
+    /// The consumer's share of time waiting, averaged over about `WINDOW_SECONDS`.
+    wait_share: f64,
+    /// The share of wall-clock time the CPU side was busy, averaged the same way.
+    cpu_load: f64,
+    /// When the CPU side's busy time was last read, and what it was.
+    looked: Option<(Instant, f64)>,
+    /// The GPU's share of the decoded bytes of each batch shared out and not yet delivered,
+    /// oldest first, with when it was shared out.
+    in_the_pipe: VecDeque<(Instant, f64)>,
+}
+
+impl AutoShare {
+    pub(crate) fn new() -> Self {
+        Self {
+            share: 0.0,
+            seen: PaceDelta::default(),
+            wait_share: 0.0,
+            cpu_load: 1.0,
+            looked: None,
+            in_the_pipe: VecDeque::new(),
+        }
+    }
+
+    /// The GPU's share of each kind's bytes for the next batch.
+    pub(crate) fn share(&self) -> f64 {
+        self.share
+    }
+
+    /// The consumer's averaged wait share, for traces.
+    pub(crate) fn wait_share(&self) -> f64 {
+        self.wait_share
+    }
+
+    /// Scales the share down, when the GPU has used more than its budget of time.
+    pub(crate) fn scale_down(&mut self, factor: f64) {
+        self.share *= factor;
+    }
+
+    /// Reads what happened since the last look: `pace` (the consumer's counts so far) and
+    /// `cpu_busy` (the CPU side's busy seconds so far) at `now`; sets the share for the
+    /// batches shared out next.
+    pub(crate) fn update(&mut self, pace: PaceDelta, cpu_busy: f64, now: Instant) {
+        let (looked_at, busy_then) = *self.looked.get_or_insert((now, cpu_busy));
+        let wall = now.saturating_duration_since(looked_at).as_secs_f64();
+        let delta = pace - self.seen;
+        if delta.delivered == 0 || wall <= 0.0 {
+            return;
+        }
+        self.seen = pace;
+        self.looked = Some((now, cpu_busy));
+        let weight = |seconds: f64| 1.0 - (-seconds / WINDOW_SECONDS).exp();
+        let lately = delta.wait_share();
+        self.wait_share += (lately - self.wait_share) * weight(delta.steps.as_secs_f64());
+        let load = ((cpu_busy - busy_then) / wall).clamp(0.0, 1.0);
+        self.cpu_load += (load - self.cpu_load) * weight(wall);
+        let given = self.delivered(delta.delivered, now);
+        // A single short wait is noise: the consumer keeps up.
+        let waiting = lately > MOST_WAIT_SHARE && self.wait_share > MOST_WAIT_SHARE;
+        let compute = 1.0 - if waiting { lately } else { 0.0 };
+        let cpu_part = HEADROOM * (1.0 - given) * compute / self.cpu_load.max(LEAST_LOAD);
+        let wanted = (1.0 - cpu_part).clamp(0.0, 1.0);
+        self.share = match (waiting, wanted > self.share) {
+            // Called in: at once, as much as the wait asks for.
+            (true, true) => wanted,
+            // Still waiting on the batches already in the pipe: keep the share.
+            (true, false) => self.share,
+            // Keeping up: give back, halfway each batch, so that a moment's quiet does not
+            // send everything back to the CPU.
+            (false, _) => self.share.min((self.share + wanted) / 2.0),
+        };
+    }
+
+    /// A batch was shared out at `now` with `gpu_fraction` of its decoded bytes on the GPU.
+    pub(crate) fn shared_out(&mut self, gpu_fraction: f64, now: Instant) {
+        self.in_the_pipe.push_back((now, gpu_fraction));
+    }
+
+    /// Takes the `count` oldest batches in the pipe as delivered; returns their mean GPU
+    /// fraction (the current share when none is known).
+    fn delivered(&mut self, count: u64, now: Instant) -> f64 {
+        while let Some(&(at, _)) = self.in_the_pipe.front() {
+            match now.saturating_duration_since(at) > STALE {
+                true => self.in_the_pipe.pop_front(),
+                false => break,
+            };
+        }
+        let taken = (count as usize).min(self.in_the_pipe.len());
+        if taken == 0 {
+            return self.share;
+        }
+        let sum: f64 = self
+            .in_the_pipe
+            .drain(..taken)
+            .map(|(_, share)| share)
+            .sum();
+        sum / taken as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consumer computing `compute` seconds a batch, fed by a CPU side that decodes a whole
+    /// batch in `cpu_batch` seconds and a GPU that is never the bottleneck, `depth` batches
+    /// shared out ahead of the one delivered. Runs `batches` batches from `auto`'s state and
+    /// returns the GPU share of each batch shared out and the consumer's waits.
+    struct Simulation {
+        auto: AutoShare,
+        clock: Instant,
+        pace: PaceDelta,
+        cpu_busy: f64,
+        ahead: VecDeque<f64>,
+    }
+
+    impl Simulation {
+        fn new(depth: usize) -> Self {
+            let mut auto = AutoShare::new();
+            let clock = Instant::now();
+            auto.update(PaceDelta::default(), 0.0, clock);
+            for _ in 0..depth {
+                auto.shared_out(0.0, clock);
+            }
+            Self {
+                auto,
+                clock,
+                pace: PaceDelta::default(),
+                cpu_busy: 0.0,
+                ahead: std::iter::repeat_n(0.0, depth).collect(),
+            }
+        }
+
+        /// One batch delivered and one shared out; returns (the share given, the wait).
+        fn step(&mut self, compute: f64, cpu_batch: f64) -> (f64, f64) {
+            let delivered = self.ahead.pop_front().expect("a batch in the pipe");
+            let cpu = (1.0 - delivered) * cpu_batch;
+            let period = compute.max(cpu);
+            let wait = period - compute;
+            self.clock += Duration::from_secs_f64(period);
+            self.cpu_busy += cpu;
+            self.pace.delivered += 1;
+            self.pace.wait += Duration::from_secs_f64(wait);
+            self.pace.steps += Duration::from_secs_f64(period);
+            self.auto.update(self.pace, self.cpu_busy, self.clock);
+            let share = self.auto.share();
+            self.auto.shared_out(share, self.clock);
+            self.ahead.push_back(share);
+            (share, wait / period)
+        }
+    }
+
+    #[test]
+    fn a_waiting_consumer_calls_the_gpu_in_at_once_and_it_settles() {
+        // The CPU decodes a batch in 150 ms, the consumer computes 100: the GPU must take a
+        // third, and with headroom about 40%.
+        let mut simulation = Simulation::new(6);
+        let steps: Vec<_> = (0..60).map(|_| simulation.step(0.1, 0.15)).collect();
+        let settled = steps[59].0;
+        assert!((0.38..0.45).contains(&settled), "{settled}");
+        // Settled within the warm-up: the pipe's depth and a few batches more.
+        let first_settled = steps
+            .iter()
+            .position(|&(share, _)| (share - settled).abs() < 0.02);
+        assert!(first_settled.unwrap() <= 10, "{steps:?}");
+        // Never far above where it settles while the first waits drain.
+        assert!(
+            steps.iter().all(|&(share, _)| share < settled + 0.1),
+            "{steps:?}"
+        );
+        assert!(
+            steps[20..].iter().all(|&(_, wait)| wait < 0.005),
+            "{steps:?}"
+        );
+    }
+
+    #[test]
+    fn a_consumer_that_keeps_up_leaves_the_gpu_out() {
+        let mut simulation = Simulation::new(6);
+        for _ in 0..50 {
+            assert_eq!(simulation.step(0.2, 0.15).0, 0.0);
+        }
+    }
+
+    #[test]
+    fn the_gpu_gives_back_when_the_consumer_slows_down() {
+        let mut simulation = Simulation::new(6);
+        for _ in 0..40 {
+            simulation.step(0.1, 0.15);
+        }
+        // The consumer now computes 300 ms a batch: the CPU alone suffices.
+        let later: Vec<_> = (0..40).map(|_| simulation.step(0.3, 0.15).0).collect();
+        assert!(later[39] < 0.01, "{later:?}");
+        // And when it speeds up again, the GPU comes back.
+        let again: Vec<_> = (0..40).map(|_| simulation.step(0.05, 0.15).0).collect();
+        assert!((0.65..0.75).contains(&again[39]), "{again:?}");
+    }
+
+    #[test]
+    fn batches_never_delivered_stop_counting() {
+        let mut auto = AutoShare::new();
+        let start = Instant::now();
+        auto.shared_out(0.9, start);
+        let later = start + STALE + Duration::from_secs(1);
+        auto.shared_out(0.1, later);
+        assert!((auto.delivered(1, later) - 0.1).abs() < 1e-12);
+        assert_eq!(auto.delivered(1, later), 0.0);
+    }
+}
