@@ -41,7 +41,7 @@ const LEAST_LOAD: f64 = 0.05;
 /// The GPU's share of each batch under auto, and what it is computed from.
 #[derive(Debug)]
 pub(crate) struct AutoShare {
-    /// The GPU's share of each kind's bytes the next batches get (before the balanced cap).
+    /// The GPU's share of each kind's chunks the next batches get.
     share: f64,
     /// The consumer's waits and steps as last read.
     seen: PaceDelta,

@@ -65,8 +65,8 @@ const AUTO_SMALLEST_GPU_SHARE: f64 = 1.0 / 8.0;
 pub enum SplitPolicy {
     /// Every batch split so that both sides finish together: the most this host decodes.
     Balanced,
-    /// The CPU first: the GPU takes the part of each batch (up to the balanced share) that
-    /// lets the CPU side keep up with the consumer, sized from the consumer's waits and the
+    /// The CPU first: the GPU takes the part of each batch that lets the CPU side keep up
+    /// with the consumer (all of it, if the consumer still waits then), sized from the consumer's waits and the
     /// CPU side's load, and gives it back when the consumer keeps up; with `gpu_share`, only
     /// while the GPU time spent decoding stays under that fraction of the wall-clock time.
     Auto {
@@ -250,17 +250,9 @@ impl SplitDecoder {
     /// The GPU's share of a kind's chunks with `rates` with nothing queued: balanced, leant
     /// by the CPU's weight; under auto, no more than auto's share.
     fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
-        let balanced = lean(rates.balanced_gpu_share(self.prior), state.cpu_weight);
-        balanced * self.throttle(balanced, state)
-    }
-
-    /// The fraction of a kind's balanced GPU share `balanced` the GPU takes: all of it when
-    /// balanced; under auto, what auto's share asks for.
-    fn throttle(&self, balanced: f64, state: &SplitState) -> f64 {
         match self.policy {
-            SplitPolicy::Balanced => 1.0,
-            SplitPolicy::Auto { .. } if balanced > 0.0 => (state.auto.share() / balanced).min(1.0),
-            SplitPolicy::Auto { .. } => 0.0,
+            SplitPolicy::Balanced => lean(rates.balanced_gpu_share(self.prior), state.cpu_weight),
+            SplitPolicy::Auto { .. } => state.auto.share(),
         }
     }
 
@@ -317,17 +309,21 @@ impl SplitDecoder {
             let (cpu_rate, gpu_rate) = rates.or(self.prior);
             // The CPU's rate counted `cpu_weight` times, as in `lean`.
             let cpu_rate = cpu_rate * state.cpu_weight;
-            let balanced = lean(rates.balanced_gpu_share(self.prior), state.cpu_weight);
-            let to_gpu = gpu_chunks(
-                chunks.len(),
-                kind.decoded_bytes,
-                (cpu_rate, gpu_rate),
-                &self.backlog_to_share_by(&state),
-                self.throttle(balanced, &state),
-            );
             let to_gpu = match self.policy {
-                SplitPolicy::Auto { .. } => worth_a_gpu_part(to_gpu, chunks.len()),
-                SplitPolicy::Balanced => to_gpu,
+                SplitPolicy::Balanced => gpu_chunks(
+                    chunks.len(),
+                    kind.decoded_bytes,
+                    (cpu_rate, gpu_rate),
+                    &self.backlog_to_share_by(&state),
+                ),
+                // Auto's share, which goes past the balanced one when the consumer still waits
+                // with it (a GPU beside a model decodes slower than the rates measured a
+                // while ago say).
+                SplitPolicy::Auto { .. } => {
+                    let count = chunks.len();
+                    let share = (count as f64 * state.auto.share()).round() as usize;
+                    worth_a_gpu_part(share.min(count), count)
+                }
             };
             let to_cpu = chunks.len() - to_gpu;
             let seconds = |count: usize, rate: f64| match rate > 0.0 {
@@ -485,20 +481,19 @@ impl Drop for Queued {
 
 /// How many of `count` chunks of `decoded_bytes` each go to the GPU, with the sides'
 /// `(cpu, gpu)` rates and their queued work: both sides finish together
-/// ([`Backlog::cpu_bytes`]), then the GPU's share is throttled by the policy.
+/// ([`Backlog::cpu_bytes`]).
 fn gpu_chunks(
     count: usize,
     decoded_bytes: u64,
     (cpu_rate, gpu_rate): (f64, f64),
     backlog: &Backlog,
-    throttle: f64,
 ) -> usize {
     let bytes = count as f64 * decoded_bytes as f64;
     let gpu_share = match bytes > 0.0 {
         true => 1.0 - backlog.cpu_bytes(bytes, cpu_rate, gpu_rate) / bytes,
         false => gpu_rate / (cpu_rate + gpu_rate).max(f64::MIN_POSITIVE),
     };
-    ((count as f64 * gpu_share * throttle).round() as usize).min(count)
+    ((count as f64 * gpu_share).round() as usize).min(count)
 }
 
 /// `to_gpu` of a kind's `count` chunks, or none when they make a part too small to pay its
@@ -733,16 +728,14 @@ mod tests {
         let rates = (1e9, 3e9);
         let idle = Backlog::default();
         // 100 chunks of 1 MB: the balanced quarter to the CPU.
-        assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 1.0), 75);
+        assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle), 75);
         // The CPU still has 50 ms queued: fewer for it.
         let cpu_behind = Backlog::of([0.05, 0.0]);
-        assert!(gpu_chunks(100, 1 << 20, rates, &cpu_behind, 1.0) > 75);
+        assert!(gpu_chunks(100, 1 << 20, rates, &cpu_behind) > 75);
         // Queued past the GPU's time for the whole batch: none for it.
         let far_behind = Backlog::of([1.0, 0.0]);
-        assert_eq!(gpu_chunks(100, 1 << 20, rates, &far_behind, 1.0), 100);
-        // Auto's throttle still scales the GPU's share down.
-        assert_eq!(gpu_chunks(100, 1 << 20, rates, &idle, 0.0), 0);
-        assert_eq!(gpu_chunks(0, 1 << 20, rates, &idle, 1.0), 0);
+        assert_eq!(gpu_chunks(100, 1 << 20, rates, &far_behind), 100);
+        assert_eq!(gpu_chunks(0, 1 << 20, rates, &idle), 0);
     }
 
     #[test]

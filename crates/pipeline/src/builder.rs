@@ -383,9 +383,10 @@ impl<P: CollateOn> PipelineBuilder<P> {
 
     /// Processes on this host that run pipelines, this one included (default 1): the default
     /// [`cpu_decode_threads`](Self::cpu_decode_threads) take this process's share of the
-    /// host's cores. Under `torchrun`, one rank per GPU: its `LOCAL_WORLD_SIZE`. Ranks that
-    /// each took every core would decode on twice the threads there are cores, beside as many
-    /// training loops.
+    /// host's cores, and so does rayon's global pool, where the GPU side checks and plans
+    /// batches (when nothing in the process has used it yet). Under `torchrun`, one rank per
+    /// GPU: its `LOCAL_WORLD_SIZE`. Ranks that each took every core would decode on several
+    /// times the threads there are cores, beside as many training loops.
     pub fn processes_on_host(mut self, processes: usize) -> Self {
         self.config.processes_on_host = processes.max(1);
         self
@@ -480,6 +481,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// `collate_batches` and `prefetch`, the chain a user can also compose by hand. Must be
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
+        share_the_global_pool(self.config.processes_on_host);
         let gpu = self.open_gpu_if_used()?;
         let decoder = self.stage_decoder(&gpu)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
@@ -581,6 +583,22 @@ impl<P: CollateOn> PipelineBuilder<P> {
             // Refused, or turned into CPU decoding, when the GPU was opened.
             _ => Err(StageGpu::missing("GPU decoding needs a GPU")),
         }
+    }
+}
+
+/// Sizes rayon's global pool to this process's share of the host's cores, when several
+/// processes share the host and the pool has not started yet.
+fn share_the_global_pool(processes: usize) {
+    if processes <= 1 {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores / processes).max(1);
+    if let Err(error) = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+    {
+        tracing::debug!(target: "zarrpipe", "rayon's global pool keeps its size: {error}");
     }
 }
 
