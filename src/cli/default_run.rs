@@ -816,7 +816,7 @@ fn summarise(metrics: &MetricsSnapshot, seconds: f64) {
     );
     if metrics.cpu_copied_chunks > 0 {
         println!(
-            "{} chunks decoded on the CPU into memory of their own and copied into the batch: their codec chain (sharding, a transpose, a filter other than shuffle) is not decoded in place",
+            "{} chunks decoded on the CPU into memory of their own and copied into the batch: their codec chain (a transpose, fixedscaleoffset, or shards of inner chunks of those) is not decoded in place",
             metrics.cpu_copied_chunks
         );
     }

@@ -1,8 +1,9 @@
 //! Codec chains the CPU decodes straight into the caller's memory: a checksum, one
 //! whole-chunk compressor, a byte shuffle and a byte swap, each optional, in that decode
-//! order (what zarr-python, xarray and zarrpipe write unless they shard or transpose). Each
-//! thread keeps one context per codec library and one scratch buffer, so decoding a chunk
-//! allocates nothing and writes its output pages once. Other chains go through zarrs.
+//! order (what zarr-python, xarray and zarrpipe write unless they transpose; inside shards,
+//! the inner chunks' chain: see `direct_shard`). Each thread keeps one context per codec
+//! library and one scratch buffer, so decoding a chunk allocates nothing and writes its output
+//! pages once. Other chains go through zarrs.
 
 use std::cell::RefCell;
 use std::io::Read;
@@ -156,6 +157,16 @@ impl DirectChain {
             true => Ok(()),
             false => Err(CodecFailure::Size { actual: written }),
         }
+    }
+}
+
+/// Fills `out` with copies of `pattern`, one element's bytes (a fill value).
+pub(crate) fn fill(out: &mut [u8], pattern: &[u8]) {
+    match pattern {
+        [first, rest @ ..] if rest.iter().all(|byte| byte == first) => out.fill(*first),
+        _ => out
+            .chunks_exact_mut(pattern.len())
+            .for_each(|element| element.copy_from_slice(pattern)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Checking a chunk's stored bytes without planning GPU work: each step of its chain reads
 //! them as the GPU planner does (`plan`), with the same expected sizes and the same errors, so
-//! the CPU path refuses exactly the frames the GPU path refuses. Both call the size arithmetic
-//! here.
+//! the CPU path refuses exactly the frames the GPU path refuses. Both call the size and shard
+//! grid arithmetic here.
 
 use crate::chain::{Compressor, GpuChain, ShardSpec, Step};
 use crate::frames::{self, BloscFrame, FrameError};
@@ -129,6 +129,30 @@ pub(crate) fn shard_grid(inner_shape: &[u64], shard_shape: &[u64]) -> Result<Vec
         .collect())
 }
 
+/// True when a C-order block at any aligned start is one contiguous run of the outer array.
+pub(crate) fn is_contiguous_block(block: &[u64], outer: &[u64]) -> bool {
+    // Ones, then any extent on one axis, then whole axes.
+    match block.iter().position(|&b| b != 1) {
+        None => true,
+        Some(axis) => block[axis + 1..] == outer[axis + 1..],
+    }
+}
+
+/// The C-order multi-index of element `index` of `shape`.
+pub(crate) fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
+    let mut out = vec![0; shape.len()];
+    for axis in (0..shape.len()).rev() {
+        out[axis] = index % shape[axis];
+        index /= shape[axis];
+    }
+    out
+}
+
+/// The C-order element number of `indices` in `shape`.
+pub(crate) fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
+    indices.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
+}
+
 /// Stored bytes read as they are (by a kernel, or as the chunk itself when the chain decodes
 /// nothing) must be `expected` bytes.
 pub(crate) fn check_len(bytes: &[u8], expected: usize) -> Result {
@@ -247,6 +271,14 @@ mod tests {
             bytes.extend(len.to_le_bytes());
         }
         bytes
+    }
+
+    #[test]
+    fn contiguous_blocks() {
+        assert!(is_contiguous_block(&[1, 1, 640, 1280], &[4, 1, 640, 1280]));
+        assert!(is_contiguous_block(&[2, 640], &[8, 640]));
+        assert!(!is_contiguous_block(&[10, 10], &[20, 40]));
+        assert!(is_contiguous_block(&[1, 10], &[20, 40]));
     }
 
     #[test]

@@ -21,11 +21,12 @@ use zarrpipe_core::DType;
 use zarrpipe_store::{Dataset, EncodedChunk};
 
 use crate::chain::{Compressor, GpuChain, Step};
+use crate::chunk_decode::{direct_decoder, DirectDecoder};
 use crate::frame_check::check_chunk;
 use crate::frames::{self, shard_index, BloscFrame, FrameError};
 use crate::interpret::decode_batch;
 use crate::plan::{BatchPlan, ChunkInput};
-use crate::testing::{cases, fetch_all, random_bytes, write_cases};
+use crate::testing::{cases, decode_with_zarrs, fetch_all, random_bytes, write_cases};
 use crate::{decode_on_cpu, Error};
 
 /// Cases per property: `ZARRPIPE_FUZZ_CASES`, or 256.
@@ -170,6 +171,82 @@ fn mutated_chunks_of_every_codec_chain_never_panic() {
             decode_both_ways(chunk)
         })
         .unwrap();
+}
+
+/// Mutated shards whose inner chunks decode in place (`direct_shard`) decode as zarrs' sharding
+/// codec decodes them: the same bytes where both decode, an error from both where either fails.
+#[test]
+fn mutated_shards_decode_in_place_as_zarrs_decodes_them() {
+    let shards: Vec<&EncodedChunk> = corpus()
+        .iter()
+        .filter(|chunk| {
+            matches!(
+                direct_decoder(&chunk.request.variable),
+                Some(DirectDecoder::Shard(_))
+            )
+        })
+        .collect();
+    assert!(shards.len() >= 6, "{} shards", shards.len());
+    let outcomes = Mutex::new(BTreeMap::<(&str, bool), usize>::new());
+    let mut runner = TestRunner::new(Config {
+        cases: 4 * fuzz_cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (
+        0..shards.len(),
+        prop::collection::vec(mutation(), 1..4),
+        any::<bool>(),
+    );
+    runner
+        .run(&strategy, |(index, mutations, reseal)| {
+            let mut chunk = shards[index].clone();
+            let stored = chunk.bytes.as_ref().expect("stored chunk");
+            let mut mutated = mutate(stored, &mutations);
+            // The corpus' indexes lie at the end under a checksum: written anew, a mutated
+            // index reaches the bounds checks instead of failing its checksum.
+            let variable = &chunk.request.variable;
+            let index_len = 16 * variable.inner_chunks_per_shard().expect("sharded") as usize;
+            if reseal && mutated.len() >= index_len + 4 {
+                let end = mutated.len() - 4;
+                let checksum = crc32c::crc32c(&mutated[end - index_len..end]);
+                mutated[end..].copy_from_slice(&checksum.to_le_bytes());
+            }
+            chunk.bytes = Some(Bytes::from(mutated));
+            let key = chunk.request.key();
+            let direct = decode_on_cpu(chunk.clone());
+            let zarrs = decode_with_zarrs(chunk);
+            let outcome = match (&direct, &zarrs) {
+                (Ok(direct), Ok(zarrs)) => {
+                    prop_assert!(direct.bytes == zarrs.bytes, "`{key}`: bytes differ");
+                    "both decode"
+                }
+                (Err(Error::Panicked { message, .. }), _) => {
+                    return Err(TestCaseError::fail(format!("`{key}` panicked: {message}")))
+                }
+                (Err(_), Err(_)) => "both refuse",
+                _ => {
+                    return Err(TestCaseError::fail(format!(
+                        "`{key}`: in place {:?}, zarrs {:?}",
+                        direct.as_ref().map(|_| ()),
+                        zarrs.as_ref().map(|_| ())
+                    )))
+                }
+            };
+            *outcomes
+                .lock()
+                .unwrap()
+                .entry((outcome, reseal))
+                .or_default() += 1;
+            Ok(())
+        })
+        .unwrap();
+    let outcomes = outcomes.into_inner().unwrap();
+    eprintln!(
+        "{} shards, mutated (outcome, index resealed): {outcomes:?}",
+        shards.len()
+    );
+    assert_eq!(outcomes.len(), 4, "{outcomes:?}");
 }
 
 /// A stored chunk as the frame checks see it.

@@ -5,7 +5,8 @@
 use std::io::Read;
 
 use crate::chain::{Element, ScaleOffset};
-use crate::plan::{ravel, unravel, BatchPlan, Codec, Op, Region, Space};
+use crate::frame_check::{ravel, unravel};
+use crate::plan::{BatchPlan, Codec, Op, Region, Space};
 
 struct Buffers {
     input: Vec<u8>,

@@ -1,11 +1,12 @@
 //! Decode Zarr chunks: on the CPU in parallel on every core ([`CpuDecoder`]), common chains
-//! (crc32c, zstd, gzip, zlib, blosc, numcodecs lz4, shuffle, byte order) with the codec
-//! libraries straight into the memory the collator places them in ([`PendingChunks`]), the
-//! others (transpose, sharding_indexed and the numcodecs codecs zarrs supports) with zarrs'
-//! codecs; on the GPU in batches with nvCOMP 6 and zarrpipe's own kernels
-//! ([`GpuDecoder`], feature `cuda`); or both at once, each batch shared out by measured rates
-//! ([`SplitDecoder`]). The swap point is [`BatchDecoder`]: each decodes a batch into
-//! [`DecodedChunks`] in host or device memory, or pending, and both collators take each.
+//! (crc32c, zstd, gzip, zlib, blosc, numcodecs lz4, shuffle, byte order), and shards of inner
+//! chunks of them, with the codec libraries straight into the memory the collator places them
+//! in ([`PendingChunks`]), the others (transpose, fixedscaleoffset and the other numcodecs
+//! codecs zarrs supports, shards of inner chunks of those) with zarrs' codecs; on the GPU in
+//! batches with nvCOMP 6 and zarrpipe's own kernels ([`GpuDecoder`], feature `cuda`); or both
+//! at once, each batch shared out by measured rates ([`SplitDecoder`]). The swap point is
+//! [`BatchDecoder`]: each decodes a batch into [`DecodedChunks`] in host or device memory, or
+//! pending, and both collators take each.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -49,6 +50,7 @@ mod decode_batches;
 mod decode_path;
 mod decoded;
 mod direct;
+mod direct_shard;
 mod error;
 mod frame_check;
 mod frame_error;

@@ -18,8 +18,7 @@ use rayon::prelude::*;
 use zarrpipe_core::BatchStats;
 use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
-use crate::chunk_decode::{decode_on_cpu, direct_chain, write_chunk};
-use crate::direct::DirectChain;
+use crate::chunk_decode::{decode_on_cpu, direct_decoder, write_chunk, DirectDecoder};
 use crate::{CpuDecoder, DecodedChunk, Error, Result};
 
 /// Where the chunks of a batch go, as the collator planned them.
@@ -74,14 +73,22 @@ impl PendingChunks {
     /// returns when all are done with what decoding cost. A chunk that fails fails the batch,
     /// naming the chunk.
     pub fn decode_into(self, placement: &dyn ChunkPlacement) -> Result<BatchStats> {
-        let chains = direct_chains(&self.chunks);
+        let decoders = direct_decoders(&self.chunks);
         let decode = || {
+            // While a shard decodes on several threads, a waiting thread may take on another
+            // chunk, which finds the thread's scratch memory in use and makes its own. So a
+            // shard decoded into scratch memory decodes on several threads only where the
+            // batch has fewer chunks than threads (which would idle otherwise): at most that
+            // many shards' scratch memory at once.
+            let few = self.chunks.len() < rayon::current_num_threads();
             self.chunks
                 .par_iter()
                 .enumerate()
                 .map(|(index, chunk)| {
-                    let chain = chains[&variable_key(&chunk.request.variable)];
-                    guarded(chunk, || decode_chunk(chunk, index, chain, placement))
+                    let decoder = decoders[&variable_key(&chunk.request.variable)].as_ref();
+                    guarded(chunk, || {
+                        decode_chunk(chunk, index, decoder, placement, few)
+                    })
                 })
                 .try_reduce(BatchStats::default, |mut a, b| {
                     a += b;
@@ -129,16 +136,16 @@ fn variable_key(variable: &Arc<Variable>) -> usize {
     Arc::as_ptr(variable) as usize
 }
 
-/// Each variable's chain as [`DirectChain`] decodes it, if it does.
-fn direct_chains(chunks: &[EncodedChunk]) -> HashMap<usize, Option<DirectChain>> {
-    let mut chains = HashMap::new();
+/// Each variable's direct decoder, if the codec libraries decode its chunks in place.
+fn direct_decoders(chunks: &[EncodedChunk]) -> HashMap<usize, Option<DirectDecoder>> {
+    let mut decoders = HashMap::new();
     for chunk in chunks {
         let variable = &chunk.request.variable;
-        chains
+        decoders
             .entry(variable_key(variable))
-            .or_insert_with(|| direct_chain(variable));
+            .or_insert_with(|| direct_decoder(variable));
     }
-    chains
+    decoders
 }
 
 /// Runs `decode` on chunk `chunk`, turning a panic into an error naming it.
@@ -155,12 +162,14 @@ fn guarded(
     })
 }
 
-/// Decodes chunk `index` where `placement` puts it.
+/// Decodes chunk `index` where `placement` puts it; a shard decoded into scratch memory
+/// decodes on several threads only with `parallel_in_scratch`.
 fn decode_chunk(
     chunk: &EncodedChunk,
     index: usize,
-    chain: Option<DirectChain>,
+    decoder: Option<&DirectDecoder>,
     placement: &dyn ChunkPlacement,
+    parallel_in_scratch: bool,
 ) -> Result<BatchStats> {
     let started = Instant::now();
     let variable = &chunk.request.variable;
@@ -170,17 +179,23 @@ fn decode_chunk(
         cpu_decoded_chunks: 1,
         ..BatchStats::default()
     };
-    match chain {
-        Some(chain) => match placement.whole(index, len) {
-            Some(out) => write_chunk(chunk, chain, out)?,
-            None => SCRATCH.with_borrow_mut(|scratch| {
+    match decoder {
+        Some(decoder) => match placement.whole(index, len) {
+            Some(out) => write_chunk(chunk, decoder, out, true)?,
+            None => {
+                // Taken out while in use: a chunk this thread takes on meanwhile (while a
+                // shard decodes on several threads) finds none and makes its own.
+                let mut scratch = SCRATCH.take();
                 if scratch.len() < len {
                     scratch.resize(len, 0);
                 }
-                write_chunk(chunk, chain, &mut scratch[..len])?;
-                placement.put(index, &scratch[..len]);
-                Ok::<_, Error>(())
-            })?,
+                let written = write_chunk(chunk, decoder, &mut scratch[..len], parallel_in_scratch);
+                if written.is_ok() {
+                    placement.put(index, &scratch[..len]);
+                }
+                SCRATCH.set(scratch);
+                written?;
+            }
         },
         // zarrs decodes the chains this crate does not, into memory of their own.
         None => {

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use crate::chain::{Compressor, GpuChain, ScaleOffset, ShardSpec, Step};
 pub(crate) use crate::frame_check::MAX_DIMS;
 use crate::frame_check::{
-    check_len, element_sizes, encoded_shapes, shard_grid, step_lens, MAX_DECOMPRESSED,
+    check_len, element_sizes, encoded_shapes, is_contiguous_block, ravel, shard_grid, step_lens,
+    unravel, MAX_DECOMPRESSED,
 };
 use crate::frames::{self, BloscCodec, BloscFrame, BloscShuffle, FrameError};
 
@@ -668,41 +669,9 @@ fn last_new_buffer(steps: &[Step]) -> Option<usize> {
     })
 }
 
-/// True when a C-order block at any aligned start is one contiguous run of the outer array.
-fn is_contiguous_block(block: &[u64], outer: &[u64]) -> bool {
-    // Ones, then any extent on one axis, then whole axes.
-    match block.iter().position(|&b| b != 1) {
-        None => true,
-        Some(axis) => block[axis + 1..] == outer[axis + 1..],
-    }
-}
-
-/// The C-order multi-index of element `index` of `shape`.
-pub(crate) fn unravel(mut index: u64, shape: &[u64]) -> Vec<u64> {
-    let mut out = vec![0; shape.len()];
-    for axis in (0..shape.len()).rev() {
-        out[axis] = index % shape[axis];
-        index /= shape[axis];
-    }
-    out
-}
-
-/// The C-order element number of `indices` in `shape`.
-pub(crate) fn ravel(indices: &[u64], shape: &[u64]) -> u64 {
-    indices.iter().zip(shape).fold(0, |acc, (i, n)| acc * n + i)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn contiguous_blocks() {
-        assert!(is_contiguous_block(&[1, 1, 640, 1280], &[4, 1, 640, 1280]));
-        assert!(is_contiguous_block(&[2, 640], &[8, 640]));
-        assert!(!is_contiguous_block(&[10, 10], &[20, 40]));
-        assert!(is_contiguous_block(&[1, 10], &[20, 40]));
-    }
 
     #[test]
     fn uploads_that_follow_on_the_host_follow_on_the_device_when_their_reader_allows() {

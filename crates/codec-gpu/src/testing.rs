@@ -246,8 +246,9 @@ pub fn random_bytes(dtype: DType, count: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Writes every case as an array of a Zarr v3 group at `dir`; chunk (0, 1) of each array is
-/// left out, so missing chunks are covered too.
+/// Writes every case as an array of a Zarr v3 group at `dir`; the second chunk of each array
+/// in C order (chunk (0, 1) of a 2-D grid of several columns) is left out, so missing chunks
+/// are covered too.
 pub fn write_cases(dir: &Path, cases: &[Case], seed: u64) {
     let store = Arc::new(FilesystemStore::new(dir).expect("a writable directory"));
     std::fs::write(
@@ -261,13 +262,17 @@ pub fn write_cases(dir: &Path, cases: &[Case], seed: u64) {
             DType::Bool => json!(false),
             _ => json!(7),
         };
+        let dims: Vec<String> = match case.shape.len() {
+            2 => vec!["y".into(), "x".into()],
+            rank => (0..rank).map(|axis| format!("d{axis}")).collect(),
+        };
         let metadata = json!({
             "zarr_format": 3, "node_type": "array", "shape": case.shape,
             "data_type": case.dtype.zarr_name(),
             "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": case.chunks}},
             "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
             "fill_value": fill, "codecs": case.codecs, "attributes": {},
-            "dimension_names": ["y", "x"],
+            "dimension_names": dims,
         });
         let metadata: ArrayMetadata =
             serde_json::from_value(metadata).expect("valid array metadata");
@@ -275,19 +280,33 @@ pub fn write_cases(dir: &Path, cases: &[Case], seed: u64) {
             .unwrap_or_else(|error| panic!("{}: {error}", case.name));
         array.store_metadata().expect("metadata stored");
         let grid = array.chunk_grid_shape().to_vec();
-        let positions: Vec<(u64, u64)> = (0..grid[0])
-            .flat_map(|y| (0..grid[1]).map(move |x| (y, x)))
-            .filter(|&position| position != (0, 1))
+        let positions: Vec<Vec<u64>> = (0..grid.iter().product::<u64>())
+            .filter(|&number| number != 1)
+            .map(|number| nth_position(number, &grid))
             .collect();
-        positions.into_par_iter().for_each(|(y, x)| {
-            let subset = array.chunk_subset(&[y, x]).expect("chunk in grid");
+        positions.into_par_iter().for_each(|position| {
+            let subset = array.chunk_subset(&position).expect("chunk in grid");
             let count = subset.num_elements_usize();
-            let data = random_bytes(case.dtype, count, seed + index as u64 * 131 + y * 7 + x);
+            // Seeded as the 2-D cases always were: by the first two chunk indices.
+            let [y, x] = [0, 1].map(|axis| position.get(axis).copied().unwrap_or(0));
+            let rest: u64 = position.iter().skip(2).sum();
+            let seed = seed + index as u64 * 131 + y * 7 + x + rest * 1009;
+            let data = random_bytes(case.dtype, count, seed);
             array
-                .store_chunk(&[y, x], ArrayBytes::new_flen(Cow::Owned(data)))
+                .store_chunk(&position, ArrayBytes::new_flen(Cow::Owned(data)))
                 .unwrap_or_else(|error| panic!("{}: {error}", case.name));
         });
     }
+}
+
+/// The C-order `number`-th position of `grid`.
+fn nth_position(mut number: u64, grid: &[u64]) -> Vec<u64> {
+    let mut position = vec![0; grid.len()];
+    for (at, &extent) in position.iter_mut().zip(grid).rev() {
+        *at = number % extent;
+        number /= extent;
+    }
+    position
 }
 
 /// Every chunk of every variable of `dataset` (present or missing), fetched.
@@ -306,8 +325,16 @@ pub async fn fetch_all(dataset: &Dataset) -> Vec<EncodedChunk> {
         .expect("every chunk fetched")
 }
 
-/// Checks each decoded chunk against zarrs on the CPU, bit for bit; returns how many chunks
-/// were compared. Chunks zarrs cannot decode are skipped.
+/// Decodes a chunk with zarrs' codecs, whatever its chain (after the CPU path's frame checks,
+/// a panic caught as in [`decode_on_cpu`]): the reference [`decode_on_cpu`]'s direct decoding
+/// is checked against.
+pub fn decode_with_zarrs(chunk: EncodedChunk) -> Result<DecodedChunk> {
+    crate::chunk_decode::decode_with_zarrs(chunk)
+}
+
+/// Checks each decoded chunk against the CPU path ([`decode_on_cpu`]: the codec libraries, or
+/// zarrs), bit for bit; returns how many chunks were compared. Chunks the CPU path cannot
+/// decode are skipped.
 pub fn compare_with_cpu(chunks: &[EncodedChunk], decoded: &[Result<DecodedChunk>]) -> usize {
     assert_eq!(chunks.len(), decoded.len());
     let mut compared = 0;
