@@ -66,9 +66,10 @@ pub enum SplitPolicy {
     /// Every batch split so that both sides finish together: the most this host decodes.
     Balanced,
     /// The CPU first: the GPU takes the part of each batch that lets the CPU side keep up
-    /// with the consumer (all of it, if the consumer still waits then), sized from the consumer's waits and the
-    /// CPU side's load, and gives it back when the consumer keeps up; with `gpu_share`, only
-    /// while the GPU time spent decoding stays under that fraction of the wall-clock time.
+    /// with the consumer (all of it, if the consumer still waits then), sized from the
+    /// consumer's waits and the CPU side's load, and gives it back when the consumer keeps up;
+    /// with `gpu_share`, only while the GPU time spent decoding stays under that fraction of
+    /// the wall-clock time.
     Auto {
         /// Most of the GPU's time the decoder may use (e.g. 0.05); `None`: as much as the
         /// consumer's pace asks for.
@@ -224,8 +225,8 @@ impl SplitDecoder {
     }
 
     /// Where [`SplitPolicy::Auto`] reads the consumer's pace: the decode stage attaches it to
-    /// each batch and a pipeline's `BatchStream` records into it. The decoder keeps what it learnt (rates,
-    /// auto's share) for as long as it lives: keep it across epochs.
+    /// each batch and a pipeline's `BatchStream` records into it. The decoder keeps what it
+    /// learnt (rates, auto's share) for as long as it lives: keep it across epochs.
     pub fn pace(&self) -> Arc<Pace> {
         self.pace.clone()
     }
@@ -248,7 +249,7 @@ impl SplitDecoder {
     }
 
     /// The GPU's share of a kind's chunks with `rates` with nothing queued: balanced, leant
-    /// by the CPU's weight; under auto, no more than auto's share.
+    /// by the CPU's weight; under auto, auto's share.
     fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
         match self.policy {
             SplitPolicy::Balanced => lean(rates.balanced_gpu_share(self.prior), state.cpu_weight),

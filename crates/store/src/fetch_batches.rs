@@ -31,16 +31,16 @@ where
     // Tokio's semaphore is fair: reads start in the order they queued.
     let reads = Arc::new(Semaphore::new(reads.max(1)));
     // Memory slow to set aside is asked for once, when the first batch's size is known.
-    let asked = Arc::new(std::sync::Once::new());
+    let mut to_ask = memory.clone();
     StageStream::new(
         batches,
         batches_at_once,
         move |mut batch: Staged<M, Vec<ChunkRequest>>| {
             let reads = reads.clone();
             let memory = memory.clone();
-            if let Some(memory) = &memory {
+            if let Some(asked) = to_ask.take() {
                 let batch_bytes = batch.payload.iter().map(ChunkRequest::decoded_bytes).sum();
-                asked.call_once(|| memory.clone().expect_batches(batch_bytes, batches_at_once));
+                asked.expect_batches(batch_bytes, batches_at_once);
             }
             async move {
                 let requests = std::mem::take(&mut batch.payload);
