@@ -14,11 +14,16 @@
 //! rule moves work back to the CPU when the GPU side is what the consumer waits for (the CPU
 //! is then idle). Waits already in the pipe when the share changed are judged against the
 //! share their batches were given, so a change is not repeated while it takes effect.
+//!
+//! A wait the rule does not explain (the CPU side idle part of the time) is met by trials of
+//! a larger share, kept only where the consumer then waits less (`auto_trial.rs`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zarrpipe_core::PaceDelta;
+
+use crate::auto_trial::{Trials, Waits};
 
 /// The CPU side is given at most this share of its busy time, so small changes in the
 /// consumer's steps do not make it wait.
@@ -54,6 +59,14 @@ pub(crate) struct AutoShare {
     /// The GPU's share of the decoded bytes of each batch shared out and not yet delivered,
     /// oldest first, with when it was shared out.
     in_the_pipe: VecDeque<(Instant, f64)>,
+    /// Batches shared out so far, and those delivered (or dropped as stale).
+    shared: u64,
+    passed: u64,
+    /// The first batch shared out at the current share, and the consumer's waits over the
+    /// batches delivered from it on.
+    since: u64,
+    carried: Waits,
+    trials: Trials,
 }
 
 impl AutoShare {
@@ -65,6 +78,11 @@ impl AutoShare {
             cpu_load: 1.0,
             looked: None,
             in_the_pipe: VecDeque::new(),
+            shared: 0,
+            passed: 0,
+            since: 0,
+            carried: Waits::default(),
+            trials: Trials::default(),
         }
     }
 
@@ -80,7 +98,16 @@ impl AutoShare {
 
     /// Scales the share down, when the GPU has used more than its budget of time.
     pub(crate) fn scale_down(&mut self, factor: f64) {
-        self.share *= factor;
+        self.set_share(self.share * factor);
+    }
+
+    /// Sets the share for the batches shared out from now on.
+    fn set_share(&mut self, share: f64) {
+        if (share - self.share).abs() > 1e-9 {
+            self.share = share;
+            self.since = self.shared;
+            self.carried = Waits::default();
+        }
     }
 
     /// Reads what happened since the last look: `pace` (the consumer's counts so far) and
@@ -100,26 +127,43 @@ impl AutoShare {
         self.wait_share += (lately - self.wait_share) * weight(delta.steps.as_secs_f64());
         let load = ((cpu_busy - busy_then) / wall).clamp(0.0, 1.0);
         self.cpu_load += (load - self.cpu_load) * weight(wall);
+        let passed_before = self.passed;
         let given = self.delivered(delta.delivered, now);
+        if passed_before >= self.since {
+            self.carried.add(delta);
+        }
+        if let Some(back) = self.trials.judge(&self.carried, now) {
+            self.set_share(back);
+            return;
+        }
         // A single short wait is noise: the consumer keeps up.
         let waiting = lately > MOST_WAIT_SHARE && self.wait_share > MOST_WAIT_SHARE;
         let compute = 1.0 - if waiting { lately } else { 0.0 };
         let cpu_part = HEADROOM * (1.0 - given) * compute / self.cpu_load.max(LEAST_LOAD);
         let wanted = (1.0 - cpu_part).clamp(0.0, 1.0);
-        self.share = match (waiting, wanted > self.share) {
+        let share = match (waiting, wanted > self.share) {
             // Called in: at once, as much as the wait asks for.
-            (true, true) => wanted,
-            // Still waiting on the batches already in the pipe: keep the share.
-            (true, false) => self.share,
+            (true, true) => {
+                self.trials.cancel();
+                wanted
+            }
+            // Still waiting, with the batches in the pipe carrying the share or the CPU side
+            // not busy enough to explain it: keep the share, or try a larger one.
+            (true, false) => self.trials.start(self.share, &self.carried, now),
             // Keeping up: give back, halfway each batch, so that a moment's quiet does not
-            // send everything back to the CPU.
-            (false, _) => self.share.min((self.share + wanted) / 2.0),
+            // send everything back to the CPU; not below a share a trial showed to help.
+            (false, _) => {
+                let back = ((self.share + wanted) / 2.0).max(self.trials.floor(now));
+                self.share.min(back)
+            }
         };
+        self.set_share(share);
     }
 
     /// A batch was shared out at `now` with `gpu_fraction` of its decoded bytes on the GPU.
     pub(crate) fn shared_out(&mut self, gpu_fraction: f64, now: Instant) {
         self.in_the_pipe.push_back((now, gpu_fraction));
+        self.shared += 1;
     }
 
     /// Takes the `count` oldest batches in the pipe as delivered; returns their mean GPU
@@ -130,11 +174,13 @@ impl AutoShare {
                 true => self.in_the_pipe.pop_front(),
                 false => break,
             };
+            self.passed += 1;
         }
         let taken = (count as usize).min(self.in_the_pipe.len());
         if taken == 0 {
             return self.share;
         }
+        self.passed += taken as u64;
         let sum: f64 = self
             .in_the_pipe
             .drain(..taken)
@@ -179,9 +225,21 @@ mod tests {
 
         /// One batch delivered and one shared out; returns (the share given, the wait).
         fn step(&mut self, compute: f64, cpu_batch: f64) -> (f64, f64) {
+            self.step_beside(compute, cpu_batch, |_| 0.0)
+        }
+
+        /// `step`, with something other than the CPU side taking `elsewhere(share)` seconds
+        /// of each batch delivered with that GPU share (what feeds the GPU, slowed by the
+        /// CPU side's threads; a GPU side that is not fast enough).
+        fn step_beside(
+            &mut self,
+            compute: f64,
+            cpu_batch: f64,
+            elsewhere: impl Fn(f64) -> f64,
+        ) -> (f64, f64) {
             let delivered = self.ahead.pop_front().expect("a batch in the pipe");
             let cpu = (1.0 - delivered) * cpu_batch;
-            let period = compute.max(cpu);
+            let period = compute.max(cpu).max(elsewhere(delivered));
             let wait = period - compute;
             self.clock += Duration::from_secs_f64(period);
             self.cpu_busy += cpu;
@@ -240,6 +298,41 @@ mod tests {
         // And when it speeds up again, the GPU comes back.
         let again: Vec<_> = (0..40).map(|_| simulation.step(0.05, 0.15).0).collect();
         assert!((0.65..0.75).contains(&again[39]), "{again:?}");
+    }
+
+    #[test]
+    fn a_wait_the_cpu_sides_load_does_not_explain_is_met_by_a_larger_share_that_stays() {
+        // The consumer computes 100 ms a batch and the CPU side decodes a whole batch in 100,
+        // but what feeds the GPU is slowed by the CPU side's decoding: 300 ms a batch with
+        // every chunk on the CPU, less as the GPU takes more.
+        let mut simulation = Simulation::new(6);
+        let steps: Vec<_> = (0..80)
+            .map(|_| simulation.step_beside(0.1, 0.1, |share| 0.3 * (1.0 - share)))
+            .collect();
+        assert!(steps[79].0 >= 0.6, "{steps:?}");
+        assert!(
+            steps[50..].iter().all(|&(_, wait)| wait < 0.01),
+            "{steps:?}"
+        );
+    }
+
+    #[test]
+    fn a_larger_share_that_does_not_help_goes_back() {
+        // The consumer waits on something the GPU's share does not change.
+        let mut simulation = Simulation::new(6);
+        let steps: Vec<_> = (0..60)
+            .map(|_| simulation.step_beside(0.1, 0.1, |_| 0.3))
+            .collect();
+        // The rule raises the share while the CPU side's load it reads lags behind; then a
+        // trial raises it further, does not help, and the share goes back to where it was,
+        // with no other trial during the pause.
+        let tried = steps.iter().map(|&(share, _)| share).fold(0.0, f64::max);
+        let settled = steps[59].0;
+        assert!(tried > settled + 0.1, "no trial: {steps:?}");
+        assert!(
+            steps[30..].iter().all(|&(share, _)| share == settled),
+            "{steps:?}"
+        );
     }
 
     #[test]

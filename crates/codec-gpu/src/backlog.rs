@@ -89,6 +89,23 @@ impl Backlog {
         }
     }
 
+    /// Seconds from now until both sides have finished their queued work and then `cpu`
+    /// bytes on the CPU side and `gpu` bytes on the GPU side, at `(cpu_rate, gpu_rate)`; a
+    /// side with no bytes counts its queue alone.
+    pub(crate) fn finished_after(
+        &self,
+        cpu: f64,
+        gpu: f64,
+        (cpu_rate, gpu_rate): (f64, f64),
+    ) -> f64 {
+        let side = |queued: f64, bytes: f64, rate: f64| match bytes > 0.0 {
+            true => queued + bytes / rate,
+            false => queued,
+        };
+        let [cpu_queued, gpu_queued] = self.queued;
+        side(cpu_queued, cpu, cpu_rate).max(side(gpu_queued, gpu, gpu_rate))
+    }
+
     /// A backlog of `[cpu, gpu]` seconds (tests).
     #[cfg(test)]
     pub(crate) fn of(queued: [f64; 2]) -> Self {

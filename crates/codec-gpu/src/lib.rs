@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod auto_share;
+mod auto_trial;
 mod backlog;
 // Planning GPU batches is plain Rust, unit-tested everywhere against a CPU interpreter.
 #[cfg(any(feature = "cuda", test))]

@@ -482,19 +482,37 @@ impl Drop for Queued {
 
 /// How many of `count` chunks of `decoded_bytes` each go to the GPU, with the sides'
 /// `(cpu, gpu)` rates and their queued work: both sides finish together
-/// ([`Backlog::cpu_bytes`]).
+/// ([`Backlog::cpu_bytes`]), in whole chunks, rounded to the count that finishes the batch
+/// first. Rounded to the nearest count instead, a batch of 7 shards of 170 MB (W1 in shards
+/// of 4 steps) gave the CPU side one or more whole shards that it decoded in 130-200 ms
+/// while the GPU decoded the rest in about 60, and split delivered 20.47 GB/s where the GPU
+/// alone delivered 33.00 (H100, 2026-11-27; docs/benchmarks.md, "Split on a sharded store").
 fn gpu_chunks(
     count: usize,
     decoded_bytes: u64,
     (cpu_rate, gpu_rate): (f64, f64),
     backlog: &Backlog,
 ) -> usize {
-    let bytes = count as f64 * decoded_bytes as f64;
-    let gpu_share = match bytes > 0.0 {
-        true => 1.0 - backlog.cpu_bytes(bytes, cpu_rate, gpu_rate) / bytes,
-        false => gpu_rate / (cpu_rate + gpu_rate).max(f64::MIN_POSITIVE),
+    let chunk = decoded_bytes as f64;
+    if count == 0 || chunk <= 0.0 {
+        let gpu_share = gpu_rate / (cpu_rate + gpu_rate).max(f64::MIN_POSITIVE);
+        return ((count as f64 * gpu_share).round() as usize).min(count);
+    }
+    let cpu_exact = backlog.cpu_bytes(count as f64 * chunk, cpu_rate, gpu_rate) / chunk;
+    let fewer = (cpu_exact.floor() as usize).min(count);
+    let more = (cpu_exact.ceil() as usize).min(count);
+    let finished = |to_cpu: usize| {
+        backlog.finished_after(
+            to_cpu as f64 * chunk,
+            (count - to_cpu) as f64 * chunk,
+            (cpu_rate, gpu_rate),
+        )
     };
-    ((count as f64 * gpu_share).round() as usize).min(count)
+    let to_cpu = match more > fewer && finished(more) < finished(fewer) {
+        true => more,
+        false => fewer,
+    };
+    count - to_cpu
 }
 
 /// `to_gpu` of a kind's `count` chunks, or none when they make a part too small to pay its
@@ -737,6 +755,26 @@ mod tests {
         let far_behind = Backlog::of([1.0, 0.0]);
         assert_eq!(gpu_chunks(100, 1 << 20, rates, &far_behind), 100);
         assert_eq!(gpu_chunks(0, 1 << 20, rates, &idle), 0);
+    }
+
+    #[test]
+    fn a_side_gets_a_whole_chunk_only_where_the_batch_finishes_sooner() {
+        // 7 shards of 170 MB, the CPU side at 1.7 GB/s and the GPU at 20: balanced, the CPU
+        // would take 0.55 of a shard; a whole one takes it 100 ms where the GPU decodes all
+        // seven in 60.
+        let shard = 170_000_000;
+        let idle = Backlog::default();
+        assert_eq!(gpu_chunks(7, shard, (1.7e9, 20e9), &idle), 7);
+        // With the CPU at 6 GB/s, one shard (28 ms) beside six on the GPU (51 ms) is sooner.
+        assert_eq!(gpu_chunks(7, shard, (6e9, 20e9), &idle), 6);
+        // The GPU's queued work counts: with 20 ms queued there, the CPU takes two.
+        assert_eq!(
+            gpu_chunks(7, shard, (6e9, 20e9), &Backlog::of([0.0, 0.02])),
+            5
+        );
+        // A side without a rate gets nothing.
+        assert_eq!(gpu_chunks(7, shard, (0.0, 20e9), &idle), 7);
+        assert_eq!(gpu_chunks(7, shard, (6e9, 0.0), &idle), 0);
     }
 
     #[test]
