@@ -612,14 +612,12 @@ impl BatchDecoder for SplitDecoder {
         .boxed()
     }
 
-    /// Split: the GPU side's (the CPU side decodes from pinned memory as well as from any).
-    /// Auto: none. Its CPU side decodes nearly every chunk, which pinned memory does not speed
-    /// up, so it leaves the host's pinned memory to the rest of the process.
+    /// The GPU side's: the CPU side decodes from pinned memory as well as from any. Auto
+    /// needs it as much as split does where it sends the GPU most chunks: without it, auto
+    /// with every chunk on the GPU delivered W1 of 64 steps at 22.5 / 26.6 GB/s where GPU
+    /// decoding delivered 35.9 / 32.4 (H100, 2026-11-27; docs/benchmarks.md).
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
-        match self.policy {
-            SplitPolicy::Balanced => self.gpu.read_memory(),
-            SplitPolicy::Auto { .. } => None,
-        }
+        self.gpu.read_memory()
     }
 
     /// Auto's: it shares batches out by the consumer's waits.
