@@ -22,6 +22,8 @@ const HELPED: f64 = 0.8;
 /// A trial raises the share by the consumer's wait share, and by at least this share of what
 /// the CPU side had, so that the change shows.
 const LEAST_STEP: f64 = 0.25;
+/// A consumer waiting no more than this share of its time at a share has nothing to gain.
+const NO_WAIT: f64 = 0.005;
 /// After a trial that did not help, none for this long.
 const PAUSE: Duration = Duration::from_secs(20);
 /// A share a trial kept is not given back for this long.
@@ -100,7 +102,7 @@ impl Trials {
         let Some(wait) = waits.judged() else {
             return share;
         };
-        if self.running.is_some() || paused || share >= 1.0 {
+        if self.running.is_some() || paused || share >= 1.0 || wait <= NO_WAIT {
             return share;
         }
         let to = 1.0 - (1.0 - share) * (1.0 - wait.max(LEAST_STEP));
