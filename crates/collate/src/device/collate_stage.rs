@@ -15,6 +15,7 @@ use zarrpipe_cuda::cudarc::driver::{CudaSlice, DevicePtr};
 use zarrpipe_cuda::{CudaError, During};
 use zarrpipe_store::ChunkRequest;
 
+use super::turns::Ticket;
 use super::{timed_event, DeviceCollator, Gpu};
 use crate::{Batch, BatchCollator, DecodedBatch, Result};
 
@@ -37,8 +38,10 @@ impl BatchCollator for DeviceCollator {
         self: Arc<Self>,
         batch: DecodedBatch,
     ) -> BoxFuture<'static, Result<Batch<Gpu>>> {
+        // Taken as the batch comes, before anything waits (`turns.rs`).
+        let ticket = self.turns.ticket();
         async move {
-            tokio::task::spawn_blocking(move || self.collate_now(batch))
+            tokio::task::spawn_blocking(move || self.collate_now(batch, ticket))
                 .await
                 .map_err(|error| {
                     CudaError::call(
@@ -59,7 +62,7 @@ impl BatchCollator for DeviceCollator {
 }
 
 impl DeviceCollator {
-    fn collate_now(&self, batch: DecodedBatch) -> Result<Batch<Gpu>> {
+    fn collate_now(&self, batch: DecodedBatch, ticket: Ticket) -> Result<Batch<Gpu>> {
         let started = Instant::now();
         let Staged {
             index,
@@ -97,6 +100,9 @@ impl DeviceCollator {
             requests.extend(host.drain(..).map(|chunk| chunk.request));
             memory.push(ChunkMemory::Uploaded { _buffer: buffer });
         }
+        // This batch's turn: its pending chunks decode and its tensors' room is reserved only
+        // after the batches before it have done both.
+        let turn = ticket.wait();
         for part in pending {
             // Decoded on the CPU straight into the pinned buffer they upload from.
             let lens: Vec<usize> = (0..part.chunks().len())
@@ -104,13 +110,10 @@ impl DeviceCollator {
                 .collect();
             let part_requests: Vec<ChunkRequest> = part.requests().into_iter().cloned().collect();
             let mut decoding = BatchStats::default();
-            // Taken before the pinned buffer: batches waiting to decode hold none.
-            let one_batch = self.decoding.lock().unwrap_or_else(|p| p.into_inner());
             let (buffer, offsets) = self.staging().upload_written(&lens, &stream, |runs| {
                 decoding = part.decode_into(&ChunkRuns::new(runs))?;
                 Ok(())
             })?;
-            drop(one_batch);
             stats += decoding;
             let base = buffer.device_ptr(&stream).0;
             addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
@@ -121,6 +124,7 @@ impl DeviceCollator {
         // The GPU's work for this batch runs from `tensors.begun` (the upload above is the
         // copy engine's) to `ready`.
         let tensors = self.enqueue(&samples, &chunks, &stream)?;
+        drop(turn);
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
         // can go (in the stream's order, after the kernels that read it).

@@ -10,6 +10,7 @@ mod collate_stage;
 mod gpu_place;
 mod pool;
 mod staging;
+mod turns;
 
 use std::sync::Arc;
 
@@ -53,12 +54,13 @@ pub struct DeviceCollator {
     /// Every batch's uploads and kernels (give it a high priority: the GPU's decoding fills
     /// every SM, and a batch's kernels are what the consumer waits for).
     stream: Arc<CudaStream>,
-    /// Held while a batch's pending chunks decode on the CPU: one batch at a time on every
-    /// decoding thread finishes soonest, and its upload and kernels overlap the next one's
-    /// decoding. Four at once finish together and leave the threads idle while they upload
-    /// (W1 on an H100 host, 2026-11-26: 4.8-5.5 GB/s where the CPU's bound was 6.5-7.1,
+    /// Batches decode their pending chunks on the CPU and reserve their tensors' room one at
+    /// a time, in the order they came (`turns.rs`). One batch at a time on every decoding
+    /// thread finishes soonest, and its upload and kernels overlap the next one's decoding;
+    /// four at once finish together and leave the threads idle while they upload (W1 on an
+    /// H100 host, 2026-11-26: 4.8-5.5 GB/s where the CPU's bound was 6.5-7.1,
     /// `benches/results/2026-11-26_h100_cpu_in_place.md`).
-    decoding: std::sync::Mutex<()>,
+    turns: Arc<turns::Turns>,
 }
 
 impl std::fmt::Debug for DeviceCollator {
@@ -116,7 +118,7 @@ impl DeviceCollator {
             statics,
             pool,
             stream,
-            decoding: std::sync::Mutex::new(()),
+            turns: Arc::default(),
         })
     }
 
