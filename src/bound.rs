@@ -3,6 +3,11 @@
 //! (libzstd, c-blosc, zlib, lz4: the ones zarrpipe links) into another buffer it reuses. No
 //! zarrpipe stage runs, so what a pipeline delivers on the same cores can be judged against
 //! it (`zarrpipe bound`, the peer harness's `cpu-bound` row).
+//!
+//! A buffer a thread reuses stays in the cores' caches; a batch does not. With `into_place`,
+//! each thread decodes its files one after the other into a region of its own of one large
+//! buffer instead (a pass's decoded bytes, at most [`MOST_PLACE_BYTES`]), as zarrpipe decodes
+//! each chunk into its place in a batch: the same work with the output in memory, not cache.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -12,6 +17,10 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 use zarrpipe_store::{Dataset, Variable};
+
+/// The largest buffer `into_place` decodes into: larger than any batch of the workloads'
+/// (W1's batch is 564 MB of float32) and than any host's caches.
+pub const MOST_PLACE_BYTES: usize = 4 << 30;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -25,6 +34,8 @@ pub struct BoundOptions {
     pub passes: usize,
     /// Also time decoding alone, the stored bytes already in memory.
     pub decode_only: bool,
+    /// Decode into places in one large buffer, not a buffer each thread reuses.
+    pub into_place: bool,
 }
 
 /// The bound, in decoded bytes per second.
@@ -48,6 +59,8 @@ pub struct BoundReport {
     pub decoded_gb_per_s: f64,
     /// Decoded GB/s of the best pass decoding bytes already in memory (with `decode_only`).
     pub decode_only_gb_per_s: Option<f64>,
+    /// Whether the threads decoded into places in one large buffer.
+    pub into_place: bool,
 }
 
 /// A whole-chunk codec, applied by its library.
@@ -104,7 +117,8 @@ pub fn measure(dataset: &Dataset, options: &BoundOptions) -> anyhow::Result<Boun
         bail!("{}: no chunk file to read", dataset.url());
     }
     let threads = options.threads.max(1);
-    let pass = || run_pass(&files, threads, codec, None);
+    let mut places = Places::new(&files, threads, options.into_place)?;
+    let mut pass = || run_pass(&files, threads, codec, None, &mut places);
     let (stored_bytes, decoded_bytes, _) = pass()?;
     let mut best = f64::INFINITY;
     for _ in 0..options.passes.max(1) {
@@ -118,7 +132,7 @@ pub fn measure(dataset: &Dataset, options: &BoundOptions) -> anyhow::Result<Boun
                 .collect::<Result<_, _>>()?;
             let mut best = f64::INFINITY;
             for _ in 0..options.passes.max(1) {
-                best = best.min(run_pass(&files, threads, codec, Some(&stored))?.2);
+                best = best.min(run_pass(&files, threads, codec, Some(&stored), &mut places)?.2);
             }
             Some(decoded_bytes as f64 / best / 1e9)
         }
@@ -134,7 +148,46 @@ pub fn measure(dataset: &Dataset, options: &BoundOptions) -> anyhow::Result<Boun
         seconds: best,
         decoded_gb_per_s: decoded_bytes as f64 / best / 1e9,
         decode_only_gb_per_s: decode_only,
+        into_place: options.into_place,
     })
+}
+
+/// Where the threads decode: a buffer each reuses, or a region each of one large buffer.
+struct Places {
+    /// The large buffer (empty when each thread reuses its own).
+    buffer: Vec<u8>,
+    threads: usize,
+}
+
+impl Places {
+    fn new(files: &[ChunkFile], threads: usize, into_place: bool) -> anyhow::Result<Self> {
+        if !into_place {
+            return Ok(Self {
+                buffer: Vec::new(),
+                threads,
+            });
+        }
+        let largest = files.iter().map(|file| file.decoded).max().unwrap_or(0);
+        let total: usize = files.iter().map(|file| file.decoded).sum();
+        let len = total.min(MOST_PLACE_BYTES).max(largest * threads);
+        Ok(Self {
+            buffer: vec![0; len],
+            threads,
+        })
+    }
+
+    /// Each thread's region; `None` each when the threads reuse their own buffers.
+    fn regions(&mut self) -> Vec<Option<&mut [u8]>> {
+        if self.buffer.is_empty() {
+            return (0..self.threads).map(|_| None).collect();
+        }
+        let region = (self.buffer.len() / self.threads).max(1);
+        self.buffer
+            .chunks_mut(region)
+            .take(self.threads)
+            .map(Some)
+            .collect()
+    }
 }
 
 /// The whole-chunk codec of `variable`'s chain.
@@ -172,12 +225,17 @@ fn run_pass(
     threads: usize,
     codec: Codec,
     stored: Option<&[Vec<u8>]>,
+    places: &mut Places,
 ) -> anyhow::Result<(u64, u64, f64)> {
     let next = AtomicUsize::new(0);
+    let regions = places.regions();
     let started = Instant::now();
     let totals = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| scope.spawn(|| worker(files, codec, stored, &next)))
+        let next = &next;
+        let workers: Vec<_> = regions
+            .into_iter()
+            .take(threads)
+            .map(|region| scope.spawn(move || worker(files, codec, stored, next, region)))
             .collect();
         workers
             .into_iter()
@@ -190,15 +248,18 @@ fn run_pass(
     Ok((stored_bytes, decoded_bytes, seconds))
 }
 
-/// One thread: takes files until none is left, reusing its buffers and codec context.
+/// One thread: takes files until none is left, reusing its input buffer and codec context,
+/// and decoding into a buffer it reuses or, one after the other, into `region`.
 fn worker(
     files: &[ChunkFile],
     codec: Codec,
     stored: Option<&[Vec<u8>]>,
     next: &AtomicUsize,
+    mut region: Option<&mut [u8]>,
 ) -> anyhow::Result<(u64, u64)> {
     let mut input = Vec::new();
     let mut output = Vec::new();
+    let mut at = 0usize;
     let mut zstd = zstd::bulk::Decompressor::new()?;
     let mut zlib = flate2::Decompress::new(true);
     let (mut stored_bytes, mut decoded_bytes) = (0u64, 0u64);
@@ -215,10 +276,22 @@ fn worker(
                 &input
             }
         };
-        if output.len() < file.decoded {
-            output.resize(file.decoded, 0);
-        }
-        let out = &mut output[..file.decoded];
+        let out = match region.as_deref_mut() {
+            Some(region) => {
+                if at + file.decoded > region.len() {
+                    at = 0;
+                }
+                let place = &mut region[at..at + file.decoded];
+                at = (at + file.decoded).next_multiple_of(64);
+                place
+            }
+            None => {
+                if output.len() < file.decoded {
+                    output.resize(file.decoded, 0);
+                }
+                &mut output[..file.decoded]
+            }
+        };
         let written = match codec {
             Codec::None => bytes.len(),
             Codec::Zstd => zstd.decompress_to_buffer(bytes, out)?,

@@ -909,6 +909,31 @@ fn bound_reads_and_decodes_every_chunk_file_with_the_codec_alone() {
             json["decode_only_gb_per_s"].as_f64().unwrap() > 0.0,
             "{codec}"
         );
+        assert_eq!(json["into_place"], false);
+        // Into places of one large buffer: the same files and bytes, each checked to decode
+        // to its size.
+        let into_place: serde_json::Value = serde_json::from_str(&stdout(&zarrpipe(&[
+            "bound",
+            path,
+            "--threads",
+            "3",
+            "--passes",
+            "2",
+            "--decode-only",
+            "--into-place",
+            "--json",
+        ])))
+        .unwrap();
+        assert_eq!(into_place["into_place"], true);
+        assert_eq!(into_place["chunks"], json["chunks"], "{codec}");
+        assert_eq!(
+            into_place["decoded_bytes"], json["decoded_bytes"],
+            "{codec}"
+        );
+        assert!(
+            into_place["decoded_gb_per_s"].as_f64().unwrap() > 0.0,
+            "{codec}"
+        );
     }
     let sharded = dir.path().join("sharded.zarr");
     let sharded = sharded.to_str().unwrap();

@@ -19,6 +19,11 @@ pub struct BoundArgs {
     /// Also time decoding alone, the stored bytes already in memory.
     #[arg(long)]
     decode_only: bool,
+    /// Decode each chunk into a place of its own in one buffer as large as a pass's output (at
+    /// most 4 GiB), as zarrpipe decodes into a batch, not into a buffer each thread reuses
+    /// (which stays in the cores' caches).
+    #[arg(long)]
+    into_place: bool,
     /// Print JSON instead of a line.
     #[arg(long)]
     json: bool,
@@ -34,6 +39,7 @@ pub async fn run(args: BoundArgs) -> anyhow::Result<()> {
         threads: args.threads.unwrap_or(cores),
         passes: args.passes,
         decode_only: args.decode_only,
+        into_place: args.into_place,
     };
     let report = tokio::task::spawn_blocking(move || measure(&dataset, &options)).await??;
     if args.json {
@@ -45,13 +51,14 @@ pub async fn run(args: BoundArgs) -> anyhow::Result<()> {
         .map(|rate| format!("; {rate:.2} GB/s decoding alone, the frames in memory"))
         .unwrap_or_default();
     println!(
-        "{}: {} {} chunk files ({:.1} MB stored, {:.1} MB decoded) read and decoded by {} threads at {:.2} GB/s decoded{decode_only}",
+        "{}: {} {} chunk files ({:.1} MB stored, {:.1} MB decoded) read and decoded by {} threads{} at {:.2} GB/s decoded{decode_only}",
         report.url,
         report.chunks,
         report.codec,
         report.stored_bytes as f64 / 1e6,
         report.decoded_bytes as f64 / 1e6,
         report.threads,
+        if report.into_place { " into place" } else { "" },
         report.decoded_gb_per_s,
     );
     let auto = default_cpu_decode_threads(DecodeOn::Auto { gpu_share: None }, 1);
