@@ -1,8 +1,8 @@
 //! Shared types of zarrpipe: element types ([`DType`]), devices ([`Device`]), the conversion of
 //! decoded chunk bytes to `f32` with CF decoding ([`CfDecoding`]), the envelope a batch travels in between stages ([`Staged`],
 //! with what each stage cost in [`BatchStats`]), the ordered-concurrency stream the stage
-//! adapters are built on ([`InFlight`], [`StageStream`]), and the consumer's [`Pace`], which
-//! adaptive stages read.
+//! adapters are built on ([`InFlight`], [`StageStream`]), the consumer's [`Pace`], which
+//! adaptive stages read, and the [`TicketOrder`] in which batches take shared resources.
 //!
 //! ```
 //! use zarrpipe_core::{DType, Device};
@@ -23,6 +23,7 @@ mod panic_message;
 mod retaining_allocator;
 mod stage_stream;
 mod staged;
+mod ticket_order;
 
 pub use cf::{decode_to_f32, decoded_values_f64, CfDecoding};
 pub use device::{Device, ParseDeviceError};
@@ -33,3 +34,4 @@ pub use panic_message::panic_message;
 pub use retaining_allocator::RetainingAllocator;
 pub use stage_stream::StageStream;
 pub use staged::{BatchStats, Staged};
+pub use ticket_order::TicketOrder;

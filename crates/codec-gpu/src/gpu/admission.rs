@@ -3,10 +3,10 @@
 //! later batch admitted before an earlier one could hold the memory the earlier one waits for
 //! while itself waiting, downstream, for that earlier one.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use zarrpipe_core::TicketOrder;
 
 /// Admits batches to a device-memory budget, one after the other in ticket order.
 #[derive(Debug)]
@@ -18,12 +18,8 @@ pub(super) struct Admission {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The next ticket handed out.
-    issued: u64,
-    /// The ticket admitted next.
-    next: u64,
-    /// Tickets dropped before their turn: skipped when it comes.
-    abandoned: BTreeSet<u64>,
+    /// The order of admission.
+    order: TicketOrder,
     /// Bytes admitted and not yet given back.
     used: usize,
 }
@@ -61,22 +57,11 @@ impl Admission {
 
     /// The next place in the order: take it when the batch comes, before anything awaits.
     pub(super) fn ticket(self: &Arc<Self>) -> Ticket {
-        let mut state = self.lock();
-        let number = state.issued;
-        state.issued += 1;
+        let number = self.lock().order.issue();
         Ticket {
             admission: self.clone(),
             number,
             admitted: false,
-        }
-    }
-}
-
-impl State {
-    /// Moves `next` past the tickets dropped before their turn.
-    fn skip_abandoned(&mut self) {
-        while self.abandoned.remove(&self.next) {
-            self.next += 1;
         }
     }
 }
@@ -94,9 +79,8 @@ impl Ticket {
             {
                 let mut state = admission.lock();
                 let fits = state.used == 0 || state.used + bytes <= admission.budget;
-                if state.next == self.number && fits {
-                    state.next += 1;
-                    state.skip_abandoned();
+                if state.order.is_turn(self.number) && fits {
+                    state.order.pass_on();
                     state.used += bytes;
                     self.admitted = true;
                     drop(state);
@@ -117,14 +101,7 @@ impl Drop for Ticket {
         if self.admitted {
             return;
         }
-        let mut state = self.admission.lock();
-        if state.next == self.number {
-            state.next += 1;
-            state.skip_abandoned();
-        } else {
-            state.abandoned.insert(self.number);
-        }
-        drop(state);
+        self.admission.lock().order.abandon(self.number);
         self.admission.changed.notify_waiters();
     }
 }

@@ -4,24 +4,15 @@
 //! first would hold it while it waits, downstream, for the earlier one, which waits for the
 //! room. A batch takes its ticket when it comes (`collate_batch`), before anything waits.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use zarrpipe_core::TicketOrder;
 
 /// Turns handed out in ticket order.
 #[derive(Debug, Default)]
 pub(super) struct Turns {
-    state: Mutex<State>,
+    order: Mutex<TicketOrder>,
     changed: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// The next ticket handed out.
-    issued: u64,
-    /// The ticket whose turn it is.
-    next: u64,
-    /// Tickets dropped before their turn: skipped when it comes.
-    abandoned: BTreeSet<u64>,
 }
 
 /// A batch's place in the order; dropped before its turn, it gives the turn to the next.
@@ -39,29 +30,16 @@ pub(super) struct Turn {
 }
 
 impl Turns {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, TicketOrder> {
+        self.order.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The next place in the order.
     pub(super) fn ticket(self: &Arc<Self>) -> Ticket {
-        let mut state = self.lock();
-        let number = state.issued;
-        state.issued += 1;
         Ticket {
             turns: self.clone(),
-            number,
+            number: self.lock().issue(),
             taken: false,
-        }
-    }
-}
-
-impl State {
-    /// Moves `next` on, past the tickets dropped before their turn.
-    fn pass_on(&mut self) {
-        self.next += 1;
-        while self.abandoned.remove(&self.next) {
-            self.next += 1;
         }
     }
 }
@@ -69,13 +47,13 @@ impl State {
 impl Ticket {
     /// Blocks until this ticket's turn.
     pub(super) fn wait(mut self) -> Turn {
-        let state = self.turns.lock();
-        let state = self
+        let order = self.turns.lock();
+        let order = self
             .turns
             .changed
-            .wait_while(state, |state| state.next != self.number)
+            .wait_while(order, |order| !order.is_turn(self.number))
             .unwrap_or_else(PoisonError::into_inner);
-        drop(state);
+        drop(order);
         self.taken = true;
         Turn {
             turns: self.turns.clone(),
@@ -88,14 +66,7 @@ impl Drop for Ticket {
         if self.taken {
             return;
         }
-        let mut state = self.turns.lock();
-        match state.next == self.number {
-            true => state.pass_on(),
-            false => {
-                state.abandoned.insert(self.number);
-            }
-        }
-        drop(state);
+        self.turns.lock().abandon(self.number);
         self.turns.changed.notify_all();
     }
 }
