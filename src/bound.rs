@@ -117,8 +117,8 @@ pub fn measure(dataset: &Dataset, options: &BoundOptions) -> anyhow::Result<Boun
         bail!("{}: no chunk file to read", dataset.url());
     }
     let threads = options.threads.max(1);
-    let mut places = Places::new(&files, threads, options.into_place)?;
-    let mut pass = || run_pass(&files, threads, codec, None, &mut places);
+    let mut places = Places::new(&files, threads, options.into_place);
+    let mut pass = || run_pass(&files, codec, None, &mut places);
     let (stored_bytes, decoded_bytes, _) = pass()?;
     let mut best = f64::INFINITY;
     for _ in 0..options.passes.max(1) {
@@ -132,7 +132,7 @@ pub fn measure(dataset: &Dataset, options: &BoundOptions) -> anyhow::Result<Boun
                 .collect::<Result<_, _>>()?;
             let mut best = f64::INFINITY;
             for _ in 0..options.passes.max(1) {
-                best = best.min(run_pass(&files, threads, codec, Some(&stored), &mut places)?.2);
+                best = best.min(run_pass(&files, codec, Some(&stored), &mut places)?.2);
             }
             Some(decoded_bytes as f64 / best / 1e9)
         }
@@ -160,23 +160,23 @@ struct Places {
 }
 
 impl Places {
-    fn new(files: &[ChunkFile], threads: usize, into_place: bool) -> anyhow::Result<Self> {
+    fn new(files: &[ChunkFile], threads: usize, into_place: bool) -> Self {
         if !into_place {
-            return Ok(Self {
+            return Self {
                 buffer: Vec::new(),
                 threads,
-            });
+            };
         }
         let largest = files.iter().map(|file| file.decoded).max().unwrap_or(0);
         let total: usize = files.iter().map(|file| file.decoded).sum();
         let len = total.min(MOST_PLACE_BYTES).max(largest * threads);
-        Ok(Self {
+        Self {
             buffer: vec![0; len],
             threads,
-        })
+        }
     }
 
-    /// Each thread's region; `None` each when the threads reuse their own buffers.
+    /// One entry per thread: its region, or `None` when the threads reuse their own buffers.
     fn regions(&mut self) -> Vec<Option<&mut [u8]>> {
         if self.buffer.is_empty() {
             return (0..self.threads).map(|_| None).collect();
@@ -218,11 +218,10 @@ fn codec_of(variable: &Variable) -> anyhow::Result<Codec> {
     })
 }
 
-/// One pass over `files` on `threads` threads, from disk or from `stored`: (stored bytes,
-/// decoded bytes, seconds).
+/// One pass over `files` on a thread per place of `places`, from disk or from `stored`: (stored
+/// bytes, decoded bytes, seconds).
 fn run_pass(
     files: &[ChunkFile],
-    threads: usize,
     codec: Codec,
     stored: Option<&[Vec<u8>]>,
     places: &mut Places,
@@ -234,7 +233,6 @@ fn run_pass(
         let next = &next;
         let workers: Vec<_> = regions
             .into_iter()
-            .take(threads)
             .map(|region| scope.spawn(move || worker(files, codec, stored, next, region)))
             .collect();
         workers
