@@ -59,9 +59,8 @@ pub(crate) struct AutoShare {
     /// The GPU's share of the decoded bytes of each batch shared out and not yet delivered,
     /// oldest first, with when it was shared out.
     in_the_pipe: VecDeque<(Instant, f64)>,
-    /// Batches shared out so far, and those delivered (or dropped as stale).
+    /// Batches shared out so far.
     shared: u64,
-    passed: u64,
     /// The first batch shared out at the current share, and the consumer's waits over the
     /// batches delivered from it on.
     since: u64,
@@ -79,7 +78,6 @@ impl AutoShare {
             looked: None,
             in_the_pipe: VecDeque::new(),
             shared: 0,
-            passed: 0,
             since: 0,
             carried: Waits::default(),
             trials: Trials::default(),
@@ -127,7 +125,7 @@ impl AutoShare {
         self.wait_share += (lately - self.wait_share) * weight(delta.steps.as_secs_f64());
         let load = ((cpu_busy - busy_then) / wall).clamp(0.0, 1.0);
         self.cpu_load += (load - self.cpu_load) * weight(wall);
-        let passed_before = self.passed;
+        let passed_before = self.passed();
         let given = self.delivered(delta.delivered, now);
         if passed_before >= self.since {
             self.carried.add(delta);
@@ -163,6 +161,11 @@ impl AutoShare {
         self.set_share(share);
     }
 
+    /// Batches shared out and since delivered (or dropped as stale).
+    fn passed(&self) -> u64 {
+        self.shared - self.in_the_pipe.len() as u64
+    }
+
     /// A batch was shared out at `now` with `gpu_fraction` of its decoded bytes on the GPU.
     pub(crate) fn shared_out(&mut self, gpu_fraction: f64, now: Instant) {
         self.in_the_pipe.push_back((now, gpu_fraction));
@@ -177,13 +180,11 @@ impl AutoShare {
                 true => self.in_the_pipe.pop_front(),
                 false => break,
             };
-            self.passed += 1;
         }
         let taken = (count as usize).min(self.in_the_pipe.len());
         if taken == 0 {
             return self.share;
         }
-        self.passed += taken as u64;
         let sum: f64 = self
             .in_the_pipe
             .drain(..taken)
