@@ -31,22 +31,17 @@ const HOLD: Duration = Duration::from_secs(20);
 
 /// The consumer's waits over the batches delivered at one share.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Waits {
-    wait: f64,
-    steps: f64,
-    batches: u64,
-}
+pub(crate) struct Waits(PaceDelta);
 
 impl Waits {
     pub(crate) fn add(&mut self, delta: PaceDelta) {
-        self.wait += delta.wait.as_secs_f64();
-        self.steps += delta.steps.as_secs_f64();
-        self.batches += delta.delivered;
+        self.0 += delta;
     }
 
     /// The share of the consumer's time spent waiting; `None` until enough batches came.
     fn judged(&self) -> Option<f64> {
-        (self.batches >= BATCHES_TO_JUDGE && self.steps > 0.0).then(|| self.wait / self.steps)
+        let waits = &self.0;
+        (waits.delivered >= BATCHES_TO_JUDGE && !waits.steps.is_zero()).then(|| waits.wait_share())
     }
 }
 

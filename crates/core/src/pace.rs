@@ -80,6 +80,14 @@ impl std::ops::Sub for PaceDelta {
     }
 }
 
+impl std::ops::AddAssign for PaceDelta {
+    fn add_assign(&mut self, later: PaceDelta) {
+        self.delivered = self.delivered.saturating_add(later.delivered);
+        self.wait = self.wait.saturating_add(later.wait);
+        self.steps = self.steps.saturating_add(later.steps);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +112,9 @@ mod tests {
         );
         assert!((since.wait_share() - 0.0025).abs() < 1e-12);
         assert_eq!(PaceDelta::default().wait_share(), 0.0);
+        // Deltas add back up to the counts.
+        let mut summed = before;
+        summed += since;
+        assert_eq!(summed, counts);
     }
 }
