@@ -103,6 +103,7 @@ impl DeviceCollator {
         // This batch's turn: its pending chunks decode and its tensors' room is reserved only
         // after the batches before it have done both.
         let turn = ticket.wait();
+        tracing::debug!(target: "zarrpipe::timeline", "batch {index}: collator's turn");
         for part in pending {
             // Decoded on the CPU straight into the pinned buffer they upload from.
             let lens: Vec<usize> = (0..part.chunks().len())
@@ -125,6 +126,7 @@ impl DeviceCollator {
         // copy engine's) to `ready`.
         let tensors = self.enqueue(&samples, &chunks, &stream)?;
         drop(turn);
+        tracing::debug!(target: "zarrpipe::timeline", "batch {index}: kernels queued");
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
         // can go (in the stream's order, after the kernels that read it).

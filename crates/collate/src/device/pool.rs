@@ -144,6 +144,14 @@ impl TensorPool {
     pub fn reserve(&self, bytes: usize) -> TensorRoom {
         let inner = &self.inner;
         let mut state = inner.lock();
+        if state.outstanding > 0 && state.outstanding + bytes > inner.cap {
+            tracing::debug!(
+                target: "zarrpipe::timeline",
+                "tensor room: {bytes} bytes wait, {} of {} out",
+                state.outstanding,
+                inner.cap
+            );
+        }
         while state.outstanding > 0 && state.outstanding + bytes > inner.cap {
             state = inner
                 .returned

@@ -153,18 +153,51 @@ impl Staging {
         let reusable = (0..buffers.len())
             .filter(|&i| buffers[i].0.len() >= len && buffers[i].1.is_complete())
             .min_by_key(|&i| buffers[i].0.len());
-        match reusable {
-            Some(index) => Ok(buffers.swap_remove(index).0),
-            // A power of two: uploads of CPU-decoded chunks vary in size from batch to batch,
-            // and each new size allocated would hold up every CUDA call of the process for
-            // tens of milliseconds (`cudaHostAlloc`; benches/pinned_allocation_probe.py).
-            // SAFETY: host memory; every byte uploaded is written first.
-            None => unsafe {
-                self.context
-                    .alloc_pinned::<u8>(len.next_power_of_two().max(1 << 16))
-            }
-            .during("allocating pinned memory")
-            .map_err(Into::into),
+        if let Some(index) = reusable {
+            return Ok(buffers.swap_remove(index).0);
+        }
+        drop(buffers);
+        let size = pinned_size(len);
+        let started = std::time::Instant::now();
+        // SAFETY: host memory; every byte uploaded is written first.
+        let pinned =
+            unsafe { self.context.alloc_pinned::<u8>(size) }.during("allocating pinned memory")?;
+        tracing::debug!(
+            target: "zarrpipe::timeline",
+            "pinned upload buffer of {size} bytes allocated in {:?}",
+            started.elapsed()
+        );
+        Ok(pinned)
+    }
+}
+
+/// The size a pinned buffer for `len` bytes is allocated at: uploads of CPU-decoded chunks
+/// vary in size from batch to batch, and each new size allocated holds up every CUDA call of
+/// the process for tens of milliseconds (`cudaHostAlloc`; benches/pinned_allocation_probe.py),
+/// so sizes are rounded up to an eighth of their power of two: at most eight sizes an octave,
+/// under 25% more than asked for (a power of two would pin 4 GiB for a 2.27 GB batch).
+fn pinned_size(len: usize) -> usize {
+    let len = len.max(1 << 16);
+    let step = len.next_power_of_two() / 8;
+    len.next_multiple_of(step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pinned_size;
+
+    #[test]
+    fn pinned_sizes_come_in_eighths_of_a_power_of_two() {
+        assert_eq!(pinned_size(1), 1 << 16);
+        assert_eq!(pinned_size(2_270_000_000), 5 << 29);
+        assert_eq!(pinned_size(1 << 30), 1 << 30);
+        assert_eq!(pinned_size((1 << 30) + 1), 5 << 28);
+        for len in [100_000, 3_000_000, 2_270_000_000usize] {
+            let size = pinned_size(len);
+            assert!(
+                size >= len && (size as f64) < len as f64 * 1.25,
+                "{len} -> {size}"
+            );
         }
     }
 }
