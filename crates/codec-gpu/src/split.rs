@@ -612,16 +612,12 @@ impl BatchDecoder for SplitDecoder {
         .boxed()
     }
 
-    /// Split: the GPU side's (the CPU side decodes from pinned memory as well as from any).
-    /// Auto: none. With the GPU side's, auto beside setup B's model stopped after 49 batches
-    /// on an H100 (2026-11-27; docs/training.md), where GPU decoding alone with the same
-    /// memory ran through; without it, auto with every chunk on the GPU delivers W1 of 64
-    /// steps at 22.5 / 26.6 GB/s where GPU decoding delivers 35.9 / 32.4 (H100, 2026-11-27).
+    /// The GPU side's: the CPU side decodes from pinned memory as well as from any. Auto
+    /// needs it as much as split does where it sends the GPU most chunks: without it, auto
+    /// with every chunk on the GPU delivered W1 of 64 steps at 22.5 / 26.6 GB/s where GPU
+    /// decoding delivered 35.9 / 32.4 (H100, 2026-11-27; docs/benchmarks.md).
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
-        match self.policy {
-            SplitPolicy::Balanced => self.gpu.read_memory(),
-            SplitPolicy::Auto { .. } => None,
-        }
+        self.gpu.read_memory()
     }
 
     /// Auto's: it shares batches out by the consumer's waits.
