@@ -108,10 +108,16 @@ impl AutoShare {
         }
     }
 
-    /// Reads what happened since the last look: `pace` (the consumer's counts so far) and
-    /// `cpu_busy` (the CPU side's busy seconds so far) at `now`; sets the share for the
-    /// batches shared out next.
-    pub(crate) fn update(&mut self, pace: PaceDelta, cpu_busy: f64, now: Instant) {
+    /// Reads what happened since the last look: `pace` (the consumer's counts so far),
+    /// `cpu_busy` (the CPU side's busy seconds so far) and `queued` (each side's work queued,
+    /// in seconds: `[cpu, gpu]`) at `now`; sets the share for the batches shared out next.
+    pub(crate) fn update(
+        &mut self,
+        pace: PaceDelta,
+        cpu_busy: f64,
+        queued: [f64; 2],
+        now: Instant,
+    ) {
         let (looked_at, busy_then) = *self.looked.get_or_insert((now, cpu_busy));
         let wall = now.saturating_duration_since(looked_at).as_secs_f64();
         let delta = pace - self.seen;
@@ -148,14 +154,22 @@ impl AutoShare {
             // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
             wanted
+        } else if waiting && queued[1] > queued[0] {
+            // The batches wait for the GPU side while the CPU side is idle part of the time:
+            // work goes back to the CPU, halfway to the share that keeps it busy. Beside setup
+            // B's model the GPU, shared with the model, fell up to a second behind at 94% of
+            // the chunks while the CPU side had 30-60 ms queued (H100, 2026-11-27;
+            // docs/training.md).
+            self.trials.cancel();
+            (self.share + wanted) / 2.0
         } else if keeping_up {
             // Give back, halfway each batch, so that a moment's quiet does not send
             // everything back to the CPU; not below a share a trial showed to help.
             let back = ((self.share + wanted) / 2.0).max(self.trials.floor(now));
             self.share.min(back)
         } else {
-            // Still waiting, with the batches in the pipe carrying the share or the CPU side
-            // not busy enough to explain it: keep the share, or try a larger one.
+            // Still waiting, with the batches in the pipe carrying the share or neither side
+            // behind: keep the share, or try a larger one.
             self.trials.start(self.share, &self.carried, now)
         };
         self.set_share(share);
@@ -208,13 +222,16 @@ mod tests {
         pace: PaceDelta,
         cpu_busy: f64,
         ahead: VecDeque<f64>,
+        /// Seconds the GPU side takes for a whole batch, where it is modelled (its queue then
+        /// tells auto which side is behind).
+        gpu_batch: Option<f64>,
     }
 
     impl Simulation {
         fn new(depth: usize) -> Self {
             let mut auto = AutoShare::new();
             let clock = Instant::now();
-            auto.update(PaceDelta::default(), 0.0, clock);
+            auto.update(PaceDelta::default(), 0.0, [0.0; 2], clock);
             for _ in 0..depth {
                 auto.shared_out(0.0, clock);
             }
@@ -224,6 +241,7 @@ mod tests {
                 pace: PaceDelta::default(),
                 cpu_busy: 0.0,
                 ahead: std::iter::repeat_n(0.0, depth).collect(),
+                gpu_batch: None,
             }
         }
 
@@ -250,7 +268,14 @@ mod tests {
             self.pace.delivered += 1;
             self.pace.wait += Duration::from_secs_f64(wait);
             self.pace.steps += Duration::from_secs_f64(period);
-            self.auto.update(self.pace, self.cpu_busy, self.clock);
+            let queued = match self.gpu_batch {
+                Some(gpu_batch) => self.ahead.iter().fold([0.0; 2], |[cpu, gpu], &share| {
+                    [cpu + (1.0 - share) * cpu_batch, gpu + share * gpu_batch]
+                }),
+                None => [0.0; 2],
+            };
+            self.auto
+                .update(self.pace, self.cpu_busy, queued, self.clock);
             let share = self.auto.share();
             self.auto.shared_out(share, self.clock);
             self.ahead.push_back(share);
@@ -278,6 +303,25 @@ mod tests {
         );
         assert!(
             steps[20..].iter().all(|&(_, wait)| wait < 0.005),
+            "{steps:?}"
+        );
+    }
+
+    #[test]
+    fn a_gpu_side_that_falls_behind_gives_work_back_to_the_cpu() {
+        // The CPU side decodes a whole batch in 500 ms and the GPU side (shared with the
+        // consumer's model) in 200, the consumer computes 100: both sides finish together at
+        // a share of 5/7 (a batch every 143 ms); the GPU alone would take 200 ms a batch.
+        let mut simulation = Simulation::new(6);
+        simulation.gpu_batch = Some(0.2);
+        let steps: Vec<_> = (0..80)
+            .map(|_| simulation.step_beside(0.1, 0.5, |share| 0.2 * share))
+            .collect();
+        let periods: Vec<f64> = steps.iter().map(|&(_, wait)| 0.1 / (1.0 - wait)).collect();
+        let late = periods[40..].iter().sum::<f64>() / 40.0;
+        assert!(late < 0.17, "a batch every {late} s: {steps:?}");
+        assert!(
+            steps[40..].iter().all(|&(share, _)| share < 0.9),
             "{steps:?}"
         );
     }

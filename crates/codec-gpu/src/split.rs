@@ -284,7 +284,7 @@ impl SplitDecoder {
         let ahead = state.backlog.seconds();
         if let SplitPolicy::Auto { gpu_share } = self.policy {
             let cpu_busy = state.busy[Side::Cpu as usize].busy_seconds(now);
-            state.auto.update(self.pace.counts(), cpu_busy, now);
+            state.auto.update(self.pace.counts(), cpu_busy, ahead, now);
             if let Some(share) = gpu_share {
                 if state.gpu_time.as_secs_f64() > share * started.elapsed().as_secs_f64() {
                     state.auto.scale_down(0.75);
