@@ -153,6 +153,8 @@ class ZarrpipeBatches:
             options["decode_on"] = args.mode
             if args.mode == "auto" and args.gpu_share is not None:
                 options["gpu_share"] = args.gpu_share
+            if args.cpu_decode_threads is not None:
+                options["cpu_decode_threads"] = args.cpu_decode_threads
         self.pipe = zarrpipe.Pipeline(args.store, **options)
         self.pipe_batch_size = args.batch_size
         self.finished: dict[str, float] = {}
@@ -389,6 +391,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mode", choices=["gpu", "cpu", "split", "auto"], default="gpu",
                    help="zarrpipe on a GPU: where chunks are decoded (cpu: CPU decode, GPU collate)")
     p.add_argument("--gpu-share", type=float, help="zarrpipe auto: the GPU time it may take")
+    p.add_argument("--cpu-decode-threads", type=int,
+                   help="zarrpipe on a GPU: threads decoding on the CPU (cpu, split, auto)")
     p.add_argument("--variables", default=",".join(SETUP_A),
                    help="comma-separated, or 'all' (every data variable, levels as channels)")
     p.add_argument("--stats", help="per-channel mean and std (zarrpipe stats --json); "
