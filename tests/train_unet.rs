@@ -1,10 +1,10 @@
-//! `examples/09_train_unet.rs` on the CPU: its `--tiny` run (the resnet18 U-Net trained on
+//! `examples/09_train_unet/` on the CPU: its `--tiny` run (the resnet18 U-Net trained on
 //! 32 x 32 crops of the sample store with host batches) must give finite losses that fall,
 //! and bad settings must fail with errors that say what to change. The example's own code is
 //! compiled in here, so this test needs no built example binary.
 
 #[allow(dead_code)]
-#[path = "../examples/09_train_unet.rs"]
+#[path = "../examples/09_train_unet/main.rs"]
 mod train_unet;
 
 use clap::Parser;
