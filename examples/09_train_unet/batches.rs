@@ -1,6 +1,7 @@
 //! The batches: zarrpipe's stream epoch after epoch, or synthetic tensors, as candle tensors
 //! on the training device.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use anyhow::Context;
 use candle_core::{Device, Tensor};
 use zarrpipe::batcher::Shuffle;
 use zarrpipe::collate::CollateOptions;
-use zarrpipe::pipeline::PipelineBuilder;
+use zarrpipe::pipeline::{PipelineBuilder, Place};
 use zarrpipe::prelude::*;
 
 /// What every loader's pipeline shares.
@@ -86,18 +87,10 @@ impl Batches {
                 stream,
                 past_gpu,
             } => {
-                let batch = match stream.try_next().await? {
-                    Some(batch) => batch,
-                    None => {
-                        *past_gpu += stream.metrics().gpu_busy;
-                        *epoch += 1;
-                        *stream = config.builder(*epoch).build().await?;
-                        stream
-                            .try_next()
-                            .await?
-                            .context("an epoch with no batches")?
-                    }
-                };
+                let batch = next_over_epochs(stream, epoch, past_gpu, |epoch| async move {
+                    Ok(config.builder(epoch).build().await?)
+                })
+                .await?;
                 let targets = batch.targets.context("forecasting batches have targets")?;
                 Ok((
                     host_tensor(batch.inputs, device)?,
@@ -113,18 +106,11 @@ impl Batches {
                 stream,
                 past_gpu,
             } => {
-                let batch = match stream.try_next().await? {
-                    Some(batch) => batch,
-                    None => {
-                        *past_gpu += stream.metrics().gpu_busy;
-                        *epoch += 1;
-                        *stream = gpu_stream(config, gpu, *decode_on, *epoch).await?;
-                        stream
-                            .try_next()
-                            .await?
-                            .context("an epoch with no batches")?
-                    }
-                };
+                let decode_on = *decode_on;
+                let batch = next_over_epochs(stream, epoch, past_gpu, |epoch| {
+                    gpu_stream(config, gpu, decode_on, epoch)
+                })
+                .await?;
                 // The same device memory, now candle's; candle's stream waits for the batch.
                 let batch = batch.into_candle(device)?;
                 let targets = batch.targets.context("forecasting batches have targets")?;
@@ -146,6 +132,26 @@ impl Batches {
             } => *past_gpu + stream.metrics().gpu_busy,
         }
     }
+}
+
+/// The next batch of an epoch's `stream`; at its end, the first of the next epoch's stream,
+/// which `next_epoch` builds (the epoch done adds its GPU time to `past_gpu`).
+async fn next_over_epochs<P: Place, F>(
+    stream: &mut BatchStream<P>,
+    epoch: &mut u64,
+    past_gpu: &mut Duration,
+    next_epoch: impl FnOnce(u64) -> F,
+) -> anyhow::Result<Batch<P>>
+where
+    F: Future<Output = anyhow::Result<BatchStream<P>>>,
+{
+    if let Some(batch) = stream.try_next().await? {
+        return Ok(batch);
+    }
+    *past_gpu += stream.metrics().gpu_busy;
+    *epoch += 1;
+    *stream = next_epoch(*epoch).await?;
+    stream.try_next().await?.context("an epoch with no batches")
 }
 
 /// A host batch tensor as a candle tensor on `device` (a copy; an upload on a GPU).

@@ -3,9 +3,9 @@
 //! to explain it, the rule asks for no more, and the wait has another cause. A GPU side with
 //! more work queued than the CPU side gives work back to the CPU (`auto_share.rs`); otherwise
 //! the cause may be the CPU side's threads slowing what feeds the GPU (reading, checks,
-//! staging). So auto tries: it raises the share by the wait, watches the consumer over the batches that
-//! carry the new share, and keeps it only if the consumer then waits clearly less; otherwise
-//! the share goes back and no trial runs for a while. A kept share holds against the rule's
+//! staging). So auto tries: it raises the share by the wait, watches the consumer over the
+//! batches that carry the new share, and keeps it only if the consumer then waits clearly
+//! less; otherwise the share goes back and no trial runs for a while. A kept share holds against the rule's
 //! give-back for a while, then must prove itself again.
 //!
 //! Beside setup B's model (43 fields in fp32, H200, 2026-11-27) the rule alone settled at a

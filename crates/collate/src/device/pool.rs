@@ -144,7 +144,9 @@ impl TensorPool {
     pub fn reserve(&self, bytes: usize) -> TensorRoom {
         let inner = &self.inner;
         let mut state = inner.lock();
-        if state.outstanding > 0 && state.outstanding + bytes > inner.cap {
+        let full =
+            |state: &PoolState| state.outstanding > 0 && state.outstanding + bytes > inner.cap;
+        if full(&state) {
             tracing::debug!(
                 target: "zarrpipe::timeline",
                 "tensor room: {bytes} bytes wait, {} of {} out",
@@ -152,7 +154,7 @@ impl TensorPool {
                 inner.cap
             );
         }
-        while state.outstanding > 0 && state.outstanding + bytes > inner.cap {
+        while full(&state) {
             state = inner
                 .returned
                 .wait(state)
