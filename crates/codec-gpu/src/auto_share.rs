@@ -150,18 +150,25 @@ impl AutoShare {
         let compute = 1.0 - if waiting { lately } else { 0.0 };
         let cpu_part = HEADROOM * (1.0 - given) * compute / self.cpu_load.max(LEAST_LOAD);
         let wanted = (1.0 - cpu_part).clamp(0.0, 1.0);
-        let share = if waiting && wanted > self.share {
+        // Batches with every chunk on the GPU say nothing of what the CPU side would take.
+        let cpu_measured = given < 1.0;
+        let share = if waiting && wanted > self.share && cpu_measured {
             // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
             wanted
+        } else if let Some(every) = self
+            .trials
+            .start_every_batch(self.share, &self.carried, now)
+        {
+            // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
+            every
         } else if waiting && queued[1] > queued[0] {
             // The batches wait for the GPU side while the CPU side is idle part of the time:
-            // work goes back to the CPU, halfway to the share that keeps it busy. Beside setup
-            // B's model the GPU, shared with the model, fell up to a second behind at 94% of
-            // the chunks while the CPU side had 30-60 ms queued (H100, 2026-11-27;
-            // docs/training.md).
-            self.trials.cancel();
-            (self.share + wanted) / 2.0
+            // work goes back to the CPU, halfway to the share that keeps it busy, not below a
+            // share under trial or kept. Beside setup B's model the GPU, shared with the
+            // model, fell up to a second behind at 94% of the chunks while the CPU side had
+            // 30-60 ms queued (H100, 2026-11-27; docs/training.md).
+            ((self.share + wanted) / 2.0).max(self.trials.floor(now))
         } else if keeping_up {
             // Give back, halfway each batch, so that a moment's quiet does not send
             // everything back to the CPU; not below a share a trial showed to help.
@@ -259,7 +266,19 @@ mod tests {
             cpu_batch: f64,
             elsewhere: impl Fn(f64) -> f64,
         ) -> (f64, f64) {
+            self.step_with(|_| compute, cpu_batch, elsewhere)
+        }
+
+        /// `step_beside`, with the consumer computing `compute(share)` seconds beside a
+        /// batch delivered with that GPU share (a model sharing the GPU with the decoding).
+        fn step_with(
+            &mut self,
+            compute: impl Fn(f64) -> f64,
+            cpu_batch: f64,
+            elsewhere: impl Fn(f64) -> f64,
+        ) -> (f64, f64) {
             let delivered = self.ahead.pop_front().expect("a batch in the pipe");
+            let compute = compute(delivered);
             let cpu = (1.0 - delivered) * cpu_batch;
             let period = compute.max(cpu).max(elsewhere(delivered));
             let wait = period - compute;
@@ -324,6 +343,20 @@ mod tests {
             steps[40..].iter().all(|&(share, _)| share < 0.9),
             "{steps:?}"
         );
+    }
+
+    #[test]
+    fn every_batch_goes_to_the_gpu_where_mixed_batches_slow_the_consumer() {
+        // The consumer's model shares the GPU: it steps in 100 ms beside batches decoded on
+        // the GPU alone and in 115 ms beside mixed ones; the CPU side decodes a whole batch in
+        // 500 ms, so the rule alone settles on a mix with no wait.
+        let mut simulation = Simulation::new(6);
+        let compute = |share: f64| if share >= 1.0 { 0.1 } else { 0.115 };
+        let steps: Vec<_> = (0..120)
+            .map(|_| simulation.step_with(compute, 0.5, |_| 0.0))
+            .collect();
+        let whole = steps[60..].iter().filter(|&&(share, _)| share >= 1.0).count();
+        assert!(whole >= 55, "{steps:?}");
     }
 
     #[test]
