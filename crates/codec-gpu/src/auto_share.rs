@@ -66,6 +66,8 @@ pub(crate) struct AutoShare {
     since: u64,
     carried: Waits,
     trials: Trials,
+    /// A trial's share went back, and the batches given it are still being delivered.
+    after_trial: bool,
 }
 
 impl AutoShare {
@@ -81,6 +83,7 @@ impl AutoShare {
             since: 0,
             carried: Waits::default(),
             trials: Trials::default(),
+            after_trial: false,
         }
     }
 
@@ -136,10 +139,18 @@ impl AutoShare {
         if passed_before >= self.since {
             self.carried.add(delta);
         }
+        self.trials.observe(delta, given);
         if let Some(back) = self.trials.judge(&self.carried, now) {
             self.set_share(back);
+            self.after_trial = true;
             return;
         }
+        // After a trial, the batches still in the pipe carry the share tried: every chunk on
+        // the GPU says nothing of the CPU side, so the rule waits for the share gone back to.
+        if self.after_trial && passed_before < self.since {
+            return;
+        }
+        self.after_trial = false;
         // A single short wait is noise: the consumer keeps up.
         let waiting = lately > MOST_WAIT_SHARE && self.wait_share > MOST_WAIT_SHARE;
         // Keeping up over the window, not only in the last batch: beside setup B's model
@@ -156,10 +167,7 @@ impl AutoShare {
             // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
             wanted
-        } else if let Some(every) = self
-            .trials
-            .start_every_batch(self.share, &self.carried, now)
-        {
+        } else if let Some(every) = self.trials.start_every_batch(self.share, now) {
             // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
             every
         } else if waiting && queued[1] > queued[0] {
@@ -355,7 +363,10 @@ mod tests {
         let steps: Vec<_> = (0..120)
             .map(|_| simulation.step_with(compute, 0.5, |_| 0.0))
             .collect();
-        let whole = steps[60..].iter().filter(|&&(share, _)| share >= 1.0).count();
+        let whole = steps[60..]
+            .iter()
+            .filter(|&&(share, _)| share >= 1.0)
+            .count();
         assert!(whole >= 55, "{steps:?}");
     }
 

@@ -18,6 +18,7 @@
 //! B's model, auto at 82-96% of the chunks on the GPU trained 11% slower than GPU decoding
 //! while the consumer waited 0.5-7.8% of its time (H100, 2026-11-27; docs/training.md).
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zarrpipe_core::PaceDelta;
@@ -67,6 +68,39 @@ impl Waits {
     }
 }
 
+/// The consumer's last steps, each with the GPU's mean share of the batches they took: what a
+/// trial of every batch on the GPU is compared with. Where the GPU decodes most of each batch
+/// the rule moves the share a little nearly every batch, so the steps at one share are too few.
+#[derive(Debug, Default)]
+struct Recent(VecDeque<(PaceDelta, f64)>);
+
+impl Recent {
+    fn add(&mut self, delta: PaceDelta, given: f64) {
+        self.0.push_back((delta, given));
+        let mut delivered: u64 = self.0.iter().map(|(delta, _)| delta.delivered).sum();
+        while let Some((front, _)) = self.0.front() {
+            if delivered - front.delivered < BATCHES_TO_JUDGE_PACE {
+                break;
+            }
+            delivered -= front.delivered;
+            self.0.pop_front();
+        }
+    }
+
+    /// The waits over the last batches, if the GPU decoded most of every one and the CPU
+    /// some: the mix a trial of every batch is compared with.
+    fn mostly_on_the_gpu(&self) -> Option<Waits> {
+        let mut waits = Waits::default();
+        for &(delta, given) in &self.0 {
+            if !(MOSTLY_GPU..1.0).contains(&given) {
+                return None;
+            }
+            waits.add(delta);
+        }
+        Some(waits)
+    }
+}
+
 /// A trial under way: the share it raised from, the consumer's wait and mean step there, the
 /// share tried.
 #[derive(Clone, Copy, Debug)]
@@ -101,15 +135,22 @@ pub(crate) struct Trials {
     paused_until: Option<Instant>,
     /// A share a trial showed to help, and until when the give-back stops there.
     held: Option<(f64, Instant)>,
+    recent: Recent,
 }
 
 impl Trials {
+    /// The consumer took batches with `delta`, `given` the GPU's mean share of them.
+    pub(crate) fn observe(&mut self, delta: PaceDelta, given: f64) {
+        self.recent.add(delta, given);
+    }
+
     /// Judges a trial under way by the consumer's `waits` at its share: the share to go back
     /// to if it did not help.
     pub(crate) fn judge(&mut self, waits: &Waits, now: Instant) -> Option<f64> {
         let trial = self.running?;
         let (wait, step) = waits.judged_over(trial.batches())?;
         self.running = None;
+        self.recent = Recent::default();
         let helped = trial.helped(wait, step);
         tracing::debug!(
             trial.from,
@@ -143,18 +184,17 @@ impl Trials {
         }
     }
 
-    /// The GPU decodes most of each batch at `share`, with the consumer's `waits` there: the
-    /// share to go on with, every batch on the GPU if it has not been tried lately.
-    pub(crate) fn start_every_batch(
-        &mut self,
-        share: f64,
-        waits: &Waits,
-        now: Instant,
-    ) -> Option<f64> {
+    /// The GPU decodes most of each batch at `share`: the share to go on with, every batch on
+    /// the GPU if it has not been tried lately and the last batches were mostly on the GPU too.
+    pub(crate) fn start_every_batch(&mut self, share: f64, now: Instant) -> Option<f64> {
         if share < MOSTLY_GPU {
             return None;
         }
-        let (wait, step) = self.may_start(share, waits, now)?;
+        let waits = self.recent.mostly_on_the_gpu()?;
+        if waits.0.delivered < BATCHES_TO_JUDGE_PACE {
+            return None;
+        }
+        let (wait, step) = self.may_start(share, &waits, now)?;
         Some(self.run(share, wait, step, 1.0))
     }
 
@@ -190,5 +230,101 @@ impl Trials {
             (None, Some((share, until))) if now < until => share,
             _ => 0.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn steps(count: u64, step_ms: u64) -> Waits {
+        let mut waits = Waits::default();
+        for _ in 0..count {
+            waits.add(batch(step_ms));
+        }
+        waits
+    }
+
+    fn batch(step_ms: u64) -> PaceDelta {
+        PaceDelta {
+            delivered: 1,
+            wait: Duration::from_millis(2),
+            steps: Duration::from_millis(step_ms),
+        }
+    }
+
+    #[test]
+    fn every_batch_is_tried_from_a_share_that_moves_each_batch_and_kept_when_faster() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        for n in 0..BATCHES_TO_JUDGE_PACE {
+            assert_eq!(
+                trials.start_every_batch(0.85, now),
+                None,
+                "too few steps yet"
+            );
+            trials.observe(batch(100), 0.8 + 0.05 * (n % 3) as f64);
+        }
+        assert_eq!(trials.start_every_batch(0.85, now), Some(1.0));
+        assert_eq!(trials.floor(now), 1.0);
+        // Not judged before enough batches came at the tried share.
+        assert_eq!(
+            trials.judge(&steps(BATCHES_TO_JUDGE_PACE - 1, 90), now),
+            None
+        );
+        assert!(trials.running.is_some());
+        assert_eq!(trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 95), now), None);
+        assert!(trials.running.is_none());
+        assert_eq!(trials.floor(now + HOLD / 2), 1.0);
+        assert_eq!(trials.floor(now + HOLD), 0.0);
+    }
+
+    #[test]
+    fn every_batch_on_the_gpu_goes_back_unless_clearly_faster_and_waits_a_while() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        for _ in 0..BATCHES_TO_JUDGE_PACE {
+            trials.observe(batch(100), 0.9);
+        }
+        assert_eq!(trials.start_every_batch(0.9, now), Some(1.0));
+        // 2% faster, and fewer waits: not enough for every batch on the GPU.
+        assert_eq!(
+            trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 98), now),
+            Some(0.9)
+        );
+        for _ in 0..BATCHES_TO_JUDGE_PACE {
+            trials.observe(batch(100), 0.9);
+        }
+        assert_eq!(trials.start_every_batch(0.9, now + PAUSE / 2), None);
+        assert_eq!(trials.start_every_batch(0.9, now + PAUSE), Some(1.0));
+    }
+
+    #[test]
+    fn every_batch_is_compared_with_mixed_batches_only() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        for _ in 0..BATCHES_TO_JUDGE_PACE {
+            trials.observe(batch(100), 1.0);
+        }
+        trials.observe(batch(100), 0.9);
+        assert_eq!(trials.start_every_batch(0.9, now), None);
+    }
+
+    #[test]
+    fn every_batch_is_not_tried_after_batches_mostly_on_the_cpu() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        for n in 0..2 * BATCHES_TO_JUDGE_PACE {
+            trials.observe(
+                batch(100),
+                if n == 2 * BATCHES_TO_JUDGE_PACE - 3 {
+                    0.3
+                } else {
+                    0.9
+                },
+            );
+        }
+        assert_eq!(trials.start_every_batch(0.9, now), None);
+        assert_eq!(trials.start_every_batch(0.4, now), None);
     }
 }
