@@ -43,6 +43,45 @@ const STALE: Duration = Duration::from_secs(30);
 /// The CPU side's load is read as at least this, so a quiet moment does not divide by zero.
 const LEAST_LOAD: f64 = 0.05;
 
+/// What auto reads of the CPU side when it shares a batch out.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpuSide {
+    /// Its busy seconds so far.
+    pub(crate) busy: f64,
+    /// The seconds it would take for the whole batch at its measured rate, once measured.
+    pub(crate) batch_seconds: Option<f64>,
+}
+
+/// The consumer's compute time over its last few batches (its steps less its waits).
+#[derive(Debug, Default)]
+struct ComputeSteps(VecDeque<(u64, f64)>);
+
+impl ComputeSteps {
+    /// Batches the mean is taken over: enough to leave out the first step after a model's
+    /// set-up (seconds where later steps take milliseconds) soon.
+    const BATCHES: u64 = 4;
+
+    fn add(&mut self, delta: PaceDelta) {
+        let compute = delta.steps.saturating_sub(delta.wait).as_secs_f64();
+        self.0.push_back((delta.delivered, compute));
+        let mut batches: u64 = self.0.iter().map(|&(count, _)| count).sum();
+        while let Some(&(count, _)) = self.0.front() {
+            if batches - count < Self::BATCHES {
+                break;
+            }
+            batches -= count;
+            self.0.pop_front();
+        }
+    }
+
+    /// Seconds of compute per batch; `None` before enough batches.
+    fn per_batch(&self) -> Option<f64> {
+        let batches: u64 = self.0.iter().map(|&(count, _)| count).sum();
+        let seconds: f64 = self.0.iter().map(|&(_, seconds)| seconds).sum();
+        (batches >= Self::BATCHES).then(|| seconds / batches as f64)
+    }
+}
+
 /// The GPU's share of each batch under auto, and what it is computed from.
 #[derive(Debug)]
 pub(crate) struct AutoShare {
@@ -68,6 +107,7 @@ pub(crate) struct AutoShare {
     trials: Trials,
     /// A trial's share went back, and the batches given it are still being delivered.
     after_trial: bool,
+    compute: ComputeSteps,
 }
 
 impl AutoShare {
@@ -84,6 +124,7 @@ impl AutoShare {
             carried: Waits::default(),
             trials: Trials::default(),
             after_trial: false,
+            compute: ComputeSteps::default(),
         }
     }
 
@@ -111,16 +152,11 @@ impl AutoShare {
         }
     }
 
-    /// Reads what happened since the last look: `pace` (the consumer's counts so far),
-    /// `cpu_busy` (the CPU side's busy seconds so far) and `queued` (each side's work queued,
-    /// in seconds: `[cpu, gpu]`) at `now`; sets the share for the batches shared out next.
-    pub(crate) fn update(
-        &mut self,
-        pace: PaceDelta,
-        cpu_busy: f64,
-        queued: [f64; 2],
-        now: Instant,
-    ) {
+    /// Reads what happened since the last look: `pace` (the consumer's counts so far), the
+    /// `cpu` side and `queued` (each side's work queued, in seconds: `[cpu, gpu]`) at `now`;
+    /// sets the share for the batches shared out next.
+    pub(crate) fn update(&mut self, pace: PaceDelta, cpu: CpuSide, queued: [f64; 2], now: Instant) {
+        let cpu_busy = cpu.busy;
         let (looked_at, busy_then) = *self.looked.get_or_insert((now, cpu_busy));
         let wall = now.saturating_duration_since(looked_at).as_secs_f64();
         let delta = pace - self.seen;
@@ -140,6 +176,7 @@ impl AutoShare {
             self.carried.add(delta);
         }
         self.trials.observe(delta, given);
+        self.compute.add(delta);
         if let Some(back) = self.trials.judge(&self.carried, now) {
             self.set_share(back);
             self.after_trial = true;
@@ -163,10 +200,25 @@ impl AutoShare {
         let wanted = (1.0 - cpu_part).clamp(0.0, 1.0);
         // Batches with every chunk on the GPU say nothing of what the CPU side would take.
         let cpu_measured = given < 1.0;
+        // The share the CPU side's measured rate leaves the GPU, the consumer computing as it
+        // did over its last batches: called in before the consumer has eaten the batches in
+        // the pipe and waits. Waited for, beside setup B's model the first 23 batches went to
+        // the CPU alone (the pipe held 14 when the model started), where the CPU decodes a
+        // batch in 345 ms and the model takes one every 184 (H100, 2026-11-27;
+        // docs/training.md).
+        let foreseen = match (self.compute.per_batch(), cpu.batch_seconds) {
+            (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
+                (1.0 - HEADROOM * compute / cpu_batch).clamp(0.0, 1.0)
+            }
+            _ => 0.0,
+        };
+        let floor = self.trials.floor(now).max(foreseen);
         let share = if waiting && wanted > self.share && cpu_measured {
             // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
-            wanted
+            wanted.max(foreseen)
+        } else if foreseen > self.share {
+            foreseen
         } else if let Some(every) = self.trials.start_every_batch(self.share, now) {
             // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
             every
@@ -176,11 +228,12 @@ impl AutoShare {
             // share under trial or kept. Beside setup B's model the GPU, shared with the
             // model, fell up to a second behind at 94% of the chunks while the CPU side had
             // 30-60 ms queued (H100, 2026-11-27; docs/training.md).
-            ((self.share + wanted) / 2.0).max(self.trials.floor(now))
+            ((self.share + wanted) / 2.0).max(floor)
         } else if keeping_up {
             // Give back, halfway each batch, so that a moment's quiet does not send
-            // everything back to the CPU; not below a share a trial showed to help.
-            let back = ((self.share + wanted) / 2.0).max(self.trials.floor(now));
+            // everything back to the CPU; not below a share a trial showed to help or the
+            // CPU side's rate calls for.
+            let back = ((self.share + wanted) / 2.0).max(floor);
             self.share.min(back)
         } else {
             // Still waiting, with the batches in the pipe carrying the share or neither side
@@ -240,13 +293,18 @@ mod tests {
         /// Seconds the GPU side takes for a whole batch, where it is modelled (its queue then
         /// tells auto which side is behind).
         gpu_batch: Option<f64>,
+        /// Whether auto is told the CPU side's measured rate.
+        cpu_measured: bool,
+        /// Batches in the pipe decoded already (while the consumer set up): the next this
+        /// many deliveries cost the CPU nothing.
+        ready: usize,
     }
 
     impl Simulation {
         fn new(depth: usize) -> Self {
             let mut auto = AutoShare::new();
             let clock = Instant::now();
-            auto.update(PaceDelta::default(), 0.0, [0.0; 2], clock);
+            auto.update(PaceDelta::default(), CpuSide::default(), [0.0; 2], clock);
             for _ in 0..depth {
                 auto.shared_out(0.0, clock);
             }
@@ -257,6 +315,8 @@ mod tests {
                 cpu_busy: 0.0,
                 ahead: std::iter::repeat_n(0.0, depth).collect(),
                 gpu_batch: None,
+                cpu_measured: true,
+                ready: 0,
             }
         }
 
@@ -287,7 +347,13 @@ mod tests {
         ) -> (f64, f64) {
             let delivered = self.ahead.pop_front().expect("a batch in the pipe");
             let compute = compute(delivered);
-            let cpu = (1.0 - delivered) * cpu_batch;
+            let cpu = match self.ready {
+                0 => (1.0 - delivered) * cpu_batch,
+                _ => {
+                    self.ready -= 1;
+                    0.0
+                }
+            };
             let period = compute.max(cpu).max(elsewhere(delivered));
             let wait = period - compute;
             self.clock += Duration::from_secs_f64(period);
@@ -301,8 +367,11 @@ mod tests {
                 }),
                 None => [0.0; 2],
             };
-            self.auto
-                .update(self.pace, self.cpu_busy, queued, self.clock);
+            let cpu = CpuSide {
+                busy: self.cpu_busy,
+                batch_seconds: self.cpu_measured.then_some(cpu_batch),
+            };
+            self.auto.update(self.pace, cpu, queued, self.clock);
             let share = self.auto.share();
             self.auto.shared_out(share, self.clock);
             self.ahead.push_back(share);
@@ -368,6 +437,24 @@ mod tests {
             .filter(|&&(share, _)| share >= 1.0)
             .count();
         assert!(whole >= 55, "{steps:?}");
+    }
+
+    #[test]
+    fn the_gpu_is_called_in_before_the_consumer_has_eaten_the_batches_ready_for_it() {
+        // The pipe holds 14 batches decoded while the model set up (its first step: 21 s);
+        // then the model takes a batch every 184 ms where the CPU decodes one in 345.
+        let called_in_after = |cpu_measured: bool| {
+            let mut simulation = Simulation::new(14);
+            simulation.cpu_measured = cpu_measured;
+            simulation.ready = 14;
+            simulation.step(21.0, 0.345);
+            let shares: Vec<f64> = (0..40).map(|_| simulation.step(0.184, 0.345).0).collect();
+            shares.iter().position(|&share| share > 0.4)
+        };
+        let foreseen = called_in_after(true).expect("called in");
+        assert!(foreseen <= 4, "{foreseen}");
+        // Waits alone call it in only once the ready batches are eaten.
+        assert!(called_in_after(false).is_none_or(|waited| waited >= 13));
     }
 
     #[test]

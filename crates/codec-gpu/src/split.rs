@@ -24,7 +24,7 @@ use futures::FutureExt;
 use zarrpipe_core::Pace;
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
-use crate::auto_share::AutoShare;
+use crate::auto_share::{AutoShare, CpuSide};
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
 use crate::{BatchDecoder, DecodedChunks, Result};
@@ -282,18 +282,21 @@ impl SplitDecoder {
         let started = *state.started.get_or_insert(now);
         state.backlog.drain(now);
         let ahead = state.backlog.seconds();
+        let mut by_kind: HashMap<Kind, Vec<EncodedChunk>> = HashMap::new();
+        for chunk in chunks {
+            by_kind.entry(kind(&chunk)).or_default().push(chunk);
+        }
         if let SplitPolicy::Auto { gpu_share } = self.policy {
-            let cpu_busy = state.busy[Side::Cpu as usize].busy_seconds(now);
-            state.auto.update(self.pace.counts(), cpu_busy, ahead, now);
+            let cpu = CpuSide {
+                busy: state.busy[Side::Cpu as usize].busy_seconds(now),
+                batch_seconds: cpu_seconds(&by_kind, &state.rates),
+            };
+            state.auto.update(self.pace.counts(), cpu, ahead, now);
             if let Some(share) = gpu_share {
                 if state.gpu_time.as_secs_f64() > share * started.elapsed().as_secs_f64() {
                     state.auto.scale_down(0.75);
                 }
             }
-        }
-        let mut by_kind: HashMap<Kind, Vec<EncodedChunk>> = HashMap::new();
-        for chunk in chunks {
-            by_kind.entry(kind(&chunk)).or_default().push(chunk);
         }
         let mut shares = Shares {
             cpu: Vec::new(),
@@ -513,6 +516,20 @@ fn gpu_chunks(
         false => fewer,
     };
     count - to_cpu
+}
+
+/// The seconds the CPU side would take for all of `by_kind` at its measured rates; `None`
+/// until it has decoded each kind.
+fn cpu_seconds(
+    by_kind: &HashMap<Kind, Vec<EncodedChunk>>,
+    rates: &HashMap<Kind, Rates>,
+) -> Option<f64> {
+    let mut seconds = 0.0;
+    for (kind, chunks) in by_kind {
+        let rate = rates.get(kind)?.cpu.rate().filter(|&rate| rate > 0.0)?;
+        seconds += (chunks.len() as u64 * kind.decoded_bytes) as f64 / rate;
+    }
+    Some(seconds)
 }
 
 /// `to_gpu` of a kind's `count` chunks, or none when they make a part too small to pay its
