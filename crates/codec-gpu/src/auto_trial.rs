@@ -25,8 +25,9 @@ use zarrpipe_core::PaceDelta;
 
 /// Batches that carry a share before the consumer's waits at it count.
 const BATCHES_TO_JUDGE: u64 = 4;
-/// A trial helped if the consumer then waits less than this share of what it waited before,
-/// or its steps come at least `FASTER` sooner.
+/// A trial of a larger share helped if the consumer then waits less than this share of what
+/// it waited before; a trial of every batch on the GPU, if its steps come at least `FASTER`
+/// sooner.
 const HELPED: f64 = 0.8;
 const FASTER: f64 = 0.03;
 /// The GPU's share from which auto tries it with every batch.
@@ -120,11 +121,14 @@ impl Trial {
         }
     }
 
-    /// Whether the consumer did clearly better at the tried share: it waited less (not for
-    /// the trial of every batch, which is about the consumer's own steps) or stepped faster.
+    /// Whether the consumer did clearly better at the tried share: a larger share, by waiting
+    /// less; every batch on the GPU, by stepping faster (what it is tried for). A step time
+    /// over four batches is too noisy to keep a larger share by.
     fn helped(&self, wait: f64, step: f64) -> bool {
-        let waited_less = self.to < 1.0 && wait < self.from_wait * HELPED;
-        waited_less || step < self.from_step * (1.0 - FASTER)
+        match self.to >= 1.0 {
+            true => step < self.from_step * (1.0 - FASTER),
+            false => wait < self.from_wait * HELPED,
+        }
     }
 }
 
@@ -297,6 +301,31 @@ mod tests {
         }
         assert_eq!(trials.start_every_batch(0.9, now + PAUSE / 2), None);
         assert_eq!(trials.start_every_batch(0.9, now + PAUSE), Some(1.0));
+    }
+
+    #[test]
+    fn a_larger_share_is_kept_by_fewer_waits_not_by_faster_steps() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        let waiting = |step_ms: u64, wait_ms: u64| {
+            let mut waits = Waits::default();
+            for _ in 0..BATCHES_TO_JUDGE {
+                waits.add(PaceDelta {
+                    delivered: 1,
+                    wait: Duration::from_millis(wait_ms),
+                    steps: Duration::from_millis(step_ms),
+                });
+            }
+            waits
+        };
+        let to = trials.start(0.2, &waiting(100, 20), now);
+        assert!(to > 0.2);
+        // Steps 10% faster by chance, the same waits: not kept.
+        assert_eq!(trials.judge(&waiting(90, 18), now), Some(0.2));
+        let to = trials.start(0.2, &waiting(100, 20), now + PAUSE);
+        assert!(to > 0.2);
+        assert_eq!(trials.judge(&waiting(100, 5), now + PAUSE), None);
+        assert_eq!(trials.floor(now + PAUSE), to);
     }
 
     #[test]
