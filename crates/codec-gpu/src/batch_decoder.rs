@@ -149,4 +149,9 @@ impl BatchDecoder for CpuDecoder {
         }
         .boxed()
     }
+
+    /// Reused heap buffers: a read into fresh memory faults its pages in, zeroed.
+    fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
+        Some(self.reads())
+    }
 }

@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use futures::channel::oneshot;
 use futures::future::BoxFuture;
-use zarrpipe_store::EncodedChunk;
+use zarrpipe_store::{EncodedChunk, ReusedReadMemory};
 
 use crate::chunk_decode::decode_on_cpu;
 use crate::{ChunkDecoder, DecodedChunk, Error, Result};
@@ -19,6 +19,8 @@ use crate::{ChunkDecoder, DecodedChunk, Error, Result};
 pub struct CpuDecoder {
     pool: Option<Arc<rayon::ThreadPool>>,
     at_once: bool,
+    /// What a pipeline's local reads land in ([`BatchDecoder::read_memory`](crate::BatchDecoder::read_memory)).
+    reads: Arc<ReusedReadMemory>,
 }
 
 impl CpuDecoder {
@@ -31,8 +33,13 @@ impl CpuDecoder {
     pub fn with_pool(pool: Arc<rayon::ThreadPool>) -> Self {
         Self {
             pool: Some(pool),
-            at_once: false,
+            ..Self::default()
         }
+    }
+
+    /// The reused memory its pipeline's chunk reads land in.
+    pub(crate) fn reads(&self) -> Arc<ReusedReadMemory> {
+        self.reads.clone()
     }
 
     /// Decodes each batch when it comes, into chunks of their own

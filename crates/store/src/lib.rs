@@ -40,6 +40,7 @@ mod metadata;
 mod options;
 mod ranges;
 mod read_memory;
+mod reused_read_memory;
 mod time_dim;
 mod variable;
 
@@ -59,6 +60,7 @@ pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
 pub use read_memory::{ReadBuffer, ReadMemory};
+pub use reused_read_memory::ReusedReadMemory;
 pub use time_dim::{cf_unit_seconds, TimeDim, TimeDimReason};
 pub use variable::{Variable, ZarrArray, MAX_CHUNK_BYTES};
 
