@@ -44,6 +44,16 @@ pub(crate) fn read_local(
     range: Option<&GetRange>,
     memory: &dyn ReadMemory,
 ) -> std::io::Result<LocalRead> {
+    // Looked at before opening: opening a FIFO for reading waits for a writer. What is not a
+    // plain file goes the object store's way, which names it in its error.
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => return Ok(LocalRead::Declined),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(LocalRead::Missing)
+        }
+        Err(error) => return Err(error),
+    }
     let file = match File::open(path) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
