@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use zarrpipe_core::PaceDelta;
 
 use crate::auto_trial::{Trials, Waits};
+use crate::last_batches::LastBatches;
 
 /// The CPU side is given at most this share of its busy time, so small changes in the
 /// consumer's steps do not make it wait.
@@ -52,34 +53,15 @@ pub(crate) struct CpuSide {
     pub(crate) batch_seconds: Option<f64>,
 }
 
-/// The consumer's compute time over its last few batches (its steps less its waits).
-#[derive(Debug, Default)]
-struct ComputeSteps(VecDeque<(u64, f64)>);
+/// The consumer's last batches, from which its compute per batch is read: enough to leave out
+/// the first step after a model's set-up (seconds where later steps take milliseconds) soon.
+type ComputeSteps = LastBatches<4>;
 
-impl ComputeSteps {
-    /// Batches the mean is taken over: enough to leave out the first step after a model's
-    /// set-up (seconds where later steps take milliseconds) soon.
-    const BATCHES: u64 = 4;
-
-    fn add(&mut self, delta: PaceDelta) {
-        let compute = delta.steps.saturating_sub(delta.wait).as_secs_f64();
-        self.0.push_back((delta.delivered, compute));
-        let mut batches: u64 = self.0.iter().map(|&(count, _)| count).sum();
-        while let Some(&(count, _)) = self.0.front() {
-            if batches - count < Self::BATCHES {
-                break;
-            }
-            batches -= count;
-            self.0.pop_front();
-        }
-    }
-
-    /// Seconds of compute per batch; `None` before enough batches.
-    fn per_batch(&self) -> Option<f64> {
-        let batches: u64 = self.0.iter().map(|&(count, _)| count).sum();
-        let seconds: f64 = self.0.iter().map(|&(_, seconds)| seconds).sum();
-        (batches >= Self::BATCHES).then(|| seconds / batches as f64)
-    }
+/// Seconds of the consumer's compute (its steps less its waits) per batch over `steps`;
+/// `None` before enough batches.
+fn compute_per_batch(steps: &ComputeSteps) -> Option<f64> {
+    let total = steps.total()?;
+    Some(total.steps.saturating_sub(total.wait).as_secs_f64() / total.delivered as f64)
 }
 
 /// The GPU's share of each batch under auto, and what it is computed from.
@@ -176,7 +158,7 @@ impl AutoShare {
             self.carried.add(delta);
         }
         self.trials.observe(delta, given);
-        self.compute.add(delta);
+        self.compute.add(delta, given);
         if let Some(back) = self.trials.judge(&self.carried, now) {
             self.set_share(back);
             self.after_trial = true;
@@ -206,7 +188,7 @@ impl AutoShare {
         // the CPU alone (the pipe held 14 when the model started), where the CPU decodes a
         // batch in 345 ms and the model takes one every 184 (H100, 2026-11-27;
         // docs/training.md).
-        let foreseen = match (self.compute.per_batch(), cpu.batch_seconds) {
+        let foreseen = match (compute_per_batch(&self.compute), cpu.batch_seconds) {
             (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
                 (1.0 - HEADROOM * compute / cpu_batch).clamp(0.0, 1.0)
             }

@@ -5,8 +5,8 @@
 //! the cause may be the CPU side's threads slowing what feeds the GPU (reading, checks,
 //! staging). So auto tries: it raises the share by the wait, watches the consumer over the
 //! batches that carry the new share, and keeps it only if the consumer then waits clearly
-//! less; otherwise the share goes back and no trial runs for a while. A kept share holds against the rule's
-//! give-back for a while, then must prove itself again.
+//! less; otherwise the share goes back and no trial runs for a while. A kept share holds
+//! against the rule's give-back for a while, then must prove itself again.
 //!
 //! Beside setup B's model (43 fields in fp32, H200, 2026-11-27) the rule alone settled at a
 //! tenth of the chunks on the GPU while the consumer waited 44-54% of its time, where GPU
@@ -18,10 +18,11 @@
 //! B's model, auto at 82-96% of the chunks on the GPU trained 11% slower than GPU decoding
 //! while the consumer waited 0.5-7.8% of its time (H100, 2026-11-27; docs/training.md).
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use zarrpipe_core::PaceDelta;
+
+use crate::last_batches::LastBatches;
 
 /// Batches that carry a share before the consumer's waits at it count.
 const BATCHES_TO_JUDGE: u64 = 4;
@@ -72,34 +73,19 @@ impl Waits {
 /// The consumer's last steps, each with the GPU's mean share of the batches they took: what a
 /// trial of every batch on the GPU is compared with. Where the GPU decodes most of each batch
 /// the rule moves the share a little nearly every batch, so the steps at one share are too few.
-#[derive(Debug, Default)]
-struct Recent(VecDeque<(PaceDelta, f64)>);
+type Recent = LastBatches<BATCHES_TO_JUDGE_PACE>;
 
-impl Recent {
-    fn add(&mut self, delta: PaceDelta, given: f64) {
-        self.0.push_back((delta, given));
-        let mut delivered: u64 = self.0.iter().map(|(delta, _)| delta.delivered).sum();
-        while let Some((front, _)) = self.0.front() {
-            if delivered - front.delivered < BATCHES_TO_JUDGE_PACE {
-                break;
-            }
-            delivered -= front.delivered;
-            self.0.pop_front();
+/// The waits over the `recent` batches, if the GPU decoded most of every one and the CPU
+/// some: the mix a trial of every batch is compared with.
+fn mostly_on_the_gpu(recent: &Recent) -> Option<Waits> {
+    let mut waits = Waits::default();
+    for &(delta, given) in recent.deliveries() {
+        if !(MOSTLY_GPU..1.0).contains(&given) {
+            return None;
         }
+        waits.add(delta);
     }
-
-    /// The waits over the last batches, if the GPU decoded most of every one and the CPU
-    /// some: the mix a trial of every batch is compared with.
-    fn mostly_on_the_gpu(&self) -> Option<Waits> {
-        let mut waits = Waits::default();
-        for &(delta, given) in &self.0 {
-            if !(MOSTLY_GPU..1.0).contains(&given) {
-                return None;
-            }
-            waits.add(delta);
-        }
-        Some(waits)
-    }
+    Some(waits)
 }
 
 /// A trial under way: the share it raised from, the consumer's wait and mean step there, the
@@ -194,7 +180,7 @@ impl Trials {
         if share < MOSTLY_GPU {
             return None;
         }
-        let waits = self.recent.mostly_on_the_gpu()?;
+        let waits = mostly_on_the_gpu(&self.recent)?;
         if waits.0.delivered < BATCHES_TO_JUDGE_PACE {
             return None;
         }
@@ -241,20 +227,25 @@ impl Trials {
 mod tests {
     use super::*;
 
-    fn steps(count: u64, step_ms: u64) -> Waits {
+    /// `count` batches, each a step of `step_ms` with a wait of `wait_ms` in it.
+    fn waiting(count: u64, step_ms: u64, wait_ms: u64) -> Waits {
         let mut waits = Waits::default();
         for _ in 0..count {
-            waits.add(batch(step_ms));
+            waits.add(PaceDelta {
+                delivered: 1,
+                wait: Duration::from_millis(wait_ms),
+                steps: Duration::from_millis(step_ms),
+            });
         }
         waits
     }
 
+    fn steps(count: u64, step_ms: u64) -> Waits {
+        waiting(count, step_ms, 2)
+    }
+
     fn batch(step_ms: u64) -> PaceDelta {
-        PaceDelta {
-            delivered: 1,
-            wait: Duration::from_millis(2),
-            steps: Duration::from_millis(step_ms),
-        }
+        steps(1, step_ms).0
     }
 
     #[test]
@@ -307,17 +298,7 @@ mod tests {
     fn a_larger_share_is_kept_by_fewer_waits_not_by_faster_steps() {
         let mut trials = Trials::default();
         let now = Instant::now();
-        let waiting = |step_ms: u64, wait_ms: u64| {
-            let mut waits = Waits::default();
-            for _ in 0..BATCHES_TO_JUDGE {
-                waits.add(PaceDelta {
-                    delivered: 1,
-                    wait: Duration::from_millis(wait_ms),
-                    steps: Duration::from_millis(step_ms),
-                });
-            }
-            waits
-        };
+        let waiting = |step_ms, wait_ms| waiting(BATCHES_TO_JUDGE, step_ms, wait_ms);
         let to = trials.start(0.2, &waiting(100, 20), now);
         assert!(to > 0.2);
         // Steps 10% faster by chance, the same waits: not kept.

@@ -59,6 +59,7 @@ mod frames;
 mod gpu;
 #[cfg(test)]
 mod interpret;
+mod last_batches;
 mod placement;
 #[cfg(any(feature = "cuda", test))]
 mod plan;
