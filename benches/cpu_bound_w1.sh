@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU's bound (`zarrpipe bound`) beside zarrpipe's two CPU decoding paths, epochs in a row,
 # three interleaved rounds on W1, W1 of 64 steps, w1-small and blosc-lz4:
-#   benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]
+#   benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]    (DATASETS="w1 w1-64" for fewer)
 # On a GPU host (the CPU decode + GPU collate row needs one); results in docs/benchmarks.md.
 set -u
 zp=${1:?usage: benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]}
@@ -22,7 +22,7 @@ else:
 EOF
 declare -A gen=([w1]="--time 16" [w1-64]="--time 64" [w1-small]="--time 16 --chunks 320,640"
                 [w1-blosc-lz4]="--time 16 --codec blosc-lz4")
-datasets="w1 w1-64 w1-small w1-blosc-lz4"
+datasets=${DATASETS:-"w1 w1-64 w1-small w1-blosc-lz4"}
 # shellcheck disable=SC2086 # the generate options split on spaces
 for ds in $datasets; do [ -e "$work/$ds/zarr.json" ] || "$zp" generate "$work/$ds" ${gen[$ds]} | tail -1; done
 for round in 1 2 3; do

@@ -620,6 +620,25 @@ async fn selections_by_date_and_latitude_band_keep_whole_samples_inside() {
     }
 }
 
+/// A process's place among the processes on its host must be one of them: a rank past them
+/// (a mistyped `--rank-on-host`, or `LOCAL_RANK` beside another job's `LOCAL_WORLD_SIZE`) is
+/// an error naming both, not decoding on cores that belong to another rank.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_past_the_processes_on_the_host_is_refused() {
+    let build = |rank| {
+        Pipeline::builder(common::store_path("xr_v3"))
+            .variables(["t2m"])
+            .batch_size(2)
+            .processes_on_host(2)
+            .rank_on_host(rank)
+            .build()
+    };
+    let error = build(2).await.unwrap_err().to_string();
+    assert!(error.contains("rank 2 of 2 processes"), "{error}");
+    let mut batches = build(1).await.unwrap();
+    assert!(batches.try_next().await.unwrap().is_some());
+}
+
 /// `auto` into host tensors in a build without `cuda`: every chunk decodes on the CPU, and
 /// the batches are the CPU pipeline's.
 #[cfg(not(feature = "cuda"))]

@@ -57,6 +57,9 @@ pub(crate) struct Config {
     /// Processes on this host running pipelines (torchrun's `LOCAL_WORLD_SIZE`): the default
     /// CPU decode threads take this one's share of the cores.
     pub processes_on_host: Option<usize>,
+    /// This process's place among them (torchrun's `LOCAL_RANK`): its CPU decoding keeps to
+    /// its share of the cores.
+    pub rank_on_host: Option<usize>,
     /// GPU pipelines' settings (`gpu.rs`).
     #[cfg(feature = "cuda")]
     pub gpu: GpuConfig,
@@ -166,6 +169,7 @@ const KEYS: &[&str] = &[
     "fetch_concurrency",
     "cpu_decode_threads",
     "processes_on_host",
+    "rank_on_host",
     "gpu_memory",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
@@ -359,6 +363,7 @@ impl Config {
             fetch_concurrency: get(options, "fetch_concurrency")?,
             cpu_decode_threads: get(options, "cpu_decode_threads")?,
             processes_on_host: get(options, "processes_on_host")?,
+            rank_on_host: get(options, "rank_on_host")?,
             #[cfg(feature = "cuda")]
             gpu: GpuConfig::from_dict(options)?,
             channel_inputs: (None, None),
@@ -446,6 +451,9 @@ impl Config {
         }
         if let Some(processes) = self.processes_on_host {
             builder = builder.processes_on_host(processes);
+        }
+        if let Some(rank) = self.rank_on_host {
+            builder = builder.rank_on_host(rank);
         }
         if let Some(state) = resume {
             builder = builder.resume(state);

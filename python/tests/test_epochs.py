@@ -129,6 +129,21 @@ def test_ranks_on_one_host_share_its_cores_for_cpu_decoding(monkeypatch):
     assert len(order(pipeline(batch_size=5))) > 0
 
 
+def test_each_rank_on_a_host_decodes_on_its_own_cores(monkeypatch):
+    """Under torchrun with several ranks on the host, ``LOCAL_RANK`` goes to the Rust
+    builder's ``rank_on_host`` (which keeps the rank's CPU decode threads on its share of the
+    cores: its own test); a single process, or a value that is not a count, gives none."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert zarrpipe._rank_on_host() is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    for value, expected in [("0", 0), ("3", 3), ("gpu1", None), ("-1", None)]:
+        monkeypatch.setenv("LOCAL_RANK", value)
+        assert zarrpipe._rank_on_host() == expected, value
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert len(order(pipeline(batch_size=5))) > 0
+
+
 def test_a_loaded_state_holds_for_its_own_epoch_only():
     pipe = pipeline(batch_size=8, shuffle=True, seed=3)
     pipe.set_epoch(1)

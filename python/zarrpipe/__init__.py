@@ -274,6 +274,20 @@ def _processes_on_host() -> int | None:
     return ranks_here if ranks_here > 1 else None
 
 
+def _rank_on_host() -> int | None:
+    """Under ``torchrun`` with several ranks on this host, this rank's ``LOCAL_RANK``: the
+    Rust builder's ``rank_on_host``, so that its CPU decoding keeps to its own run of the
+    host's cores instead of crowding the other ranks' (decode threads pinned to the rank's
+    share). None for a single process, or where ``LOCAL_RANK`` is not a count."""
+    if _processes_on_host() is None:
+        return None
+    try:
+        rank = int(os.environ.get("LOCAL_RANK", ""))
+    except ValueError:
+        return None
+    return rank if rank >= 0 else None
+
+
 def _find_cuda_libraries() -> None:
     """Before a GPU pipeline: zarrpipe loads NVRTC and nvCOMP 6 at run time. Where the system
     has no NVRTC on the library path, take the one pip's nvidia wheels bring (torch depends on
@@ -344,7 +358,8 @@ class Pipeline:
       waits, at most ``gpu_share`` of its time); ``cpu_decode_threads``: threads decoding on
       the CPU there, at a low priority so the training loop keeps its cores (default: every
       core but two; a quarter of them for ``"split"``; under ``torchrun``, the host's cores
-      are first shared among its ``LOCAL_WORLD_SIZE`` ranks).
+      are first shared among its ``LOCAL_WORLD_SIZE`` ranks, each rank's threads kept to a
+      run of neighbouring cores of its own by its ``LOCAL_RANK``).
       ``dtype``: float32 (CPU), or float32, bfloat16, float16 on the GPU (a ``torch.dtype`` or
       its name). ``gpu_memory``: bytes of the GPU's memory the loader takes at most, half for
       decoding (decoded chunks not yet collated, stored bytes being decoded), half for batch
@@ -495,6 +510,7 @@ class Pipeline:
             "fetch_concurrency": fetch_concurrency,
             "cpu_decode_threads": cpu_decode_threads,
             "processes_on_host": _processes_on_host(),
+            "rank_on_host": _rank_on_host(),
             "gpu_memory": gpu_memory,
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,

@@ -65,6 +65,15 @@ pub struct RunArgs {
     /// others to feed the GPU; every core for cpu; every core but two for auto).
     #[arg(long, value_name = "N", alias = "split-cpu-threads")]
     cpu_decode_threads: Option<usize>,
+    /// Processes on this host running pipelines, this one included (torchrun's
+    /// LOCAL_WORLD_SIZE): the default --cpu-decode-threads take this process's share of the
+    /// cores.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    processes_on_host: usize,
+    /// This process's place among --processes-on-host, from 0 (torchrun's LOCAL_RANK): CPU
+    /// decoding on a GPU device then keeps to this process's share of the cores.
+    #[arg(long, value_name = "R")]
+    rank_on_host: Option<usize>,
     /// Where batch tensors are made: cpu (host memory) or gpu (device memory; default: the
     /// device's side).
     #[arg(long, value_name = "SIDE")]
@@ -597,6 +606,10 @@ fn pipeline(
         });
     if let Some(threads) = args.cpu_decode_threads {
         builder = builder.cpu_decode_threads(threads);
+    }
+    builder = builder.processes_on_host(args.processes_on_host);
+    if let Some(rank) = args.rank_on_host {
+        builder = builder.rank_on_host(rank);
     }
     if let Some(layout) = layout {
         builder = builder.layout(layout);

@@ -22,7 +22,7 @@ use crate::select::{
 };
 use crate::stage_gpu::StageGpu;
 use crate::stream::BatchStream;
-use crate::{Error, PipelineExt, Result};
+use crate::{DecodeThreads, Error, PipelineExt, Result};
 
 /// Where a pipeline reads from: a URL to open, or a dataset already open.
 #[derive(Debug)]
@@ -95,6 +95,9 @@ struct Config {
     /// Processes on this host running pipelines, this one included (their CPU decoding
     /// shares the cores).
     processes_on_host: usize,
+    /// This process's place among them, when its CPU decoding keeps to its share of the
+    /// cores.
+    rank_on_host: Option<usize>,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -143,6 +146,7 @@ impl PipelineBuilder {
             gpu_pinned_memory: 8 << 30,
             cpu_decode_threads: None,
             processes_on_host: 1,
+            rank_on_host: None,
             #[cfg(feature = "cuda")]
             gpu: None,
         };
@@ -392,6 +396,16 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
+    /// This process's place among the [`processes_on_host`](Self::processes_on_host), from 0
+    /// (under `torchrun`, its `LOCAL_RANK`): CPU decoding in a GPU pipeline then runs on this
+    /// process's share of the cores it may use, a run of neighbouring cores
+    /// ([`DecodeThreads::on_rank_share`]), instead of on any core. Without it, the ranks'
+    /// decode threads are spread by the scheduler alone.
+    pub fn rank_on_host(mut self, rank: usize) -> Self {
+        self.config.rank_on_host = Some(rank);
+        self
+    }
+
     /// Makes the batches' tensors in GPU memory: the builder then builds a
     /// `BatchStream<Gpu>` of device tensors (f32, bf16 or f16; feature `cuda`).
     #[cfg(feature = "cuda")]
@@ -561,17 +575,22 @@ impl<P: CollateOn> PipelineBuilder<P> {
         if let Some(decoder) = &self.config.decoder {
             return Ok(decoder.clone());
         }
-        let threads = self.config.cpu_decode_threads.unwrap_or_else(|| {
-            default_cpu_decode_threads(self.config.decode_on, self.config.processes_on_host)
+        let processes = self.config.processes_on_host;
+        let count = self.config.cpu_decode_threads.unwrap_or_else(|| {
+            default_cpu_decode_threads(self.config.decode_on, processes)
         });
+        let threads = match self.config.rank_on_host {
+            Some(rank) => DecodeThreads::on_rank_share(count, rank, processes)?,
+            None => DecodeThreads::anywhere(count),
+        };
         #[cfg(feature = "cuda")]
         if let Some(gpu) = gpu.device() {
             // The device's own split decoder: what it learnt carries over epochs.
             let split = |policy| -> Result<Arc<dyn BatchDecoder>> {
-                Ok(gpu.split_decoder(policy, threads)?)
+                Ok(gpu.split_decoder(policy, threads.clone())?)
             };
             return match self.config.decode_on {
-                DecodeOn::Cpu => Ok(gpu.cpu_decoder(threads)?),
+                DecodeOn::Cpu => Ok(gpu.cpu_decoder(threads.clone())?),
                 DecodeOn::Gpu => Ok(gpu.decoder()),
                 DecodeOn::Split => split(SplitPolicy::Balanced),
                 DecodeOn::Auto { gpu_share } => split(SplitPolicy::Auto { gpu_share }),

@@ -75,6 +75,13 @@ pub enum Error {
         what: String,
     },
 
+    /// A process's place among the processes on its host that cannot be.
+    #[error("cannot place CPU decoding on this process's share of the host's cores: {reason}")]
+    RankOnHost {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// A device this build cannot use.
     #[error("device {device} is not supported by this build: {reason}")]
     UnsupportedDevice {

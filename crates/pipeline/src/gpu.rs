@@ -8,7 +8,7 @@ use zarrpipe_codec_gpu::{CpuDecoder, GpuDecoder, GpuOptions, SplitDecoder, Split
 use zarrpipe_collate::{CollateOptions, DeviceCollator, Gpu, TensorPool};
 use zarrpipe_cuda::cudarc;
 
-use crate::{Error, GpuMemory, Result};
+use crate::{DecodeThreads, Error, GpuMemory, Result};
 
 /// A batch in device memory: its tensors are complete once its `ready` event has (make the
 /// consumer's stream wait on it with [`Batch::wait_on`](zarrpipe_collate::Batch::wait_on),
@@ -25,9 +25,9 @@ pub struct GpuDevice {
     memory: GpuMemory,
     /// Split decoders made so far, one per policy, kept so that what they learnt (rates,
     /// throttle) carries over from epoch to epoch.
-    splits: Mutex<Vec<(usize, Arc<SplitDecoder>)>>,
-    /// CPU decoders feeding this GPU's collation, one per thread count.
-    cpu_decoders: Mutex<Vec<(usize, Arc<CpuDecoder>)>>,
+    splits: Mutex<Vec<(DecodeThreads, Arc<SplitDecoder>)>>,
+    /// CPU decoders feeding this GPU's collation, one per set of threads.
+    cpu_decoders: Mutex<Vec<(DecodeThreads, Arc<CpuDecoder>)>>,
 }
 
 impl std::fmt::Debug for GpuDevice {
@@ -84,23 +84,22 @@ impl GpuDevice {
         }))
     }
 
-    /// This device's split decoder with `policy`, its CPU side on `cpu_threads` threads (0:
-    /// one per core), made on first use, then the same one. The CPU side has a rayon pool of
-    /// its own, so the GPU side's planning, on rayon's global pool, never queues behind its
-    /// chunks.
+    /// This device's split decoder with `policy`, its CPU side on `cpu_threads`, made on first
+    /// use, then the same one. The CPU side has a rayon pool of its own, so the GPU side's
+    /// planning, on rayon's global pool, never queues behind its chunks.
     pub fn split_decoder(
         &self,
         policy: SplitPolicy,
-        cpu_threads: usize,
+        cpu_threads: DecodeThreads,
     ) -> Result<Arc<SplitDecoder>> {
         let mut splits = self.splits.lock().unwrap_or_else(|p| p.into_inner());
-        let same = |(threads, split): &&(usize, Arc<SplitDecoder>)| {
+        let same = |(threads, split): &&(DecodeThreads, Arc<SplitDecoder>)| {
             *threads == cpu_threads && split.policy() == policy
         };
         if let Some((_, split)) = splits.iter().find(same) {
             return Ok(split.clone());
         }
-        let cpu = Arc::new(yielding_cpu_decoder(cpu_threads, "split")?);
+        let cpu = Arc::new(yielding_cpu_decoder(cpu_threads.clone(), "split")?);
         let threads = cpu.threads();
         let split = Arc::new(
             SplitDecoder::new(cpu, self.decoder.clone(), policy).with_cpu_threads(threads),
@@ -109,15 +108,15 @@ impl GpuDevice {
         Ok(split)
     }
 
-    /// A CPU decoder for batches this GPU collates, on `cpu_threads` threads (0: one per
-    /// core) that yield to the process's other threads (the consumer's training loop, the
-    /// GPU's feeders): made on first use, then the same one.
-    pub fn cpu_decoder(&self, cpu_threads: usize) -> Result<Arc<CpuDecoder>> {
+    /// A CPU decoder for batches this GPU collates, on `cpu_threads`, which yield to the
+    /// process's other threads (the consumer's training loop, the GPU's feeders): made on
+    /// first use, then the same one.
+    pub fn cpu_decoder(&self, cpu_threads: DecodeThreads) -> Result<Arc<CpuDecoder>> {
         let mut decoders = self.cpu_decoders.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, decoder)) = decoders.iter().find(|(n, _)| *n == cpu_threads) {
             return Ok(decoder.clone());
         }
-        let decoder = Arc::new(yielding_cpu_decoder(cpu_threads, "cpu")?);
+        let decoder = Arc::new(yielding_cpu_decoder(cpu_threads.clone(), "cpu")?);
         decoders.push((cpu_threads, decoder.clone()));
         Ok(decoder)
     }
@@ -164,12 +163,16 @@ impl GpuDevice {
 }
 
 /// A CPU decoder on a rayon pool of its own (so the GPU side's planning, on rayon's global
-/// pool, never queues behind its chunks) whose threads yield to every other thread.
-fn yielding_cpu_decoder(threads: usize, name: &'static str) -> Result<CpuDecoder> {
+/// pool, never queues behind its chunks) whose threads yield to every other thread and stay
+/// on their cores.
+fn yielding_cpu_decoder(threads: DecodeThreads, name: &'static str) -> Result<CpuDecoder> {
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
+        .num_threads(threads.count())
         .thread_name(move |n| format!("zarrpipe-{name}-decode{n}"))
-        .start_handler(|_| yield_to_the_gpu_side())
+        .start_handler(move |_| {
+            yield_to_the_gpu_side();
+            threads.place_calling_thread();
+        })
         .build()
         .map_err(|error| Error::Gpu {
             what: format!("starting the {name} decoder's CPU threads"),

@@ -59,6 +59,7 @@
 mod builder;
 mod calendar;
 mod channels;
+mod decode_threads;
 mod error;
 #[cfg(feature = "cuda")]
 mod gpu;
@@ -73,6 +74,7 @@ mod stream;
 
 pub use builder::{default_cpu_decode_threads, CollateOn, DecodeOn, Pipeline, PipelineBuilder};
 pub use channels::read_channel_inputs;
+pub use decode_threads::DecodeThreads;
 pub use error::{Error, Result};
 #[cfg(feature = "cuda")]
 pub use gpu::{GpuBatch, GpuDevice};
