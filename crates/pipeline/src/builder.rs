@@ -576,9 +576,10 @@ impl<P: CollateOn> PipelineBuilder<P> {
             return Ok(decoder.clone());
         }
         let processes = self.config.processes_on_host;
-        let count = self.config.cpu_decode_threads.unwrap_or_else(|| {
-            default_cpu_decode_threads(self.config.decode_on, processes)
-        });
+        let count = self
+            .config
+            .cpu_decode_threads
+            .unwrap_or_else(|| default_cpu_decode_threads(self.config.decode_on, processes));
         let threads = match self.config.rank_on_host {
             Some(rank) => DecodeThreads::on_rank_share(count, rank, processes)?,
             None => DecodeThreads::anywhere(count),

@@ -30,7 +30,9 @@ impl DecodeThreads {
     pub fn on_rank_share(count: usize, rank: usize, ranks: usize) -> Result<Self> {
         if rank >= ranks {
             return Err(Error::RankOnHost {
-                reason: format!("rank {rank} of {ranks} processes on the host (ranks count from 0)"),
+                reason: format!(
+                    "rank {rank} of {ranks} processes on the host (ranks count from 0)"
+                ),
             });
         }
         let allowed = allowed_cores();
@@ -99,7 +101,8 @@ fn pin_calling_thread(cores: &[usize]) -> std::result::Result<(), String> {
     use nix::unistd::Pid;
     let mut set = CpuSet::new();
     for &core in cores {
-        set.set(core).map_err(|error| format!("core {core}: {error}"))?;
+        set.set(core)
+            .map_err(|error| format!("core {core}: {error}"))?;
     }
     // Pid 0: the calling thread.
     sched_setaffinity(Pid::from_raw(0), &set).map_err(|error| error.to_string())?;
@@ -146,7 +149,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_placed_thread_runs_on_its_share_only() {
-        let Some(allowed) = allowed_cores() else { return };
+        let Some(allowed) = allowed_cores() else {
+            return;
+        };
         if allowed.len() < 2 {
             return; // One core: a process's only share is all of it.
         }
