@@ -16,6 +16,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 
 TOLERANCE = 1e-9
 
@@ -196,7 +197,8 @@ def plot(rows, path, host):
     if not datasets:
         print("nothing to plot", file=sys.stderr)
         return
-    height = sum(len(rs) for rs in datasets.values()) * 0.34 + 1.1 * len(datasets) + 0.6
+    # Long peer names (their settings in parentheses) wrapped, so the bars keep the width.
+    height = sum(len(rs) for rs in datasets.values()) * 0.5 + 1.1 * len(datasets) + 0.6
     fig, axes = plt.subplots(
         len(datasets), 1, figsize=(10, height), squeeze=False,
         gridspec_kw={"height_ratios": [len(rs) for rs in datasets.values()]},
@@ -204,10 +206,11 @@ def plot(rows, path, host):
     for ax, (dataset, drows) in zip(axes[:, 0], datasets.items()):
         drows = sorted(drows, key=lambda r: r["gb_per_s"])
         names = [label(r) if is_zarrpipe(r) else f"{label(r)} -> {'GPU' if on_gpu(r) else 'host'}" for r in drows]
+        names = [textwrap.fill(name, 60) for name in names]
         values = [r["gb_per_s"] for r in drows]
         colors = ["#d62728" if is_zarrpipe(r) else ("#1f77b4" if on_gpu(r) else "#7f7f7f") for r in drows]
         bars = ax.barh(range(len(values)), values, color=colors)
-        ax.set_yticks(range(len(values)), names, fontsize=8)
+        ax.set_yticks(range(len(values)), names, fontsize=7)
         for bar, v in zip(bars, values):
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {v:.2f}", va="center", fontsize=8)
         ax.set_xlim(0, max(values) * 1.15)
