@@ -1,7 +1,7 @@
 //! Reads of a local store's files straight into [`ReadMemory`] buffers (object_store's local
 //! backend reads into memory of its own).
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -44,17 +44,7 @@ pub(crate) fn read_local(
     range: Option<&GetRange>,
     memory: &dyn ReadMemory,
 ) -> std::io::Result<LocalRead> {
-    // Looked at before opening: opening a FIFO for reading waits for a writer. What is not a
-    // plain file goes the object store's way, which names it in its error.
-    match std::fs::metadata(path) {
-        Ok(metadata) if metadata.is_file() => {}
-        Ok(_) => return Ok(LocalRead::Declined),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(LocalRead::Missing)
-        }
-        Err(error) => return Err(error),
-    }
-    let file = match File::open(path) {
+    let file = match open_without_waiting(path) {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             return Ok(LocalRead::Missing)
@@ -62,6 +52,7 @@ pub(crate) fn read_local(
         Err(error) => return Err(error),
     };
     let metadata = file.metadata()?;
+    // What is not a plain file goes the object store's way, which names it in its error.
     if !metadata.is_file() {
         return Ok(LocalRead::Declined);
     }
@@ -82,6 +73,16 @@ pub(crate) fn read_local(
     };
     read_exact_at(&file, AsMut::<[u8]>::as_mut(&mut *buffer), start)?;
     Ok(LocalRead::Read(into_bytes(buffer)))
+}
+
+/// Opens `path` for reading without waiting: opened plainly, a FIFO waits for a writer.
+/// (A plain file's reads ignore the flag.)
+fn open_without_waiting(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    options.open(path)
 }
 
 #[cfg(unix)]
