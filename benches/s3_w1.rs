@@ -28,7 +28,10 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use zarrpipe::batcher::{Batcher, EpochOptions, SampleLayout, Shuffle, WindowSpec};
 use zarrpipe::generate::{generate, Compression, GenerateOptions};
 use zarrpipe::pipeline::Pipeline;
-use zarrpipe::store::{Dataset, FetchExt, StoreOptions};
+use zarrpipe::store::{Dataset, FetchBatchesExt, StoreOptions};
+
+/// Chunk reads in flight in the pipeline and in its fetch stage alone (the builder's default).
+const PIPELINE_READS: usize = 64;
 
 struct Args {
     time: u64,
@@ -161,6 +164,7 @@ async fn pipeline_epoch(
     let builder = Pipeline::from_dataset(dataset.clone())
         .batch_size(batch)
         .prefetch(prefetch)
+        .fetch_concurrency(PIPELINE_READS)
         .shuffle(shuffle)
         .seed(1);
     let metrics = match decode {
@@ -196,8 +200,9 @@ async fn pipeline_epoch(
     }
 }
 
-/// The pipeline's fetch stage alone over the same epoch (same read plans, same batches in
-/// flight, no decoding): seconds and bytes fetched.
+/// The pipeline's fetch stage alone over the same epoch (the same read plans through
+/// `fetch_batches`, `prefetch` batches at once sharing the pipeline's 64 reads in flight, no
+/// decoding): seconds and bytes fetched.
 async fn fetch_only_epoch(
     url: &str,
     options: &StoreOptions,
@@ -217,15 +222,9 @@ async fn fetch_only_epoch(
     let batcher = Batcher::with_options(layout.clone(), batch, &epoch).unwrap();
     let before = dataset.io_stats().bytes_fetched;
     let started = Instant::now();
-    futures::stream::iter(batcher.batches())
-        .map(|(_, samples)| {
-            let plan = layout.read_plan(&samples);
-            futures::stream::iter(plan)
-                .fetch(64)
-                .try_for_each(|_| futures::future::ready(Ok(())))
-        })
-        .buffered(prefetch)
-        .try_collect::<Vec<()>>()
+    futures::stream::iter(batcher.read_plans())
+        .fetch_batches(prefetch, PIPELINE_READS)
+        .try_for_each(|_| futures::future::ready(Ok(())))
         .await
         .unwrap();
     (

@@ -607,3 +607,57 @@ async fn info_over_plain_http_sends_no_listing() {
         .iter()
         .any(|why| why.contains("cannot be listed")));
 }
+
+/// Read memory that hands out nothing and counts how often a fetch stage asked it to set
+/// memory aside for batches.
+#[derive(Debug, Default)]
+struct CountedAsks(std::sync::atomic::AtomicUsize);
+
+impl zarrpipe::store::ReadMemory for CountedAsks {
+    fn buffer(&self, _len: usize) -> Option<Box<dyn zarrpipe::store::ReadBuffer>> {
+        None
+    }
+
+    fn expect_batches(self: Arc<Self>, _batch_bytes: u64, _read_ahead: usize) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_memory_is_set_aside_only_for_a_local_store() {
+    use zarrpipe::store::{FetchBatchesExt, ReadMemory};
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let local = small_w1(dir.path(), None);
+    server.upload(&local, "w1.zarr");
+    // The fetch stage over one epoch's read plans; how often it asked its memory.
+    let asks = |dataset: Dataset| async move {
+        let layout = Arc::new(
+            SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new())
+                .unwrap(),
+        );
+        let batcher = Batcher::with_options(layout, 2, &Default::default()).unwrap();
+        let memory = Arc::new(CountedAsks::default());
+        let batches: Vec<_> = futures::stream::iter(batcher.read_plans())
+            .fetch_batches_into(2, 8, Some(memory.clone() as Arc<dyn ReadMemory>))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(batches.len(), 4);
+        memory.0.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let on_disk = Dataset::open(&local.to_string_lossy()).await.unwrap();
+    assert!(on_disk.reads_into_memory());
+    assert_eq!(asks(on_disk).await, 1);
+    let over_s3 = Dataset::open_with(&server.s3_url("w1.zarr"), &server.s3_options())
+        .await
+        .unwrap();
+    assert!(!over_s3.reads_into_memory());
+    assert_eq!(
+        asks(over_s3).await,
+        0,
+        "pinned memory set aside for S3 reads"
+    );
+}

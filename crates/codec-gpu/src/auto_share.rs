@@ -2,8 +2,9 @@
 //! that lets the CPU side keep up with the consumer, computed from what the last batches
 //! delivered cost, and moved there at once.
 //!
-//! The consumer's step holds its compute `C` and its wait `W`; over the same time the CPU side
-//! was busy a fraction `L` of the wall clock decoding its part, `1 - g` of each batch. At
+//! The consumer's step holds its compute `C` and its wait `W`; over the same time the CPU
+//! side's threads were busy a fraction `L` of the wall clock decoding its part, `1 - g` of
+//! each batch. At
 //! share `g'` the CPU spends `(1 - g') / (1 - g)` of that per batch, and keeping up asks for
 //! no more than `C` of busy time per step, with headroom:
 //!
@@ -47,7 +48,8 @@ const LEAST_LOAD: f64 = 0.05;
 /// What auto reads of the CPU side when it shares a batch out.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CpuSide {
-    /// Its busy seconds so far.
+    /// Its busy seconds so far: its threads' decoding seconds over their count, so that the
+    /// load read from it follows the work the side was given.
     pub(crate) busy: f64,
     /// The seconds it would take for the whole batch at its measured rate, once measured.
     pub(crate) batch_seconds: Option<f64>,

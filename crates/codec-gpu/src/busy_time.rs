@@ -52,12 +52,6 @@ impl BusyTime {
         self.changed = self.changed.max(now);
     }
 
-    /// Seconds the side had any part in flight, up to `now`.
-    pub(crate) fn busy_seconds(&mut self, now: Instant) -> f64 {
-        self.advance(now);
-        self.busy
-    }
-
     /// A part starts at `now`.
     pub(crate) fn start(&mut self, now: Instant) -> PartStart {
         self.advance(now);

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_core::Pace;
+use zarrpipe_core::{BatchStats, Pace};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use crate::auto_share::{AutoShare, CpuSide};
@@ -84,6 +84,8 @@ pub struct SplitDecoder {
     policy: SplitPolicy,
     /// The sides' `(cpu, gpu)` rates before both have decoded some of a kind.
     prior: (f64, f64),
+    /// The CPU side's threads.
+    cpu_threads: usize,
     pace: Arc<Pace>,
     state: Mutex<SplitState>,
 }
@@ -105,11 +107,13 @@ struct Kind {
     decoded_bytes: u64,
 }
 
-/// Decoded bytes of a kind per second of a side's busy time, per side.
+/// Decoded bytes of a kind per second of a side's busy time, per side; and per second of the
+/// CPU pool's time (its threads' decoding seconds over their count), which auto reads.
 #[derive(Clone, Copy, Debug, Default)]
 struct Rates {
     cpu: Throughput,
     gpu: Throughput,
+    cpu_pool: Throughput,
 }
 
 /// Bytes decoded and the busy seconds they took, older parts fading out as the side works
@@ -164,6 +168,14 @@ struct SplitState {
     rates: HashMap<Kind, Rates>,
     /// Each side's parts in flight and busy time: `[cpu, gpu]`.
     busy: [BusyTime; 2],
+    /// The CPU pool's time so far: its threads' decoding seconds over their count, counted as
+    /// parts finish. Auto reads the CPU side's load from it: the side's busy time (any part in
+    /// flight) stays near the wall clock whatever each part holds, so with parts smaller than
+    /// the pool a side decoding a tenth of what it could read as full. On 64 cores beside
+    /// setup A in bf16, where CPU decoding alone trains at 201 samples/s, auto read it so and
+    /// sent 88% of each batch to the GPU: 177 samples/s (H200, 2026-11-27; docs/training.md,
+    /// "Four GPUs").
+    cpu_pool_seconds: f64,
     /// Work shared out to each side and not yet finished.
     backlog: Backlog,
     /// Auto: the GPU's share of each batch, from the consumer's pace.
@@ -198,10 +210,12 @@ impl SplitDecoder {
             gpu,
             policy,
             prior: prior_rates(PRIOR_CPU_THREADS),
+            cpu_threads: PRIOR_CPU_THREADS,
             pace: Arc::new(Pace::default()),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
                 busy: [BusyTime::new(Instant::now()), BusyTime::new(Instant::now())],
+                cpu_pool_seconds: 0.0,
                 backlog: Backlog::default(),
                 auto: AutoShare::new(),
                 cpu_weight: 1.0,
@@ -215,6 +229,7 @@ impl SplitDecoder {
     /// its rate is measured.
     pub fn with_cpu_threads(mut self, threads: usize) -> Self {
         self.prior = prior_rates(threads);
+        self.cpu_threads = threads.max(1);
         self
     }
 
@@ -287,10 +302,8 @@ impl SplitDecoder {
             by_kind.entry(kind(&chunk)).or_default().push(chunk);
         }
         if let SplitPolicy::Auto { gpu_share } = self.policy {
-            let cpu = CpuSide {
-                busy: state.busy[Side::Cpu as usize].busy_seconds(now),
-                batch_seconds: cpu_seconds(&by_kind, &state.rates),
-            };
+            let counts = by_kind.iter().map(|(kind, chunks)| (kind, chunks.len()));
+            let cpu = Self::cpu_side(&state, counts);
             state.auto.update(self.pace.counts(), cpu, ahead, now);
             if let Some(share) = gpu_share {
                 if state.gpu_time.as_secs_f64() > share * started.elapsed().as_secs_f64() {
@@ -364,12 +377,30 @@ impl SplitDecoder {
         shares
     }
 
+    /// What auto reads of the CPU side before sharing out `count` chunks of each kind.
+    fn cpu_side<'a>(
+        state: &SplitState,
+        counts: impl IntoIterator<Item = (&'a Kind, usize)>,
+    ) -> CpuSide {
+        CpuSide {
+            busy: state.cpu_pool_seconds,
+            batch_seconds: cpu_pool_seconds(counts, &state.rates),
+        }
+    }
+
     /// Updates the rates of the kinds a side decoded in the part begun at `start`, from what
-    /// the part cost the side.
-    fn learn(&self, side: Side, chunks: &[Kind], start: PartStart, gpu_time: Duration) {
+    /// the part cost the side (`spent`: its decoding's stats).
+    fn learn(&self, side: Side, chunks: &[Kind], start: PartStart, spent: &BatchStats) {
         let mut state = self.lock();
         let cost = state.busy[side as usize].finish(start, Instant::now());
-        state.gpu_time += gpu_time;
+        match side {
+            Side::Gpu => state.gpu_time += spent.gpu_busy,
+            Side::Cpu => {
+                let pool = spent.decode_busy.as_secs_f64() / self.cpu_threads as f64;
+                state.cpu_pool_seconds += pool;
+                record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
+            }
+        }
         tracing::debug!(
             ?side,
             chunks = chunks.len(),
@@ -378,7 +409,11 @@ impl SplitDecoder {
             "split: a part decoded"
         );
         if let Some(cost) = cost {
-            record(&mut state.rates, side, chunks, cost.as_secs_f64());
+            let seconds = cost.as_secs_f64();
+            match side {
+                Side::Cpu => record(&mut state.rates, chunks, seconds, |rates| &mut rates.cpu),
+                Side::Gpu => record(&mut state.rates, chunks, seconds, |rates| &mut rates.gpu),
+            }
         }
     }
 
@@ -426,11 +461,7 @@ impl SplitDecoder {
             DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
             decoded => decoded,
         };
-        let gpu_time = match side {
-            Side::Gpu => decoded.stats().gpu_busy,
-            Side::Cpu => Duration::ZERO,
-        };
-        self.learn(side, &kinds, part.into_start(), gpu_time);
+        self.learn(side, &kinds, part.into_start(), &decoded.stats());
         Ok(Some((decoded, Instant::now())))
     }
 }
@@ -518,16 +549,20 @@ fn gpu_chunks(
     count - to_cpu
 }
 
-/// The seconds the CPU side would take for all of `by_kind` at its measured rates; `None`
-/// until it has decoded each kind.
-fn cpu_seconds(
-    by_kind: &HashMap<Kind, Vec<EncodedChunk>>,
+/// The seconds the CPU pool would take for `count` chunks of each kind, every thread
+/// decoding, at its measured rates; `None` until it has decoded each kind.
+fn cpu_pool_seconds<'a>(
+    counts: impl IntoIterator<Item = (&'a Kind, usize)>,
     rates: &HashMap<Kind, Rates>,
 ) -> Option<f64> {
     let mut seconds = 0.0;
-    for (kind, chunks) in by_kind {
-        let rate = rates.get(kind)?.cpu.rate().filter(|&rate| rate > 0.0)?;
-        seconds += (chunks.len() as u64 * kind.decoded_bytes) as f64 / rate;
+    for (kind, count) in counts {
+        let rate = rates
+            .get(kind)?
+            .cpu_pool
+            .rate()
+            .filter(|&rate| rate > 0.0)?;
+        seconds += (count as u64 * kind.decoded_bytes) as f64 / rate;
     }
     Some(seconds)
 }
@@ -541,9 +576,14 @@ fn worth_a_gpu_part(to_gpu: usize, count: usize) -> usize {
     }
 }
 
-/// Records a part that cost its side `seconds` in the rates of the kinds its chunks had,
-/// the seconds shared out by their bytes.
-fn record(rates: &mut HashMap<Kind, Rates>, side: Side, chunks: &[Kind], seconds: f64) {
+/// Records a part that cost `seconds` in the rates of the kinds its chunks had (the
+/// throughput `which` picks), the seconds shared out by their bytes.
+fn record(
+    rates: &mut HashMap<Kind, Rates>,
+    chunks: &[Kind],
+    seconds: f64,
+    which: fn(&mut Rates) -> &mut Throughput,
+) {
     let total: u64 = chunks.iter().map(|kind| kind.decoded_bytes).sum();
     if total == 0 {
         return;
@@ -553,11 +593,7 @@ fn record(rates: &mut HashMap<Kind, Rates>, side: Side, chunks: &[Kind], seconds
         *bytes.entry(kind).or_default() += kind.decoded_bytes;
     }
     for (kind, bytes) in bytes {
-        let rates = rates.entry(kind.clone()).or_default();
-        let throughput = match side {
-            Side::Cpu => &mut rates.cpu,
-            Side::Gpu => &mut rates.gpu,
-        };
+        let throughput = which(rates.entry(kind.clone()).or_default());
         throughput.add(bytes as f64, seconds * bytes as f64 / total as f64);
     }
 }
@@ -716,6 +752,7 @@ mod tests {
                 bytes: 3e9,
                 seconds: 1.0,
             },
+            ..Rates::default()
         };
         assert_eq!(measured.balanced_gpu_share(four.prior), 0.75);
     }
@@ -727,22 +764,25 @@ mod tests {
             decoded_bytes: bytes,
         };
         let rate = |rates: &HashMap<Kind, Rates>, bytes| rates[&kind(bytes)].gpu.rate().unwrap();
+        let gpu: fn(&mut Rates) -> &mut Throughput = |rates| &mut rates.gpu;
         let mut rates = HashMap::new();
         // Three parts of 1000 chunks of 1 MB that finished together cost 0.3 s between them.
         for seconds in [0.3, 0.0, 0.0] {
-            record(&mut rates, Side::Gpu, &vec![kind(1_000_000); 1000], seconds);
+            record(&mut rates, &vec![kind(1_000_000); 1000], seconds, gpu);
         }
         assert!((rate(&rates, 1_000_000) - 10e9).abs() < 1e3);
         // A slow part counts by its seconds (the older ones keep e^-0.5 of theirs), and fades
         // as the side works on.
-        record(&mut rates, Side::Gpu, &[kind(1_000_000)], 0.1);
+        record(&mut rates, &[kind(1_000_000)], 0.1, gpu);
         let kept = (-0.5f64).exp();
         let expected = (3e9 * kept + 1e6) / (0.3 * kept + 0.1);
         assert!((rate(&rates, 1_000_000) - expected).abs() < 1e3);
-        record(&mut rates, Side::Gpu, &vec![kind(1_000_000); 4000], 0.4);
+        record(&mut rates, &vec![kind(1_000_000); 4000], 0.4, gpu);
         assert!(rate(&rates, 1_000_000) > 9e9);
         // A part of two kinds shares its time out by their bytes.
-        record(&mut rates, Side::Cpu, &[kind(3), kind(1), kind(3)], 7.0);
+        record(&mut rates, &[kind(3), kind(1), kind(3)], 7.0, |rates| {
+            &mut rates.cpu
+        });
         assert_eq!(rates[&kind(1)].cpu.rate(), Some(1.0 / 1.0));
         assert_eq!(rates[&kind(3)].cpu.rate(), Some(6.0 / 6.0));
         assert_eq!(rates[&kind(1)].gpu.rate(), None);
@@ -815,11 +855,47 @@ mod tests {
             split.share(Vec::new());
         }
         assert_eq!(split.lock().auto.share(), 0.0);
-        // Waiting a third of each step while the CPU side decodes: the GPU comes in at once.
-        let _part = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+        // Waiting a third of each step while every CPU thread decodes: the GPU comes in at
+        // once.
+        cpu_part_decoded(&split, ms(300) * 16);
         pace.record(ms(100), ms(300));
         split.share(Vec::new());
         assert!(split.lock().auto.share() > 0.3, "{:?}", split.lock().auto);
+    }
+
+    /// A CPU part of `split` (on 16 threads) decoded, its threads busy for `threads_busy`.
+    fn cpu_part_decoded(split: &SplitDecoder, threads_busy: Duration) {
+        let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+        let spent = BatchStats {
+            decode_busy: threads_busy,
+            ..BatchStats::default()
+        };
+        split.learn(Side::Cpu, &[], start, &spent);
+    }
+
+    #[test]
+    fn auto_reads_the_cpu_side_by_its_threads_time_not_by_its_parts_in_flight() {
+        // On many cores, parts smaller than the pool: a part is in flight all the time while
+        // the threads decode a tenth of what they could.
+        let split = split(SplitPolicy::Auto { gpu_share: None });
+        let megabyte = Kind {
+            codecs: vec!["zstd".into()],
+            decoded_bytes: 1_000_000,
+        };
+        let kinds = vec![megabyte.clone(); 10];
+        let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+        std::thread::sleep(Duration::from_millis(50));
+        let spent = BatchStats {
+            decode_busy: Duration::from_millis(5) * 16,
+            ..BatchStats::default()
+        };
+        split.learn(Side::Cpu, &kinds, start, &spent);
+        let state = split.lock();
+        // 10 MB in 5 ms of the pool's time: a batch of 100 such chunks takes 50 ms.
+        let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
+        assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
+        let batch = cpu.batch_seconds.unwrap();
+        assert!((batch - 0.05).abs() < 1e-9, "{batch}");
     }
 
     #[test]

@@ -84,6 +84,12 @@ impl Dataset {
         Self::open_location(Location::from_store_with(url, store, options)?).await
     }
 
+    /// Whether chunk reads land in a [`ReadMemory`](crate::ReadMemory) when one is given (a
+    /// local store without a cache); elsewhere reads ignore it, and none need be set aside.
+    pub fn reads_into_memory(&self) -> bool {
+        self.location.io.reads_into_memory()
+    }
+
     /// The requests made so far for this dataset (metadata and chunks), and what they read.
     pub fn io_stats(&self) -> IoStats {
         self.location.io.stats()

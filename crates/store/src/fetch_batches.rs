@@ -38,7 +38,13 @@ where
         move |mut batch: Staged<M, Vec<ChunkRequest>>| {
             let reads = reads.clone();
             let memory = memory.clone();
-            if let Some(asked) = to_ask.take() {
+            // Only reads of a local store land in it: over object storage, setting slow pinned
+            // memory aside would hold up the decoder's own GPU calls for nothing.
+            let reads_into = |request: &ChunkRequest| request.variable.reads_into_memory();
+            if let Some(asked) = to_ask
+                .take()
+                .filter(|_| batch.payload.iter().any(reads_into))
+            {
                 let batch_bytes = batch.payload.iter().map(ChunkRequest::decoded_bytes).sum();
                 asked.expect_batches(batch_bytes, batches_at_once);
             }

@@ -101,6 +101,12 @@ impl StoreIo {
         }
     }
 
+    /// Whether chunk reads land in a [`ReadMemory`] (a local directory without a cache): other
+    /// stores' reads ignore it, so none need be set aside for them.
+    pub(crate) fn reads_into_memory(&self) -> bool {
+        self.local_root.is_some() && self.cache.is_none()
+    }
+
     pub(crate) fn stats(&self) -> IoStats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let c = &self.counters;
@@ -136,8 +142,10 @@ impl StoreIo {
         range: Option<GetRange>,
         memory: Option<&Arc<dyn ReadMemory>>,
     ) -> Result<Option<Bytes>, GetFailure> {
-        let direct = match (memory, &self.local_root, &self.cache) {
-            (Some(memory), Some(root), None) => key_path(root, key).map(|path| (memory, path)),
+        let direct = match (memory, &self.local_root) {
+            (Some(memory), Some(root)) if self.reads_into_memory() => {
+                key_path(root, key).map(|path| (memory, path))
+            }
             _ => None,
         };
         let Some((memory, path)) = direct else {

@@ -294,6 +294,12 @@ impl Variable {
         &self.io.url
     }
 
+    /// Whether its chunks are read into a [`ReadMemory`](crate::ReadMemory) when one is given
+    /// (a local store without a cache); elsewhere reads ignore it.
+    pub fn reads_into_memory(&self) -> bool {
+        self.io.reads_into_memory()
+    }
+
     pub(crate) fn io(&self) -> &Arc<StoreIo> {
         &self.io
     }
