@@ -661,3 +661,44 @@ async fn read_memory_is_set_aside_only_for_a_local_store() {
         "pinned memory set aside for S3 reads"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_stage_reads_on_while_nothing_polls_it() {
+    use zarrpipe::store::FetchBatchesExt;
+    let Some(server) = Loopback::s3().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let local = small_w1(dir.path(), None);
+    server.upload(&local, "w1.zarr");
+    let dataset = Dataset::open_with(&server.s3_url("w1.zarr"), &server.s3_options())
+        .await
+        .unwrap();
+    let layout = Arc::new(
+        SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new()).unwrap(),
+    );
+    let batcher = Batcher::with_options(layout, 2, &Default::default()).unwrap();
+    let plans: Vec<_> = batcher.read_plans().collect();
+    let per_batch = plans[0].payload.len() as u64;
+    assert!(per_batch > 4, "{per_batch} reads a batch");
+    // Two batches at once, four reads in flight.
+    let mut batches = futures::stream::iter(plans).fetch_batches(2, 4);
+    let before = server.faults.requests();
+    batches.try_next().await.unwrap().unwrap();
+    // The consumer is busy elsewhere (a later stage, training): nothing polls the stage, and
+    // the second batch's reads go on.
+    let started = Instant::now();
+    while server.faults.requests() - before < 2 * per_batch
+        && started.elapsed() < Duration::from_secs(5)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let read = server.faults.requests() - before;
+    assert_eq!(
+        read,
+        2 * per_batch,
+        "requests while the stage was not polled"
+    );
+    let second = batches.try_next().await.unwrap().unwrap();
+    assert_eq!(second.payload.len() as u64, per_batch);
+}

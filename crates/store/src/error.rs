@@ -230,6 +230,17 @@ pub enum Error {
         source: object_store::Error,
     },
 
+    /// A chunk's read stopped without an answer (its task panicked or was cancelled).
+    #[error("reading {chunk} of {url} stopped: {reason}")]
+    ReadStopped {
+        /// The store's URL.
+        url: String,
+        /// The chunk: its variable, indices and key.
+        chunk: String,
+        /// Why the read's task ended.
+        reason: String,
+    },
+
     /// Reading a chunk took longer than the fetch timeout.
     #[error("fetching `{key}` (variable `{variable}`) from {url} took longer than {after:?}, retries included")]
     FetchTimeout {

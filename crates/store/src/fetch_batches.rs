@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use futures::stream::Stream;
 use futures::FutureExt;
-use tokio::sync::Semaphore;
 use zarrpipe_core::{StageStream, Staged};
 
-use crate::{fetch_chunk_into, ChunkRequest, EncodedChunk, ReadMemory, Result};
+use crate::read_queue::ReadQueue;
+use crate::{ChunkRequest, EncodedChunk, ReadMemory, Result};
 
 /// Stream returned by [`FetchBatchesExt::fetch_batches`](crate::FetchBatchesExt::fetch_batches).
 pub type FetchBatches<St, M> = StageStream<St, Result<Staged<M, Vec<EncodedChunk>>>>;
@@ -28,16 +28,14 @@ where
     St: Stream<Item = Staged<M, Vec<ChunkRequest>>>,
     M: Send + 'static,
 {
-    // Tokio's semaphore is fair: reads start in the order they queued.
-    let reads = Arc::new(Semaphore::new(reads.max(1)));
+    // Started at the first batch, inside the runtime polling the stage.
+    let mut queue: Option<ReadQueue> = None;
     // Memory slow to set aside is asked for once, when the first batch's size is known.
     let mut to_ask = memory.clone();
     StageStream::new(
         batches,
         batches_at_once,
         move |mut batch: Staged<M, Vec<ChunkRequest>>| {
-            let reads = reads.clone();
-            let memory = memory.clone();
             // Only reads of a local store land in it: over object storage, setting slow pinned
             // memory aside would hold up the decoder's own GPU calls for nothing.
             let reads_into = |request: &ChunkRequest| request.variable.reads_into_memory();
@@ -48,18 +46,15 @@ where
                 let batch_bytes = batch.payload.iter().map(ChunkRequest::decoded_bytes).sum();
                 asked.expect_batches(batch_bytes, batches_at_once);
             }
+            tracing::debug!(target: "zarrpipe::timeline", "batch {} fetching", batch.index);
+            // Every read of the batch queues now, before the next batch's (tests/cloud.rs
+            // checks the order a server sees), and goes on while the chain is busy elsewhere.
+            let queue = queue.get_or_insert_with(|| ReadQueue::start(reads));
+            let fetches: Vec<_> = std::mem::take(&mut batch.payload)
+                .into_iter()
+                .map(|request| queue.read(request, memory.clone()))
+                .collect();
             async move {
-                let requests = std::mem::take(&mut batch.payload);
-                tracing::debug!(target: "zarrpipe::timeline", "batch {} fetching", batch.index);
-                // Every read of the batch queues at its first poll (which polls each future
-                // once), before the next batch's; tests/cloud.rs checks the order a server sees.
-                let fetches = requests.into_iter().map(|request| {
-                    let (reads, memory) = (reads.clone(), memory.clone());
-                    async move {
-                        let _read = reads.acquire_owned().await.expect("never closed");
-                        fetch_chunk_into(request, memory).await
-                    }
-                });
                 let chunks = futures::future::try_join_all(fetches).await?;
                 let mut batch = batch.with_payload(chunks);
                 for chunk in &batch.payload {

@@ -40,6 +40,7 @@ mod metadata;
 mod options;
 mod ranges;
 mod read_memory;
+mod read_queue;
 mod reused_read_memory;
 mod time_dim;
 mod variable;
