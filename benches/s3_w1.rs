@@ -169,13 +169,12 @@ async fn pipeline_epoch(
         .fetch_concurrency(PIPELINE_READS)
         .shuffle(shuffle)
         .seed(1);
-    let mut building = 0.0;
-    let metrics = match decode {
+    let (metrics, building) = match decode {
         Decode::Cpu => {
             let mut batches = builder.build().await.unwrap();
-            building = started.elapsed().as_secs_f64();
+            let building = started.elapsed().as_secs_f64();
             while batches.try_next().await.unwrap().is_some() {}
-            batches.metrics()
+            (batches.metrics(), building)
         }
         #[cfg(feature = "cuda")]
         Decode::Gpu(device) => {
@@ -186,11 +185,11 @@ async fn pipeline_epoch(
                 .build()
                 .await
                 .unwrap();
-            building = started.elapsed().as_secs_f64();
+            let building = started.elapsed().as_secs_f64();
             while let Some(batch) = batches.try_next().await.unwrap() {
                 batch.synchronize().unwrap();
             }
-            batches.metrics()
+            (batches.metrics(), building)
         }
     };
     let seconds = started.elapsed().as_secs_f64();
