@@ -106,6 +106,9 @@ fn of_store(error: &store::Error, context: &mut Context) {
         | E::FetchTimeout {
             url, variable, key, ..
         }
+        | E::ReadStopped {
+            url, variable, key, ..
+        }
         | E::ShardIndex {
             url, variable, key, ..
         } => (Some(url), Some(variable), Some(key)),

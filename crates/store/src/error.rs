@@ -231,12 +231,14 @@ pub enum Error {
     },
 
     /// A chunk's read stopped without an answer (its task panicked or was cancelled).
-    #[error("reading {chunk} of {url} stopped: {reason}")]
+    #[error("reading `{key}` (variable `{variable}`) from {url} stopped: {reason}")]
     ReadStopped {
         /// The store's URL.
         url: String,
-        /// The chunk: its variable, indices and key.
-        chunk: String,
+        /// The variable's name.
+        variable: String,
+        /// The chunk's key.
+        key: String,
         /// Why the read's task ended.
         reason: String,
     },

@@ -72,10 +72,15 @@ impl ReadQueue {
         memory: Option<Arc<dyn ReadMemory>>,
     ) -> impl Future<Output = Result<EncodedChunk>> + Send + 'static {
         let (reply, chunk) = oneshot::channel();
-        let (url, described) = (request.variable.url().to_string(), request.to_string());
+        let (url, variable, key) = (
+            request.variable.url().to_string(),
+            request.variable.name().to_string(),
+            request.key(),
+        );
         let stopped = |reason: &str| Error::ReadStopped {
             url,
-            chunk: described,
+            variable,
+            key,
             reason: reason.to_string(),
         };
         let sent = self.queued.send(QueuedRead {
