@@ -623,6 +623,18 @@ impl zarrpipe::store::ReadMemory for CountedAsks {
     }
 }
 
+/// One epoch's read plans over every data variable of `dataset`, in batches of two samples.
+fn read_plans_of_two(
+    dataset: &Dataset,
+) -> Vec<zarrpipe::core::Staged<Vec<zarrpipe::batcher::Sample>, Vec<zarrpipe::store::ChunkRequest>>>
+{
+    let layout = Arc::new(
+        SampleLayout::new(dataset, &dataset.data_variable_names(), &WindowSpec::new()).unwrap(),
+    );
+    let batcher = Batcher::with_options(layout, 2, &Default::default()).unwrap();
+    batcher.read_plans().collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_memory_is_set_aside_only_for_a_local_store() {
     use zarrpipe::store::{FetchBatchesExt, ReadMemory};
@@ -634,13 +646,8 @@ async fn read_memory_is_set_aside_only_for_a_local_store() {
     server.upload(&local, "w1.zarr");
     // The fetch stage over one epoch's read plans; how often it asked its memory.
     let asks = |dataset: Dataset| async move {
-        let layout = Arc::new(
-            SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new())
-                .unwrap(),
-        );
-        let batcher = Batcher::with_options(layout, 2, &Default::default()).unwrap();
         let memory = Arc::new(CountedAsks::default());
-        let batches: Vec<_> = futures::stream::iter(batcher.read_plans())
+        let batches: Vec<_> = futures::stream::iter(read_plans_of_two(&dataset))
             .fetch_batches_into(2, 8, Some(memory.clone() as Arc<dyn ReadMemory>))
             .try_collect()
             .await
@@ -674,11 +681,7 @@ async fn a_fetch_stage_reads_on_while_nothing_polls_it() {
     let dataset = Dataset::open_with(&server.s3_url("w1.zarr"), &server.s3_options())
         .await
         .unwrap();
-    let layout = Arc::new(
-        SampleLayout::new(&dataset, &dataset.data_variable_names(), &WindowSpec::new()).unwrap(),
-    );
-    let batcher = Batcher::with_options(layout, 2, &Default::default()).unwrap();
-    let plans: Vec<_> = batcher.read_plans().collect();
+    let plans = read_plans_of_two(&dataset);
     let per_batch = plans[0].payload.len() as u64;
     assert!(per_batch > 4, "{per_batch} reads a batch");
     // Two batches at once, four reads in flight.

@@ -506,9 +506,11 @@ impl<P: CollateOn> PipelineBuilder<P> {
         // A GPU decoder's pinned memory, when it has some: its chunks then upload unstaged.
         // The fetch stage asks for it at its first batch; asked now, it is set aside from
         // the start (a benchmark waits for it before timing). Only a local store's reads land
-        // in it.
-        let memory = decoder.read_memory();
-        if let Some(memory) = memory.as_ref().filter(|_| dataset.reads_into_memory()) {
+        // in it: elsewhere the chain gets none.
+        let memory = decoder
+            .read_memory()
+            .filter(|_| dataset.reads_into_memory());
+        if let Some(memory) = &memory {
             memory
                 .clone()
                 .expect_batches(most_batch_bytes(&batcher), prefetch);

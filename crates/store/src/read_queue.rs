@@ -22,14 +22,6 @@ struct QueuedRead {
     reply: oneshot::Sender<Result<EncodedChunk>>,
 }
 
-impl std::fmt::Debug for QueuedRead {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueuedRead")
-            .field("request", &self.request)
-            .finish_non_exhaustive()
-    }
-}
-
 impl ReadQueue {
     /// Starts serving reads, `reads` at once; it stops once the queue is dropped. Must be
     /// called inside a Tokio runtime.
@@ -72,15 +64,12 @@ impl ReadQueue {
         memory: Option<Arc<dyn ReadMemory>>,
     ) -> impl Future<Output = Result<EncodedChunk>> + Send + 'static {
         let (reply, chunk) = oneshot::channel();
-        let (url, variable, key) = (
-            request.variable.url().to_string(),
-            request.variable.name().to_string(),
-            request.key(),
-        );
-        let stopped = |reason: &str| Error::ReadStopped {
-            url,
-            variable,
-            key,
+        // What names the chunk should its read stop; the strings are made only then.
+        let (variable, indices) = (request.variable.clone(), request.indices.clone());
+        let stopped = move |reason: &str| Error::ReadStopped {
+            url: variable.url().to_string(),
+            variable: variable.name().to_string(),
+            key: variable.chunk_key(&indices),
             reason: reason.to_string(),
         };
         let sent = self.queued.send(QueuedRead {
