@@ -639,6 +639,33 @@ async fn a_rank_past_the_processes_on_the_host_is_refused() {
     assert!(batches.try_next().await.unwrap().is_some());
 }
 
+/// Ranks that share their waits (`share_waits_on_host`) must say which rank they are: a
+/// table slot taken by guess would mix two ranks' waits. A rank that says it builds (on a
+/// host without a GPU, `auto` into host tensors decodes on the CPU).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_sharing_its_waits_must_say_which_it_is() {
+    let job = format!("pipeline-test-{}", std::process::id());
+    let build = |rank: Option<usize>| {
+        let builder = Pipeline::builder(common::store_path("xr_v3"))
+            .variables(["t2m"])
+            .batch_size(2)
+            .decode_on(zarrpipe::pipeline::DecodeOn::Auto { gpu_share: None })
+            .processes_on_host(2)
+            .share_waits_on_host(job.clone());
+        match rank {
+            Some(rank) => builder.rank_on_host(rank).build(),
+            None => builder.build(),
+        }
+    };
+    let error = build(None).await.unwrap_err().to_string();
+    assert!(
+        error.contains(&job) && error.contains("rank_on_host"),
+        "{error}"
+    );
+    let mut batches = build(Some(1)).await.unwrap();
+    assert!(batches.try_next().await.unwrap().is_some());
+}
+
 /// `auto` into host tensors in a build without `cuda`: every chunk decodes on the CPU, and
 /// the batches are the CPU pipeline's.
 #[cfg(not(feature = "cuda"))]

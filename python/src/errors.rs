@@ -171,7 +171,9 @@ fn of_pipeline(error: &pipeline::Error, context: &mut Context) {
         E::Layout(error) => of_batcher(error, context),
         E::Collate(error) => of_collate(error, context),
         E::Gpu { .. } | E::WorkerStopped | E::UnsupportedDevice { .. } => context.kind = Kind::Gpu,
-        E::Select { .. } | E::RankOnHost { .. } => context.kind = Kind::Layout,
+        E::Select { .. } | E::RankOnHost { .. } | E::SharedWaits { .. } => {
+            context.kind = Kind::Layout
+        }
         _ => {}
     }
 }

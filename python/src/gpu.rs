@@ -15,10 +15,10 @@ use dlpark::python::{export_dlpack, CudaStreamRequest, DlpackExporter, ExportReq
 use dlpark::{DlpackFlags, Managed};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zarrpipe::cuda::cudarc::driver::{result, sys, CudaEvent};
-use zarrpipe::cuda::{CudaError, During};
 use zarrpipe::codec::GpuOptions;
 use zarrpipe::collate::{DeviceTensor, TensorDType};
+use zarrpipe::cuda::cudarc::driver::{result, sys, CudaEvent};
+use zarrpipe::cuda::{CudaError, During};
 use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
 
 use crate::options::Config;

@@ -60,6 +60,9 @@ pub(crate) struct Config {
     /// This process's place among them (torchrun's `LOCAL_RANK`): its CPU decoding keeps to
     /// its share of the cores.
     pub rank_on_host: Option<usize>,
+    /// The run of a data-parallel job whose ranks on this host share their waits for
+    /// `auto` (under torchrun: its launcher's process id).
+    pub waits_shared_by: Option<String>,
     /// GPU pipelines' settings (`gpu.rs`).
     #[cfg(feature = "cuda")]
     pub gpu: GpuConfig,
@@ -170,6 +173,7 @@ const KEYS: &[&str] = &[
     "cpu_decode_threads",
     "processes_on_host",
     "rank_on_host",
+    "waits_shared_by",
     "gpu_memory",
     "gpu_tensor_memory",
     "gpu_pinned_memory",
@@ -364,6 +368,7 @@ impl Config {
             cpu_decode_threads: get(options, "cpu_decode_threads")?,
             processes_on_host: get(options, "processes_on_host")?,
             rank_on_host: get(options, "rank_on_host")?,
+            waits_shared_by: get(options, "waits_shared_by")?,
             #[cfg(feature = "cuda")]
             gpu: GpuConfig::from_dict(options)?,
             channel_inputs: (None, None),
@@ -454,6 +459,9 @@ impl Config {
         }
         if let Some(rank) = self.rank_on_host {
             builder = builder.rank_on_host(rank);
+        }
+        if let Some(job) = &self.waits_shared_by {
+            builder = builder.share_waits_on_host(job.clone());
         }
         if let Some(state) = resume {
             builder = builder.resume(state);

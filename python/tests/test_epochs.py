@@ -4,6 +4,7 @@ from state_dict, ranks that together see every sample once."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -141,6 +142,23 @@ def test_each_rank_on_a_host_decodes_on_its_own_cores(monkeypatch):
         monkeypatch.setenv("LOCAL_RANK", value)
         assert zarrpipe._rank_on_host() == expected, value
     monkeypatch.setenv("LOCAL_RANK", "3")
+    assert len(order(pipeline(batch_size=5))) > 0
+
+
+def test_ranks_on_one_host_share_their_waits_under_the_launchers_name(monkeypatch):
+    """Under torchrun with several ranks on the host, every rank passes the same name to the
+    Rust builder's ``share_waits_on_host`` (so that ``auto`` in each sees any rank's waits,
+    its own test): the launcher's process id, the parent of every rank, and its restart count.
+    A single process shares nothing."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert zarrpipe._waits_shared_by() is None
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    assert zarrpipe._waits_shared_by() == f"torchrun-{os.getppid()}-0"
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert zarrpipe._waits_shared_by() == f"torchrun-{os.getppid()}-2"
+    # The builder takes it (it opens the table only for `auto`, on a GPU: its own test).
     assert len(order(pipeline(batch_size=5))) > 0
 
 

@@ -288,6 +288,20 @@ def _rank_on_host() -> int | None:
     return rank if rank >= 0 else None
 
 
+def _waits_shared_by() -> str | None:
+    """Under ``torchrun`` with several ranks on this host, the name the host's ranks share
+    their waits under (the Rust builder's ``share_waits_on_host``): the launcher's process id,
+    the parent of every rank on the host, and its restart count. A rank that waits for its
+    batch holds the others up at the next all-reduce, where they count the time as their
+    model's work: shared, ``auto`` in every rank sees it. None for a single process."""
+    if _rank_on_host() is None:
+        return None
+    restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if not restarts.isdigit():
+        restarts = "0"
+    return f"torchrun-{os.getppid()}-{restarts}"
+
+
 def _find_cuda_libraries() -> None:
     """Before a GPU pipeline: zarrpipe loads NVRTC and nvCOMP 6 at run time. Where the system
     has no NVRTC on the library path, take the one pip's nvidia wheels bring (torch depends on
@@ -511,6 +525,7 @@ class Pipeline:
             "cpu_decode_threads": cpu_decode_threads,
             "processes_on_host": _processes_on_host(),
             "rank_on_host": _rank_on_host(),
+            "waits_shared_by": _waits_shared_by(),
             "gpu_memory": gpu_memory,
             "gpu_tensor_memory": gpu_tensor_memory,
             "gpu_pinned_memory": gpu_pinned_memory,

@@ -863,6 +863,47 @@ mod tests {
         assert!(split.lock().auto.share() > 0.3, "{:?}", split.lock().auto);
     }
 
+    /// The job's waits, as its ranks record them.
+    #[derive(Debug, Clone, Default)]
+    struct OtherRank(Arc<std::sync::atomic::AtomicU64>);
+
+    impl zarrpipe_core::PeerWaits for OtherRank {
+        fn add(&self, _: Duration) {}
+        fn waited(&self) -> Duration {
+            Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::Relaxed))
+        }
+    }
+
+    #[test]
+    fn auto_calls_the_gpu_in_when_another_rank_waits() {
+        // Data-parallel ranks: this one's consumer never waits for its batch; it waits at the
+        // all-reduce for a rank that waits for its own, and counts that as its model's work.
+        let ms = Duration::from_millis;
+        let share_after = |shared: bool| {
+            let split = split(SplitPolicy::Auto { gpu_share: None });
+            let pace = split.pace();
+            let other = OtherRank::default();
+            if shared {
+                assert!(pace.share_waits(Box::new(other.clone())));
+            }
+            for _ in 0..10 {
+                pace.record(Duration::ZERO, ms(175));
+                split.share(Vec::new());
+            }
+            cpu_part_decoded(&split, ms(300) * 16);
+            // The other rank waited 100 ms of this 300 ms step.
+            other
+                .0
+                .fetch_add(100_000_000, std::sync::atomic::Ordering::Relaxed);
+            pace.record(Duration::ZERO, ms(300));
+            split.share(Vec::new());
+            let share = split.lock().auto.share();
+            share
+        };
+        assert_eq!(share_after(false), 0.0);
+        assert!(share_after(true) > 0.3, "{}", share_after(true));
+    }
+
     /// A CPU part of `split` (on 16 threads) decoded, its threads busy for `threads_busy`.
     fn cpu_part_decoded(split: &SplitDecoder, threads_busy: Duration) {
         let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());

@@ -29,7 +29,7 @@ pub use cf::{decode_to_f32, decoded_values_f64, CfDecoding};
 pub use device::{Device, ParseDeviceError};
 pub use dtype::{convert_to_f32, values_f64, DType};
 pub use in_flight::InFlight;
-pub use pace::{Pace, PaceDelta};
+pub use pace::{Pace, PaceDelta, PeerWaits};
 pub use panic_message::panic_message;
 pub use retaining_allocator::RetainingAllocator;
 pub use stage_stream::StageStream;

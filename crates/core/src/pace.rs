@@ -1,8 +1,10 @@
 //! How the consumer keeps pace: the end of a chain records, for each batch it hands over, how
 //! long the consumer waited for it and how long its step took; a stage that can spend more or
-//! less (a decoder that may use the GPU) reads it to decide.
+//! less (a decoder that may use the GPU) reads it to decide. Consumers that step together
+//! (the ranks of one data-parallel job) may share their waits ([`PeerWaits`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Waits shorter than this are the hand-over itself, not the consumer waiting on the loader.
@@ -14,6 +16,7 @@ pub struct Pace {
     delivered: AtomicU64,
     wait_nanos: AtomicU64,
     step_nanos: AtomicU64,
+    peers: OnceLock<Box<dyn PeerWaits>>,
 }
 
 /// What happened between two looks at a [`Pace`].
@@ -21,10 +24,24 @@ pub struct Pace {
 pub struct PaceDelta {
     /// Batches handed over.
     pub delivered: u64,
-    /// Time the consumer waited for them (waits under 0.2 ms, the hand-over, left out).
+    /// Time the consumer waited for them (waits under 0.2 ms, the hand-over, left out), or
+    /// its job's where it shares its waits ([`Pace::share_waits`]).
     pub wait: Duration,
     /// Their steps: the consumer's work and its waits.
     pub steps: Duration,
+}
+
+/// The waits of processes whose consumers step together with this one: the ranks of a
+/// data-parallel job, each with a pipeline of its own. A rank that waits for its batch holds
+/// every rank up at the next all-reduce, where the others count the time as their consumer's
+/// work: shared, each rank's pace shows what the job waits for.
+pub trait PeerWaits: Send + Sync + std::fmt::Debug {
+    /// Adds a wait of this process's consumer.
+    fn add(&self, wait: Duration);
+    /// What the job waited since this process started sharing: over each span between two
+    /// calls, the longest any of its processes (this one included) waited, added up. Ranks in
+    /// step wait together; the slowest one's wait is the job's.
+    fn waited(&self) -> Duration;
 }
 
 impl Pace {
@@ -34,8 +51,24 @@ impl Pace {
         self.delivered.fetch_add(1, Ordering::Relaxed);
         if waited >= NOTICEABLE {
             self.wait_nanos.fetch_add(nanos(waited), Ordering::Relaxed);
+            if let Some(peers) = self.peers.get() {
+                peers.add(waited);
+            }
         }
         self.step_nanos.fetch_add(nanos(step), Ordering::Relaxed);
+    }
+
+    /// Shares this consumer's waits with `peers`, and counts the job's waits
+    /// ([`PeerWaits::waited`]) as its own from now on, so that a wait of any of them shows in
+    /// [`counts`](Self::counts). Returns false, leaving the pace as it was, when it shares
+    /// with peers already.
+    pub fn share_waits(&self, peers: Box<dyn PeerWaits>) -> bool {
+        self.peers.set(peers).is_ok()
+    }
+
+    /// Whether this pace counts the waits of peers ([`share_waits`](Self::share_waits)).
+    pub fn shares_waits(&self) -> bool {
+        self.peers.get().is_some()
     }
 
     /// Records the first batch a consumer is handed: delivered, but its wait is the chain
@@ -44,11 +77,16 @@ impl Pace {
         self.delivered.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// What happened so far.
+    /// What happened so far; where the consumer shares its waits
+    /// ([`share_waits`](Self::share_waits)), the waits are its job's.
     pub fn counts(&self) -> PaceDelta {
+        let wait = match self.peers.get() {
+            Some(peers) => peers.waited(),
+            None => Duration::from_nanos(self.wait_nanos.load(Ordering::Relaxed)),
+        };
         PaceDelta {
             delivered: self.delivered.load(Ordering::Relaxed),
-            wait: Duration::from_nanos(self.wait_nanos.load(Ordering::Relaxed)),
+            wait,
             steps: Duration::from_nanos(self.step_nanos.load(Ordering::Relaxed)),
         }
     }
@@ -116,5 +154,43 @@ mod tests {
         let mut summed = before;
         summed += since;
         assert_eq!(summed, counts);
+    }
+
+    /// A job's table as a rank sees it: what this rank added, and what the job waited.
+    #[derive(Debug, Default, Clone)]
+    struct Table {
+        added: std::sync::Arc<AtomicU64>,
+        job: std::sync::Arc<AtomicU64>,
+    }
+
+    impl PeerWaits for Table {
+        fn add(&self, wait: Duration) {
+            self.added.fetch_add(nanos(wait), Ordering::Relaxed);
+        }
+        fn waited(&self) -> Duration {
+            Duration::from_nanos(self.job.load(Ordering::Relaxed))
+        }
+    }
+
+    #[test]
+    fn a_pace_that_shares_its_waits_counts_its_jobs() {
+        let ms = Duration::from_millis;
+        let table = Table::default();
+        let pace = Pace::default();
+        assert!(!pace.shares_waits());
+        assert!(pace.share_waits(Box::new(table.clone())));
+        assert!(pace.shares_waits());
+        pace.record(ms(40), ms(140));
+        pace.record(Duration::from_micros(50), ms(100)); // the hand-over: not shared
+        assert_eq!(table.added.load(Ordering::Relaxed), 40_000_000);
+        // Another rank waited longer: the job's wait is the pace's.
+        table.job.store(90_000_000, Ordering::Relaxed);
+        let counts = pace.counts();
+        assert_eq!(
+            (counts.delivered, counts.wait, counts.steps),
+            (2, ms(90), ms(240))
+        );
+        // Sharing is set once.
+        assert!(!pace.share_waits(Box::new(Table::default())));
     }
 }

@@ -98,6 +98,8 @@ struct Config {
     /// This process's place among them, when its CPU decoding keeps to its share of the
     /// cores.
     rank_on_host: Option<usize>,
+    /// The data-parallel job whose ranks on this host share their consumers' waits.
+    waits_shared_by: Option<String>,
     #[cfg(feature = "cuda")]
     gpu: Option<Arc<crate::GpuDevice>>,
 }
@@ -147,6 +149,7 @@ impl PipelineBuilder {
             cpu_decode_threads: None,
             processes_on_host: 1,
             rank_on_host: None,
+            waits_shared_by: None,
             #[cfg(feature = "cuda")]
             gpu: None,
         };
@@ -406,6 +409,20 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
+    /// This process is a rank of the data-parallel job named `job`, whose ranks on this host
+    /// ([`processes_on_host`](Self::processes_on_host), this one's place given by
+    /// [`rank_on_host`](Self::rank_on_host)) step together: they share their consumers' waits
+    /// ([`HostWaits`](crate::HostWaits)), so that `auto` decoding calls the GPU in when any
+    /// rank waits, not only its own. A rank waiting for its batch holds every rank up at the
+    /// next all-reduce, where the others count the time as their model's work: each rank's
+    /// `auto` read its model as slow and kept its CPU side. Every rank passes the same name,
+    /// unique to the run on this host (the Python package, under `torchrun`, its launcher's
+    /// process id). Ranks on other hosts are not seen.
+    pub fn share_waits_on_host(mut self, job: impl Into<String>) -> Self {
+        self.config.waits_shared_by = Some(job.into());
+        self
+    }
+
     /// Makes the batches' tensors in GPU memory: the builder then builds a
     /// `BatchStream<Gpu>` of device tensors (f32, bf16 or f16; feature `cuda`).
     #[cfg(feature = "cuda")]
@@ -496,8 +513,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
         share_the_global_pool(self.config.processes_on_host);
+        let waits = self.host_waits()?;
         let gpu = self.open_gpu_if_used()?;
-        let decoder = self.stage_decoder(&gpu)?;
+        let decoder = self.stage_decoder(&gpu, waits)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
         let epochs = self.config.epochs;
         let (dataset, batcher, collate) = self.config.prepare().await?;
@@ -574,7 +592,11 @@ impl<P: CollateOn> PipelineBuilder<P> {
     }
 
     /// The decode stage.
-    fn stage_decoder(&self, gpu: &StageGpu) -> Result<Arc<dyn BatchDecoder>> {
+    fn stage_decoder(
+        &self,
+        gpu: &StageGpu,
+        waits: Option<crate::HostWaits>,
+    ) -> Result<Arc<dyn BatchDecoder>> {
         if let Some(decoder) = &self.config.decoder {
             return Ok(decoder.clone());
         }
@@ -597,15 +619,45 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 DecodeOn::Cpu => Ok(gpu.cpu_decoder(threads.clone())?),
                 DecodeOn::Gpu => Ok(gpu.decoder()),
                 DecodeOn::Split => split(SplitPolicy::Balanced),
-                DecodeOn::Auto { gpu_share } => split(SplitPolicy::Auto { gpu_share }),
+                DecodeOn::Auto { gpu_share } => {
+                    let split = gpu.split_decoder(SplitPolicy::Auto { gpu_share }, threads)?;
+                    if let Some(waits) = waits {
+                        // A decoder that shares already (the device's, built before) keeps its
+                        // table.
+                        split.pace().share_waits(Box::new(waits));
+                    }
+                    Ok(split)
+                }
             };
         }
-        let _ = (gpu, threads);
+        let _ = (gpu, threads, waits);
         match self.config.decode_on {
             DecodeOn::Cpu => Ok(Arc::new(CpuDecoder::new())),
             // Refused, or turned into CPU decoding, when the GPU was opened.
             _ => Err(StageGpu::missing("GPU decoding needs a GPU")),
         }
+    }
+}
+
+impl<P: CollateOn> PipelineBuilder<P> {
+    /// The table of waits this rank shares with its job's others on the host, when it is
+    /// one of several ([`share_waits_on_host`](Self::share_waits_on_host)) and decodes with
+    /// `auto`, the one stage that reads the consumer's pace.
+    fn host_waits(&self) -> Result<Option<crate::HostWaits>> {
+        let Some(job) = &self.config.waits_shared_by else {
+            return Ok(None);
+        };
+        let ranks = self.config.processes_on_host;
+        if ranks <= 1 || !matches!(self.config.decode_on, DecodeOn::Auto { .. }) {
+            return Ok(None);
+        }
+        let Some(rank) = self.config.rank_on_host else {
+            return Err(Error::SharedWaits {
+                job: job.clone(),
+                reason: format!("{ranks} processes on the host, and this one's rank among them not given (rank_on_host)"),
+            });
+        };
+        crate::HostWaits::open(job, rank, ranks).map(Some)
     }
 }
 

@@ -75,6 +75,15 @@ pub enum Error {
         what: String,
     },
 
+    /// The waits of a data-parallel job's ranks on this host cannot be shared.
+    #[error("cannot share waits between the ranks of job {job:?}: {reason}")]
+    SharedWaits {
+        /// The job's name.
+        job: String,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// A process's place among the processes on its host that cannot be.
     #[error("cannot place CPU decoding on this process's share of the host's cores: {reason}")]
     RankOnHost {

@@ -65,6 +65,7 @@ mod error;
 mod gpu;
 #[cfg(feature = "cuda")]
 mod gpu_memory;
+mod host_waits;
 mod metrics;
 mod missing;
 mod prefetch;
@@ -80,6 +81,7 @@ pub use error::{Error, Result};
 pub use gpu::{GpuBatch, GpuDevice};
 #[cfg(feature = "cuda")]
 pub use gpu_memory::GpuMemory;
+pub use host_waits::HostWaits;
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use missing::{apply_missing_steps, find_missing_steps, time_dim, MAX_CHECKED_CHUNKS};
 pub use prefetch::Prefetch;
