@@ -3,15 +3,16 @@
 //! same time counting that queued work, not as if each side were idle: when every batch got
 //! the idle-side share, the first batches of an epoch (fetched quickly, shared out at once)
 //! queued a quarter of a second of work on the CPU side while the GPU finished its parts in
-//! less, and the CPU side set the pace (W1 of 64 steps on the H100 host: split at 15-16 GB/s
-//! against the GPU alone at 17-22).
+//! less, and the CPU side set the pace (W1 of 64 steps: split at 15-16 GB/s against the GPU
+//! alone at 17-22; H100, 2026-11-25).
 //!
 //! A side works through its queue all the time, but the GPU's parts run side by side and
 //! report finishing together, in bursts: counted only as parts finished, the GPU's queue
 //! looked a batch or two long just before a burst, and the CPU side took half of the next
-//! batch, ten times slower than the GPU would have been (W1 in epochs in a row on the H200
-//! host: split at 11-14 GB/s against the GPU alone at 18-25). So queued work drains at one
-//! second per second, oldest first, and a finished part takes away only what is left of it.
+//! batch, ten times slower than the GPU would have been (W1 in epochs in a row: split at 11-14
+//! GB/s against the GPU alone at 18-25; H200, 2026-11-26). So queued work drains at one second
+//! per second, oldest first, and a finished part takes away only what is left of it. Both
+//! measurements: docs/benchmarks.md, "Defaults and the measurements behind them".
 
 use std::time::Instant;
 

@@ -72,8 +72,8 @@ thread_local! {
 
 /// Turns on the checks of compressed zstd blocks' entropy tables for this process (a
 /// [`crate::GpuDecoder`] does, unless `GpuOptions::check_zstd_tables` is off). They run at
-/// about 17 GB/s of W1's stored bytes per core (H100 host), on every core while a batch is
-/// planned (docs/benchmarks.md, "Defaults and the measurements behind them").
+/// about 17 GB/s of W1's stored bytes per core (H100, 2026-11-25), on every core while a batch
+/// is planned (docs/benchmarks.md, "GPU decoding per codec and chunk size").
 pub fn enable_zstd_table_checks() {
     ZSTD_TABLE_CHECKS.store(true, Ordering::Relaxed);
 }

@@ -73,10 +73,10 @@ pub struct GpuOptions {
     pub device_memory: usize,
     /// Also check the entropy tables of every compressed zstd block on the CPU before nvCOMP
     /// sees it (corrupt Huffman tables can make nvCOMP 6 write out of bounds). On by default:
-    /// it reads about 17 GB/s of W1's stored bytes per core (H100 host), on every core while
-    /// a batch is planned, and costs W1 in shards 39.16 / 38.40 GB/s against 37.27 / 38.32
-    /// without (H200, 2026-11-26; docs/benchmarks.md, "Defaults and the measurements behind
-    /// them").
+    /// it reads about 17 GB/s of W1's stored bytes per core (H100, 2026-11-25), on every core
+    /// while a batch is planned, and costs W1 in shards 39.16 / 38.40 GB/s against 37.27 /
+    /// 38.32 without (H200, 2026-11-26; docs/benchmarks.md, "Defaults and the measurements
+    /// behind them").
     pub check_zstd_tables: bool,
     /// Decoded bytes per pipelined group: a larger batch is split into groups, staged one after
     /// another (each decoding on a free stream when there is one), which bounds a group's

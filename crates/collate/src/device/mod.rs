@@ -57,9 +57,9 @@ pub struct DeviceCollator {
     /// Batches decode their pending chunks on the CPU and reserve their tensors' room one at
     /// a time, in the order they came (`turns.rs`). One batch at a time on every decoding
     /// thread finishes soonest, and its upload and kernels overlap the next one's decoding;
-    /// four at once finish together and leave the threads idle while they upload (W1 on an
-    /// H100 host, 2026-11-26: 4.8-5.5 GB/s where the CPU's bound was 6.5-7.1,
-    /// `benches/results/2026-11-26_h100_cpu_in_place.md`).
+    /// four at once finish together and leave the threads idle while they upload (W1, H100,
+    /// 2026-11-26: 4.8-5.5 GB/s where the CPU's bound was 6.5-7.1; docs/benchmarks.md,
+    /// "Defaults and the measurements behind them").
     turns: Arc<turns::Turns>,
 }
 
