@@ -446,6 +446,47 @@ mod on_gpu {
         });
     }
 
+    /// Two ranks of one job on this host, each with its own `auto` pipeline, share their
+    /// waits: a wait recorded by one rank's consumer shows in the other's pace, and each
+    /// rank's batches are the CPU pipeline's, bit for bit.
+    #[test]
+    fn ranks_that_share_their_waits_see_each_others() {
+        let Some(_gpu) = share_gpu() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let job = format!("gpu-test-{}", std::process::id());
+        runtime().block_on(async {
+            let url = store(&dir.path().join("zstd"), Compression::Zstd, None);
+            let rank = |rank: usize| {
+                patches(&url)
+                    .processes_on_host(2)
+                    .rank_on_host(rank)
+                    .share_waits_on_host(job.clone())
+            };
+            let auto = DecodeOn::Auto { gpu_share: None };
+            let mut paces = Vec::new();
+            let mut streams = Vec::new();
+            for number in 0..2 {
+                let builder = rank(number).decode_on(auto).collate_on_gpu();
+                let mut batches = Box::pin(builder.build().await.unwrap());
+                let first = batches.try_next().await.unwrap().unwrap();
+                let pace = first.pace.clone().expect("auto attaches its pace");
+                assert!(pace.shares_waits(), "rank {number}");
+                paces.push(pace);
+                streams.push((batches, first));
+            }
+            let before = paces[0].counts().wait;
+            let ms = std::time::Duration::from_millis;
+            paces[1].record(ms(50), ms(100));
+            let after = paces[0].counts().wait;
+            assert!(after - before >= ms(50), "{before:?} -> {after:?}");
+            drop(streams);
+            let cpu = cpu_batches(patches(&url), |v| v).await;
+            same_batches(&gpu_batches(rank(1), auto).await, &cpu);
+        });
+    }
+
     /// The xarray gap stores (tests/missing.rs): samples left out (`skip`, shuffled) and gap
     /// steps filled with NaN (`fill`, with the NaN mask and a NaN fill), on every combination
     /// of stages, bit for bit.
