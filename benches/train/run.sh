@@ -14,22 +14,24 @@
 #    and their per-variable statistics (the first training run computes and caches them);
 # 3. runs examples/python/train_unet.py once per loader, mode and precision, the same STEPS
 #    timed steps after WARMUP untimed ones each: synthetic (the upper bound), the baseline
-#    (xarray + DataLoader, WORKERS workers), zarrpipe with --mode gpu, cpu (CPU decode, GPU
-#    collate), split and auto; each loader also alone (--no-training, fp32);
+#    (xarray + DataLoader, WORKERS workers), the hackathon's DALI loader (`dali`: a DALI
+#    pipeline over zarr-python batches, examples/python/hackathon_dali.py; its wheel and
+#    dependencies among WHEELS), zarrpipe with --mode gpu, cpu (CPU decode, GPU collate), split
+#    and auto; each loader also alone (--no-training, fp32);
 # 4. appends every run's JSON line to WORKDIR/results.jsonl and writes WORKDIR/training.md and
 #    its plots (benches/train/report.py), copied to $OUT when that is set.
 #
 # Environment (all optional):
 #   WHEELS=.whl (a folder of wheels)   SKIP_WHEELS=1 (use what python3 has)
 #   SETUPS="a b"   PRECISIONS="fp32 bf16" (bf16 runs train only; setup B: fp32 only)
-#   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe"
+#   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe" (or dali)
 #   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
 #   STATS_STEPS=480 (the training split the statistics cover)
 #   GPUS="1 2" (each run once per count: above 1, under torchrun with --distributed, a rank and
 #   a zarrpipe pipeline per GPU, batch size per rank; default "1", no torchrun)
 #   B_BATCH=8 (setup B's batch size: its 43-channel U-Net at batch 16 fills an 80 GB H100)
 #   TRAIN_ARGS="--prefetch 2" (more train_unet.py options, for every run)
-#   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32)
+#   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32; dali too when named)
 #   BUDGET=seconds for the whole run: what does not fit is reported as not run
 #   KEEP=1 keeps each store after its setup (default: removed, the host's disk is 64 GiB)
 #   APPEND=1 keeps earlier results.jsonl lines (several calls make one report)
@@ -159,6 +161,9 @@ for setup in ${SETUPS:-a b}; do
           baseline)
             train "$setup" "baseline $precision" --loader baseline --precision "$precision" "${variables[@]}" "$store"
             [ "$precision" = fp32 ] && alone baseline && train "$setup" "baseline alone" --loader baseline --no-training "${variables[@]}" "$store" ;;
+          dali)
+            train "$setup" "dali $precision" --loader dali --precision "$precision" "${variables[@]}" "$store"
+            [ "$precision" = fp32 ] && alone dali && train "$setup" "dali alone" --loader dali --no-training "${variables[@]}" "$store" ;;
           zarrpipe)
             for mode in $modes; do
               train "$setup" "zarrpipe-$mode $precision" --loader zarrpipe --mode "$mode" --precision "$precision" "${variables[@]}" "$store"

@@ -11,6 +11,7 @@ training on real data, the loader alone (`--no-training`), training on synthetic
     python examples/python/train_unet.py --loader zarrpipe --mode split STORE
     python examples/python/train_unet.py --loader zarrpipe --mode auto STORE
     python examples/python/train_unet.py --loader baseline STORE  # xarray + torch DataLoader
+    python examples/python/train_unet.py --loader dali STORE  # the hackathon's DALI loader
     ... --no-training                 # the loader alone
     ... --precision bf16              # bf16 autocast, channels-last
     torchrun --nproc-per-node 2 examples/python/train_unet.py --distributed ...
@@ -265,6 +266,10 @@ def main() -> int:
     elif args.loader == "zarrpipe":
         zarrpipe_loader = ZarrpipeBatches(args, device)
         batches = iter(zarrpipe_loader)
+    elif args.loader == "dali":
+        import hackathon_dali
+
+        batches = hackathon_dali.batches(args, device)
     else:
         batches = baseline_batches(args, device)
 
@@ -324,6 +329,8 @@ def main() -> int:
     name = args.loader
     if args.loader == "zarrpipe":
         name = f"zarrpipe-{args.mode}" if cuda else "zarrpipe-cpu"
+    if args.loader == "dali" and not (cuda and args.dali_zarr_gpu):
+        name = "dali-zarr-cpu"
     result = dict(loader=name,
                   training=not args.no_training, precision=args.precision,
                   store=args.store, variables=len(args.variables), shape=list(shape),
@@ -387,7 +394,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("store", nargs="?", help="the Zarr store (not needed for synthetic)")
-    p.add_argument("--loader", choices=["synthetic", "zarrpipe", "baseline"], default="zarrpipe")
+    p.add_argument("--loader", choices=["synthetic", "zarrpipe", "baseline", "dali"], default="zarrpipe")
     p.add_argument("--mode", choices=["gpu", "cpu", "split", "auto"], default="gpu",
                    help="zarrpipe on a GPU: where chunks are decoded (cpu: CPU decode, GPU collate)")
     p.add_argument("--gpu-share", type=float, help="zarrpipe auto: the GPU time it may take")
@@ -404,6 +411,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--no-training", action="store_true", help="time the loader alone")
     p.add_argument("--workers", type=int, default=8, help="baseline: DataLoader workers")
+    p.add_argument("--dali-zarr-gpu", action=argparse.BooleanOptionalAction, default=True,
+                   help="dali: zarr-python into CuPy buffers (enable_gpu), as the hackathon ran it")
     p.add_argument("--prefetch", type=int, default=4, help="zarrpipe: batches loaded ahead")
     p.add_argument("--shape", help="synthetic: LAT,LON (default 640,1280 or the store's)")
     p.add_argument("--device", help="cuda:N or cpu (default: cuda:LOCAL_RANK when there is a GPU)")
