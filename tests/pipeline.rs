@@ -639,30 +639,45 @@ async fn a_rank_past_the_processes_on_the_host_is_refused() {
     assert!(batches.try_next().await.unwrap().is_some());
 }
 
-/// Ranks that share their waits (`share_waits_on_host`) must say which rank they are: a
-/// table slot taken by guess would mix two ranks' waits. A rank that says it builds (on a
-/// host without a GPU, `auto` into host tensors decodes on the CPU).
+/// Ranks that share their waits (`share_waits_on_host`) must say which rank they are (a
+/// table slot taken by guess would mix two ranks' waits) and name the job so that it can name
+/// a file. A rank that does builds (on a host without a GPU, `auto` into host tensors decodes
+/// on the CPU), and so does one whose table the file system refuses: it reads its own waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_sharing_its_waits_must_say_which_it_is() {
     let job = format!("pipeline-test-{}", std::process::id());
-    let build = |rank: Option<usize>| {
+    let build = |job: &str, rank: Option<usize>| {
         let builder = Pipeline::builder(common::store_path("xr_v3"))
             .variables(["t2m"])
             .batch_size(2)
             .decode_on(zarrpipe::pipeline::DecodeOn::Auto { gpu_share: None })
             .processes_on_host(2)
-            .share_waits_on_host(job.clone());
+            .share_waits_on_host(job);
         match rank {
             Some(rank) => builder.rank_on_host(rank).build(),
             None => builder.build(),
         }
     };
-    let error = build(None).await.unwrap_err().to_string();
+    let error = build(&job, None).await.unwrap_err().to_string();
     assert!(
         error.contains(&job) && error.contains("rank_on_host"),
         "{error}"
     );
-    let mut batches = build(Some(1)).await.unwrap();
+    let error = build("../x", Some(1)).await.unwrap_err().to_string();
+    assert!(error.contains("job's name"), "{error}");
+    let mut batches = build(&job, Some(1)).await.unwrap();
+    assert!(batches.try_next().await.unwrap().is_some());
+    // A folder where the table's file would be: the file system refuses it.
+    let blocked = format!("{job}-blocked");
+    let folder = match std::path::Path::new("/dev/shm").is_dir() {
+        true => std::path::PathBuf::from("/dev/shm"),
+        false => std::env::temp_dir(),
+    }
+    .join(format!("zarrpipe-waits-{blocked}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let built = build(&blocked, Some(0)).await;
+    std::fs::remove_dir(&folder).unwrap();
+    let mut batches = built.expect("a table that cannot be made is a warning");
     assert!(batches.try_next().await.unwrap().is_some());
 }
 

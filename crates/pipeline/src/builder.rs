@@ -417,7 +417,9 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// next all-reduce, where the others count the time as their model's work: each rank's
     /// `auto` read its model as slow and kept its CPU side. Every rank passes the same name,
     /// unique to the run on this host (the Python package, under `torchrun`, its launcher's
-    /// process id). Ranks on other hosts are not seen.
+    /// process id). Ranks on other hosts are not seen. A name that cannot name a file, or no
+    /// rank given, is an error when the pipeline is built; a table the file system refuses is
+    /// a warning, and the rank reads its own waits.
     pub fn share_waits_on_host(mut self, job: impl Into<String>) -> Self {
         self.config.waits_shared_by = Some(job.into());
         self
@@ -657,7 +659,16 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 reason: format!("{ranks} processes on the host, and this one's rank among them not given (rank_on_host)"),
             });
         };
-        crate::HostWaits::open(job, rank, ranks).map(Some)
+        crate::HostWaits::check(job, rank, ranks)?;
+        // A table the file system refuses (no room, a read-only /dev/shm) costs the ranks the
+        // others' waits, not the training.
+        match crate::HostWaits::open(job, rank, ranks) {
+            Ok(waits) => Ok(Some(waits)),
+            Err(error) => {
+                tracing::warn!(target: "zarrpipe", "{error}; each rank's auto reads its own waits");
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -43,24 +43,9 @@ impl HostWaits {
     /// Opens (or creates) the table of the job named `job` as rank `rank` of `ranks`. `job`
     /// names one run of the job: every rank passes the same name, and no other run on the host
     /// uses it at the same time (`zarrpipe` under `torchrun` uses its launcher's process id).
+    /// The name and rank are checked first ([`check`](Self::check)).
     pub fn open(job: &str, rank: usize, ranks: usize) -> Result<Self> {
-        let refused = |reason: String| Error::SharedWaits {
-            job: job.to_string(),
-            reason,
-        };
-        let named_well = !job.is_empty()
-            && job.len() <= LONGEST_JOB
-            && job
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !named_well || job.starts_with('.') {
-            return Err(refused(format!(
-                "a job's name is 1 to {LONGEST_JOB} letters, digits, '-', '_' or '.', not starting with '.'"
-            )));
-        }
-        if rank >= ranks {
-            return Err(refused(format!("rank {rank} is not one of {ranks} ranks")));
-        }
+        Self::check(job, rank, ranks)?;
         let path = shared_memory_folder().join(format!("zarrpipe-waits-{job}"));
         let failed = |what: &str, error: std::io::Error| Error::SharedWaits {
             job: job.to_string(),
@@ -104,6 +89,29 @@ impl HostWaits {
         }
         waits.slot(0).fetch_add(1, Ordering::Relaxed);
         Ok(waits)
+    }
+
+    /// Whether `job` can name a table (it is part of a file name) and `rank` is one of
+    /// `ranks`: what [`open`](Self::open) refuses before it looks at the file system.
+    pub fn check(job: &str, rank: usize, ranks: usize) -> Result<()> {
+        let refused = |reason: String| Error::SharedWaits {
+            job: job.to_string(),
+            reason,
+        };
+        let named_well = !job.is_empty()
+            && job.len() <= LONGEST_JOB
+            && job
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !named_well || job.starts_with('.') {
+            return Err(refused(format!(
+                "a job's name is 1 to {LONGEST_JOB} letters, digits, '-', '_' or '.', not starting with '.'"
+            )));
+        }
+        if rank >= ranks {
+            return Err(refused(format!("rank {rank} is not one of {ranks} ranks")));
+        }
+        Ok(())
     }
 
     /// Where the table lies.
