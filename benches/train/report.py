@@ -23,6 +23,7 @@ SETUPS = {
 SAME_MODEL = {"b-advised": "b"}
 LOADER_NAMES = {
     "baseline": "baseline (xarray + DataLoader)",
+    "dali": "the hackathon's DALI loader (zarr-python reads into CuPy buffers)",
     "zarrpipe-gpu": "zarrpipe, GPU decode",
     "zarrpipe-cpu": "zarrpipe, CPU decode + GPU collate",
     "zarrpipe-split": "zarrpipe, split decode",
@@ -64,7 +65,9 @@ def table(rows: list[dict], setup: str, precision: str, count: int) -> tuple[lis
     if synthetic:
         out.append(f"| synthetic (random tensors on the GPU) | {synthetic:.1f} | 100% | "
                    f"{pct(runs[f'synthetic {precision}'].get('data_wait_fraction'))} | | | |")
-    for loader, name in LOADER_NAMES.items():
+    # Loaders this report has no name for are listed under their own, not left out.
+    others = sorted({run.rsplit(" ", 1)[0] for run in runs} - set(LOADER_NAMES) - {"synthetic"})
+    for loader, name in [*LOADER_NAMES.items(), *((other, other) for other in others)]:
         train = runs.get(f"{loader} {precision}")
         alone = runs.get(f"{loader} alone")
         if train is None and alone is None:
