@@ -4,20 +4,27 @@
 # takes 64 MiB a call, and DALI's wheel is 199 MB.
 #
 #   benches/train/dali_wheels.sh fetch     # here: the wheels, cut into .dali/part-1 ... part-N
-#   benches/train/dali_wheels.sh install   # there, once every part has come: joined, then
-#                                          # installed into SITE (default /tmp/site, as
-#                                          # benches/train/run.sh installs the other wheels)
+#   benches/train/dali_wheels.sh keep      # there, in each call that carried a part: the parts
+#                                          # copied out of the working tree, into STASH
+#                                          # (default /tmp/zarrpipe-dali-parts)
+#   benches/train/dali_wheels.sh install   # there, once every part has come: joined (from
+#                                          # .dali and STASH), then installed into SITE
+#                                          # (default /tmp/site, as benches/train/run.sh
+#                                          # installs the other wheels)
 #
 # Carry one part a call (`carry: [".dali/part-1"]`, then part-2, ...) while the machine stays
-# warm: an ignored folder a call does not name stays where it is. Only what DALI imports comes:
-# its image codec libraries (nvimgcodec, nvjpeg, nvtiff, its own libnvcomp) are left out, as
-# the loader decodes no images. typing-extensions (optree's) comes with the peers' wheels.
+# warm, and begin each of those calls with `keep`: a call that carries `.dali/part-2` replaces
+# the `.dali` folder there, so part-1 is gone unless it was kept (H100, 2026-11-27). Only what
+# DALI imports comes: its image codec libraries (nvimgcodec, nvjpeg, nvtiff, its own libnvcomp)
+# are left out, as the loader decodes no images. typing-extensions (optree's) comes with the
+# peers' wheels.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 dest=$root/.dali
 part_mb=${PART_MB:-50}
 site=${SITE:-/tmp/site}
+stash=${STASH:-/tmp/zarrpipe-dali-parts}
 wheels=(nvidia-dali-cuda130==2.4.0 astunparse==1.6.3 gast==0.7.0 libcst==1.9.0 makefun==1.16.0
         nvtx==0.2.17 optree==0.20.0 six==1.17.0)
 
@@ -41,13 +48,24 @@ case "${1:-}" in
     ls -l "$dest"/part-* >&2
     echo "carry .dali/part-1 ... .dali/part-$(ls -d "$dest"/part-* | wc -l), one a call" >&2
     ;;
+  keep)
+    found=0
+    for part in "$dest"/part-*; do
+      [ -d "$part" ] || continue
+      mkdir -p "$stash" && cp -r "$part" "$stash"/ && found=1
+    done
+    [ "$found" = 1 ] || { echo "no part in $dest to keep (carry .dali/part-N)" >&2; exit 2; }
+    echo "kept in $stash: $(cd "$stash" && ls -d part-* | tr '\n' ' ')" >&2
+    ;;
   install)
-    # In the order they were cut (wheels.tar.0, .1, ...), whatever folder each came in.
-    parts=$(for f in "$dest"/part-*/wheels.tar.?; do [ -e "$f" ] && echo "${f##*.} $f"; done | sort -n | cut -d' ' -f2-)
-    [ -n "$parts" ] || { echo "no parts in $dest (carry .dali/part-N first)" >&2; exit 2; }
+    # In the order they were cut (wheels.tar.0, .1, ...), each once, from .dali or the stash.
+    parts=$(for f in "$dest"/part-*/wheels.tar.? "$stash"/part-*/wheels.tar.?; do if [ -e "$f" ]; then echo "${f##*.} $f"; fi; done | sort -n -u -k1,1 | cut -d' ' -f2-)
+    [ -n "$parts" ] || { echo "no parts in $dest or $stash (carry .dali/part-N, then keep)" >&2; exit 2; }
+    sums=$(ls "$dest"/part-1/wheels.tar.sha256 "$stash"/part-1/wheels.tar.sha256 2>/dev/null | head -n 1 || true)
+    [ -n "$sums" ] || { echo "part-1 (with wheels.tar.sha256) has not come" >&2; exit 2; }
     joined=$(mktemp -d)
     cat $parts >"$joined/wheels.tar"
-    if ! (cd "$joined" && sha256sum -c --quiet "$dest/part-1/wheels.tar.sha256"); then
+    if ! (cd "$joined" && sha256sum -c --quiet "$sums"); then
       echo "the joined parts are not the archive that was cut (a part missing or twice?)" >&2
       exit 1
     fi
@@ -58,7 +76,7 @@ case "${1:-}" in
     echo "installed into $site: export PYTHONPATH=$site" >&2
     ;;
   *)
-    echo "usage: $0 fetch|install" >&2
+    echo "usage: $0 fetch|keep|install" >&2
     exit 2
     ;;
 esac
