@@ -49,10 +49,9 @@ class SeqZarrSource:
                              f"for each of {world_size} ranks")
         self.batch_mapping = np.stack(np.array_split(indices, batch_size), axis=1)
         # Per channel, in the order the variables stack (a level variable: one per level).
-        self.mean = np.array([c["mean"] for v in variables for c in statistics["channels"]
-                              if c["variable"] == v], dtype=np.float32)[:, None, None]
-        self.std = np.array([c["std"] for v in variables for c in statistics["channels"]
-                             if c["variable"] == v], dtype=np.float32)[:, None, None]
+        channels = [c for v in variables for c in statistics["channels"] if c["variable"] == v]
+        self.mean = np.array([c["mean"] for c in channels], dtype=np.float32)[:, None, None]
+        self.std = np.array([c["std"] for c in channels], dtype=np.float32)[:, None, None]
         self.group = None  # opened in the pipeline's thread, on first use
 
     def __len__(self) -> int:

@@ -662,7 +662,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
         crate::HostWaits::check(job, rank, ranks)?;
         // A table the file system refuses (no room, a read-only /dev/shm) costs the ranks the
         // others' waits, not the training.
-        match crate::HostWaits::open(job, rank, ranks) {
+        match crate::HostWaits::open_checked(job, rank, ranks) {
             Ok(waits) => Ok(Some(waits)),
             Err(error) => {
                 tracing::warn!(target: "zarrpipe", "{error}; each rank's auto reads its own waits");

@@ -46,6 +46,12 @@ impl HostWaits {
     /// The name and rank are checked first ([`check`](Self::check)).
     pub fn open(job: &str, rank: usize, ranks: usize) -> Result<Self> {
         Self::check(job, rank, ranks)?;
+        Self::open_checked(job, rank, ranks)
+    }
+
+    /// [`open`](Self::open), for a name and rank that passed [`check`](Self::check): what it
+    /// can still refuse comes from the file system.
+    pub(crate) fn open_checked(job: &str, rank: usize, ranks: usize) -> Result<Self> {
         let path = shared_memory_folder().join(format!("zarrpipe-waits-{job}"));
         let failed = |what: &str, error: std::io::Error| Error::SharedWaits {
             job: job.to_string(),
