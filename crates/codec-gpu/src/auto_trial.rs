@@ -12,6 +12,15 @@
 //! tenth of the chunks on the GPU while the consumer waited 44-54% of its time, where GPU
 //! decoding alone trained 27% faster (docs/training.md).
 //!
+//! The other way round, a share the CPU side has room to take back is tried smaller, and kept
+//! where the consumer's steps come no slower: a small wait the rule reads as a call for the
+//! GPU may cost the model more than it saves. Beside setup A's bf16 model on 32 cores, a wait
+//! in the model's first steps called the GPU in for half of each batch, which took 69% of the
+//! GPU's time, and the consumer then waited 0.9% of its time, too much to give back: auto
+//! trained 11% slower than CPU decoding alone (H200, 2026-11-27; docs/training.md). A smaller
+//! share kept holds against the rule's call-ins for a while, then the rule may call the GPU in
+//! again and the trial repeats.
+//!
 //! Where the GPU already decodes most of each batch, auto also tries it with every batch, and
 //! keeps that only if the consumer's steps then come clearly faster: beside a model that
 //! shares the GPU, what a mixed batch costs the model does not show as waiting. Beside setup
@@ -45,6 +54,12 @@ const NO_WAIT: f64 = 0.005;
 const PAUSE: Duration = Duration::from_secs(20);
 /// A share a trial kept is not given back for this long.
 const HOLD: Duration = Duration::from_secs(20);
+/// A smaller share is tried where the CPU side has room for at least this much more of each
+/// batch; it is kept if the consumer's steps come no more than `NOT_SLOWER` later.
+const LEAST_STEP_DOWN: f64 = 0.1;
+const NOT_SLOWER: f64 = 0.01;
+/// A smaller share a trial kept holds against the rule's call-ins this long.
+const HOLD_DOWN: Duration = Duration::from_secs(60);
 
 /// The consumer's waits over the batches delivered at one share.
 #[derive(Clone, Copy, Debug, Default)]
@@ -88,7 +103,18 @@ fn mostly_on_the_gpu(recent: &Recent) -> Option<Waits> {
     Some(waits)
 }
 
-/// A trial under way: the share it raised from, the consumer's wait and mean step there, the
+/// What a trial tries.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    /// A larger share than the rule keeps.
+    Larger,
+    /// Every batch on the GPU.
+    EveryBatch,
+    /// A smaller share, the CPU side having room for it.
+    Smaller,
+}
+
+/// A trial under way: the share it moved from, the consumer's wait and mean step there, the
 /// share tried.
 #[derive(Clone, Copy, Debug)]
 struct Trial {
@@ -99,32 +125,47 @@ struct Trial {
 }
 
 impl Trial {
-    /// Batches at the tried share before it is judged.
-    fn batches(&self) -> u64 {
-        match self.to >= 1.0 {
-            true => BATCHES_TO_JUDGE_PACE,
-            false => BATCHES_TO_JUDGE,
+    fn kind(&self) -> Kind {
+        match self.to {
+            to if to >= 1.0 => Kind::EveryBatch,
+            to if to > self.from => Kind::Larger,
+            _ => Kind::Smaller,
         }
     }
 
-    /// Whether the consumer did clearly better at the tried share: a larger share, by waiting
-    /// less; every batch on the GPU, by stepping faster (what it is tried for). A step time
-    /// over four batches is too noisy to keep a larger share by.
+    /// Batches at the tried share before it is judged.
+    fn batches(&self) -> u64 {
+        match self.kind() {
+            Kind::Larger => BATCHES_TO_JUDGE,
+            Kind::EveryBatch | Kind::Smaller => BATCHES_TO_JUDGE_PACE,
+        }
+    }
+
+    /// Whether the consumer did better at the tried share: a larger share, by waiting clearly
+    /// less; every batch on the GPU, by stepping clearly faster (what it is tried for); a
+    /// smaller one, by stepping no slower (the GPU's time spared). A step time over four
+    /// batches is too noisy to keep a larger share by.
     fn helped(&self, wait: f64, step: f64) -> bool {
-        match self.to >= 1.0 {
-            true => step < self.from_step * (1.0 - FASTER),
-            false => wait < self.from_wait * HELPED,
+        match self.kind() {
+            Kind::Larger => wait < self.from_wait * HELPED,
+            Kind::EveryBatch => step < self.from_step * (1.0 - FASTER),
+            Kind::Smaller => step <= self.from_step * (1.0 + NOT_SLOWER),
         }
     }
 }
 
-/// Auto's trials of larger GPU shares.
+/// Auto's trials of other GPU shares than the rule's.
 #[derive(Debug, Default)]
 pub(crate) struct Trials {
     running: Option<Trial>,
     paused_until: Option<Instant>,
-    /// A share a trial showed to help, and until when the give-back stops there.
+    /// A larger share a trial showed to help, and until when the give-back stops there.
     held: Option<(f64, Instant)>,
+    /// A smaller share a trial showed to do as well, and until when call-ins stop there.
+    held_down: Option<(f64, Instant)>,
+    /// Where the consumer waits at a share the CPU side has room to take back from, trials
+    /// alternate: a larger share, then a smaller one.
+    smaller_next: bool,
     recent: Recent,
 }
 
@@ -150,34 +191,48 @@ impl Trials {
             from_step_ms = 1e3 * trial.from_step,
             step_ms = 1e3 * step,
             helped,
-            "auto: a larger GPU share judged"
+            "auto: another GPU share judged"
         );
-        if helped {
-            self.held = Some((trial.to, now + HOLD));
-            return None;
+        match (helped, trial.kind()) {
+            (true, Kind::Smaller) => self.held_down = Some((trial.to, now + HOLD_DOWN)),
+            (true, _) => self.held = Some((trial.to, now + HOLD)),
+            (false, _) => self.paused_until = Some(now + PAUSE),
         }
-        self.paused_until = Some(now + PAUSE);
-        Some(trial.from)
+        (!helped).then_some(trial.from)
     }
 
-    /// The consumer waits `waits` at `share`, which the rule would keep: the share to try.
-    pub(crate) fn start(&mut self, share: f64, waits: &Waits, now: Instant) -> f64 {
-        match self.may_start(share, waits, now) {
-            Some((wait, _)) if wait <= NO_WAIT => share,
-            Some((wait, step)) => self.run(
-                share,
-                wait,
-                step,
-                1.0 - (1.0 - share) * (1.0 - wait.max(LEAST_STEP)),
-            ),
-            None => share,
+    /// The consumer waits `waits` at `share`, which the rule would keep, and the CPU side has
+    /// room for all but `room` of each batch: the share to try, or `share`.
+    pub(crate) fn start(&mut self, share: f64, room: f64, waits: &Waits, now: Instant) -> f64 {
+        let Some((wait, _)) = self.may_start(share, waits, now) else {
+            return share;
+        };
+        let smaller = share - room >= LEAST_STEP_DOWN;
+        if smaller && (self.smaller_next || wait <= NO_WAIT) {
+            if let Some((wait, step)) = waits.judged_over(BATCHES_TO_JUDGE_PACE) {
+                self.smaller_next = false;
+                return self.run(share, wait, step, room);
+            }
         }
+        if wait <= NO_WAIT {
+            return share;
+        }
+        self.smaller_next = smaller;
+        let (wait, step) = waits.judged().expect("judged by may_start");
+        self.run(
+            share,
+            wait,
+            step,
+            1.0 - (1.0 - share) * (1.0 - wait.max(LEAST_STEP)),
+        )
     }
 
     /// The GPU decodes most of each batch at `share`: the share to go on with, every batch on
     /// the GPU if it has not been tried lately and the last batches were mostly on the GPU too.
-    pub(crate) fn start_every_batch(&mut self, share: f64, now: Instant) -> Option<f64> {
-        if share < MOSTLY_GPU {
+    /// Where the CPU side has room for all but `room` of each batch, a smaller share takes its
+    /// turn first after this trial (`start`).
+    pub(crate) fn start_every_batch(&mut self, share: f64, room: f64, now: Instant) -> Option<f64> {
+        if share < MOSTLY_GPU || self.smaller_next {
             return None;
         }
         let waits = mostly_on_the_gpu(&self.recent)?;
@@ -185,13 +240,16 @@ impl Trials {
             return None;
         }
         let (wait, step) = self.may_start(share, &waits, now)?;
+        self.smaller_next = share - room >= LEAST_STEP_DOWN;
         Some(self.run(share, wait, step, 1.0))
     }
 
-    /// The consumer's wait and step at `share`, when a trial from it may start.
+    /// The consumer's wait and step at `share`, when a trial from it may start: none while a
+    /// smaller share kept holds.
     fn may_start(&self, share: f64, waits: &Waits, now: Instant) -> Option<(f64, f64)> {
         let paused = self.paused_until.is_some_and(|until| now < until);
-        if self.running.is_some() || paused || share >= 1.0 {
+        let held_down = self.held_down.is_some_and(|(_, until)| now < until);
+        if self.running.is_some() || paused || held_down || share >= 1.0 {
             return None;
         }
         waits.judged()
@@ -212,13 +270,23 @@ impl Trials {
         self.running = None;
     }
 
-    /// The least share the rule may give back to at `now`: a trial's while it runs, a kept
-    /// one's while it holds.
+    /// The least share the rule may give back to at `now`: a trial's while it runs, a larger
+    /// one kept while it holds.
     pub(crate) fn floor(&self, now: Instant) -> f64 {
         match (self.running, self.held) {
             (Some(trial), _) => trial.to,
             (None, Some((share, until))) if now < until => share,
             _ => 0.0,
+        }
+    }
+
+    /// The largest share the rule may call the GPU in to at `now`: a smaller share's while it
+    /// is tried, or kept and holding.
+    pub(crate) fn ceiling(&self, now: Instant) -> f64 {
+        match (self.running, self.held_down) {
+            (Some(trial), _) if trial.kind() == Kind::Smaller => trial.to,
+            (None, Some((share, until))) if now < until => share,
+            _ => 1.0,
         }
     }
 }
@@ -254,13 +322,13 @@ mod tests {
         let now = Instant::now();
         for n in 0..BATCHES_TO_JUDGE_PACE {
             assert_eq!(
-                trials.start_every_batch(0.85, now),
+                trials.start_every_batch(0.85, 0.85, now),
                 None,
                 "too few steps yet"
             );
             trials.observe(batch(100), 0.8 + 0.05 * (n % 3) as f64);
         }
-        assert_eq!(trials.start_every_batch(0.85, now), Some(1.0));
+        assert_eq!(trials.start_every_batch(0.85, 0.85, now), Some(1.0));
         assert_eq!(trials.floor(now), 1.0);
         // Not judged before enough batches came at the tried share.
         assert_eq!(
@@ -281,7 +349,7 @@ mod tests {
         for _ in 0..BATCHES_TO_JUDGE_PACE {
             trials.observe(batch(100), 0.9);
         }
-        assert_eq!(trials.start_every_batch(0.9, now), Some(1.0));
+        assert_eq!(trials.start_every_batch(0.9, 0.9, now), Some(1.0));
         // 2% faster, and fewer waits: not enough for every batch on the GPU.
         assert_eq!(
             trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 98), now),
@@ -290,8 +358,8 @@ mod tests {
         for _ in 0..BATCHES_TO_JUDGE_PACE {
             trials.observe(batch(100), 0.9);
         }
-        assert_eq!(trials.start_every_batch(0.9, now + PAUSE / 2), None);
-        assert_eq!(trials.start_every_batch(0.9, now + PAUSE), Some(1.0));
+        assert_eq!(trials.start_every_batch(0.9, 0.9, now + PAUSE / 2), None);
+        assert_eq!(trials.start_every_batch(0.9, 0.9, now + PAUSE), Some(1.0));
     }
 
     #[test]
@@ -299,11 +367,11 @@ mod tests {
         let mut trials = Trials::default();
         let now = Instant::now();
         let waiting = |step_ms, wait_ms| waiting(BATCHES_TO_JUDGE, step_ms, wait_ms);
-        let to = trials.start(0.2, &waiting(100, 20), now);
+        let to = trials.start(0.2, 0.2, &waiting(100, 20), now);
         assert!(to > 0.2);
         // Steps 10% faster by chance, the same waits: not kept.
         assert_eq!(trials.judge(&waiting(90, 18), now), Some(0.2));
-        let to = trials.start(0.2, &waiting(100, 20), now + PAUSE);
+        let to = trials.start(0.2, 0.2, &waiting(100, 20), now + PAUSE);
         assert!(to > 0.2);
         assert_eq!(trials.judge(&waiting(100, 5), now + PAUSE), None);
         assert_eq!(trials.floor(now + PAUSE), to);
@@ -317,7 +385,7 @@ mod tests {
             trials.observe(batch(100), 1.0);
         }
         trials.observe(batch(100), 0.9);
-        assert_eq!(trials.start_every_batch(0.9, now), None);
+        assert_eq!(trials.start_every_batch(0.9, 0.9, now), None);
     }
 
     #[test]
@@ -334,7 +402,55 @@ mod tests {
                 },
             );
         }
-        assert_eq!(trials.start_every_batch(0.9, now), None);
-        assert_eq!(trials.start_every_batch(0.4, now), None);
+        assert_eq!(trials.start_every_batch(0.9, 0.9, now), None);
+        assert_eq!(trials.start_every_batch(0.4, 0.4, now), None);
+    }
+
+    #[test]
+    fn a_smaller_share_is_kept_where_the_steps_come_no_slower_and_holds_against_call_ins() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        // The consumer hardly waits at 0.5, and the CPU side has room for all but 0.1.
+        let at_half = waiting(BATCHES_TO_JUDGE_PACE, 100, 0);
+        assert_eq!(trials.start(0.5, 0.1, &at_half, now), 0.1);
+        assert_eq!(trials.ceiling(now), 0.1);
+        assert_eq!(trials.floor(now), 0.1);
+        // Judged on as many steps as a trial of every batch.
+        assert_eq!(trials.judge(&steps(BATCHES_TO_JUDGE, 95), now), None);
+        assert!(trials.running.is_some());
+        // It waits more, but steps sooner: kept.
+        let at_tenth = waiting(BATCHES_TO_JUDGE_PACE, 95, 4);
+        assert_eq!(trials.judge(&at_tenth, now), None);
+        assert_eq!(trials.ceiling(now + HOLD_DOWN / 2), 0.1);
+        assert_eq!(trials.floor(now), 0.0);
+        // No other trial while it holds; then the rule may call the GPU in again.
+        assert_eq!(trials.start(0.1, 0.1, &waiting(8, 100, 20), now), 0.1);
+        assert_eq!(trials.ceiling(now + HOLD_DOWN), 1.0);
+    }
+
+    #[test]
+    fn a_smaller_share_goes_back_when_the_steps_come_slower() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        let at_half = waiting(BATCHES_TO_JUDGE_PACE, 100, 0);
+        assert_eq!(trials.start(0.5, 0.2, &at_half, now), 0.2);
+        assert_eq!(
+            trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 102), now),
+            Some(0.5)
+        );
+        assert_eq!(trials.ceiling(now), 1.0);
+        // Too little room: nothing to try.
+        assert_eq!(trials.start(0.5, 0.45, &at_half, now + PAUSE), 0.5);
+    }
+
+    #[test]
+    fn where_the_cpu_side_has_room_a_larger_and_a_smaller_share_are_tried_in_turn() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        let waits = waiting(BATCHES_TO_JUDGE_PACE, 100, 10);
+        let larger = trials.start(0.5, 0.1, &waits, now);
+        assert!(larger > 0.5);
+        assert_eq!(trials.judge(&waits, now), Some(0.5));
+        assert_eq!(trials.start(0.5, 0.1, &waits, now + PAUSE), 0.1);
     }
 }
