@@ -199,7 +199,7 @@ impl AutoShare {
         };
         let floor = self.trials.floor(now).max(foreseen);
         // A smaller share under trial, or kept, holds against call-ins (`auto_trial.rs`).
-        let ceiling = self.trials.ceiling(now);
+        let ceiling = self.trials.ceiling(now, self.wait_share);
         let share = if waiting && wanted > self.share && cpu_measured && self.share < ceiling {
             // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
@@ -558,5 +558,22 @@ mod tests {
         let mean = late.iter().map(|&(_, period)| period).sum::<f64>() / late.len() as f64;
         assert!(mean < 1.01 * 0.104, "a batch every {mean} s: {periods:?}");
         assert!(late.iter().all(|&(share, _)| share < 0.05), "{periods:?}");
+    }
+
+    #[test]
+    fn where_the_cpu_side_cannot_keep_up_the_share_it_needs_is_not_tried_smaller() {
+        // The CPU side decodes a batch in 200 ms, the consumer computes 100 and steps 10%
+        // slower beside any GPU share: the GPU must take over half of each batch.
+        let mut simulation = Simulation::new(6);
+        let compute = |share: f64| if share > 0.0 { 0.11 } else { 0.1 };
+        let steps: Vec<_> = (0..900)
+            .map(|_| simulation.step_with(compute, 0.2, |_| 0.0))
+            .collect();
+        assert!(
+            steps[100..].iter().all(|&(share, _)| share > 0.45),
+            "{steps:?}"
+        );
+        let late_waits = steps[100..].iter().map(|&(_, wait)| wait).sum::<f64>() / 800.0;
+        assert!(late_waits < 0.01, "{late_waits}");
     }
 }

@@ -58,8 +58,11 @@ const HOLD: Duration = Duration::from_secs(20);
 /// batch; it is kept if the consumer's steps come no more than `NOT_SLOWER` later.
 const LEAST_STEP_DOWN: f64 = 0.1;
 const NOT_SLOWER: f64 = 0.01;
-/// A smaller share a trial kept holds against the rule's call-ins this long.
+/// A smaller share a trial kept holds against the rule's call-ins this long, unless the
+/// consumer comes to wait `WAITS_MORE` more of its time than it did at the trial (twice as
+/// much, at the least): its work changed (an evaluation loop, a larger batch).
 const HOLD_DOWN: Duration = Duration::from_secs(60);
+const WAITS_MORE: f64 = 0.05;
 
 /// The consumer's waits over the batches delivered at one share.
 #[derive(Clone, Copy, Debug, Default)]
@@ -161,8 +164,9 @@ pub(crate) struct Trials {
     paused_until: Option<Instant>,
     /// A larger share a trial showed to help, and until when the give-back stops there.
     held: Option<(f64, Instant)>,
-    /// A smaller share a trial showed to do as well, and until when call-ins stop there.
-    held_down: Option<(f64, Instant)>,
+    /// A smaller share a trial showed to do as well, until when call-ins stop there, and the
+    /// consumer's wait share at it.
+    held_down: Option<(f64, Instant, f64)>,
     /// Where the consumer waits at a share the CPU side has room to take back from, trials
     /// alternate: a larger share, then a smaller one.
     smaller_next: bool,
@@ -194,7 +198,7 @@ impl Trials {
             "auto: another GPU share judged"
         );
         match (helped, trial.kind()) {
-            (true, Kind::Smaller) => self.held_down = Some((trial.to, now + HOLD_DOWN)),
+            (true, Kind::Smaller) => self.held_down = Some((trial.to, now + HOLD_DOWN, wait)),
             (true, _) => self.held = Some((trial.to, now + HOLD)),
             (false, _) => self.paused_until = Some(now + PAUSE),
         }
@@ -248,7 +252,7 @@ impl Trials {
     /// smaller share kept holds.
     fn may_start(&self, share: f64, waits: &Waits, now: Instant) -> Option<(f64, f64)> {
         let paused = self.paused_until.is_some_and(|until| now < until);
-        let held_down = self.held_down.is_some_and(|(_, until)| now < until);
+        let held_down = self.held_down.is_some_and(|(_, until, _)| now < until);
         if self.running.is_some() || paused || held_down || share >= 1.0 {
             return None;
         }
@@ -280,12 +284,18 @@ impl Trials {
         }
     }
 
-    /// The largest share the rule may call the GPU in to at `now`: a smaller share's while it
-    /// is tried, or kept and holding.
-    pub(crate) fn ceiling(&self, now: Instant) -> f64 {
+    /// The largest share the rule may call the GPU in to at `now`, the consumer waiting
+    /// `wait_share` of its time: a smaller share's while it is tried, or kept and holding.
+    pub(crate) fn ceiling(&mut self, now: Instant, wait_share: f64) -> f64 {
+        if let Some((_, until, judged)) = self.held_down {
+            let waits_more = wait_share > (2.0 * judged).max(judged + WAITS_MORE);
+            if now >= until || waits_more {
+                self.held_down = None;
+            }
+        }
         match (self.running, self.held_down) {
             (Some(trial), _) if trial.kind() == Kind::Smaller => trial.to,
-            (None, Some((share, until))) if now < until => share,
+            (None, Some((share, _, _))) => share,
             _ => 1.0,
         }
     }
@@ -413,7 +423,7 @@ mod tests {
         // The consumer hardly waits at 0.5, and the CPU side has room for all but 0.1.
         let at_half = waiting(BATCHES_TO_JUDGE_PACE, 100, 0);
         assert_eq!(trials.start(0.5, 0.1, &at_half, now), 0.1);
-        assert_eq!(trials.ceiling(now), 0.1);
+        assert_eq!(trials.ceiling(now, 0.0), 0.1);
         assert_eq!(trials.floor(now), 0.1);
         // Judged on as many steps as a trial of every batch.
         assert_eq!(trials.judge(&steps(BATCHES_TO_JUDGE, 95), now), None);
@@ -421,11 +431,26 @@ mod tests {
         // It waits more, but steps sooner: kept.
         let at_tenth = waiting(BATCHES_TO_JUDGE_PACE, 95, 4);
         assert_eq!(trials.judge(&at_tenth, now), None);
-        assert_eq!(trials.ceiling(now + HOLD_DOWN / 2), 0.1);
+        assert_eq!(trials.ceiling(now + HOLD_DOWN / 2, 0.04), 0.1);
         assert_eq!(trials.floor(now), 0.0);
         // No other trial while it holds; then the rule may call the GPU in again.
         assert_eq!(trials.start(0.1, 0.1, &waiting(8, 100, 20), now), 0.1);
-        assert_eq!(trials.ceiling(now + HOLD_DOWN), 1.0);
+        assert_eq!(trials.ceiling(now + HOLD_DOWN, 0.04), 1.0);
+    }
+
+    #[test]
+    fn a_smaller_share_kept_gives_way_when_the_consumer_comes_to_wait_much_more() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        let at_half = waiting(BATCHES_TO_JUDGE_PACE, 100, 0);
+        assert_eq!(trials.start(0.5, 0.0, &at_half, now), 0.0);
+        // Kept, the consumer waiting 4% at it.
+        let at_none = waiting(BATCHES_TO_JUDGE_PACE, 95, 4);
+        assert_eq!(trials.judge(&at_none, now), None);
+        assert_eq!(trials.ceiling(now, 0.08), 0.0);
+        // Its work changed: it waits 10% of its time.
+        assert_eq!(trials.ceiling(now, 0.1), 1.0);
+        assert_eq!(trials.ceiling(now, 0.0), 1.0);
     }
 
     #[test]
@@ -438,7 +463,7 @@ mod tests {
             trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 102), now),
             Some(0.5)
         );
-        assert_eq!(trials.ceiling(now), 1.0);
+        assert_eq!(trials.ceiling(now, 0.0), 1.0);
         // Too little room: nothing to try.
         assert_eq!(trials.start(0.5, 0.45, &at_half, now + PAUSE), 0.5);
     }
