@@ -1,7 +1,8 @@
 //! Chunk reads into memory a decoder hands out (`ReadMemory`; a GPU decoder's is pinned):
 //! whole chunks of a local store land in it, with the bytes, missing chunks, errors and
 //! request counts of ordinary reads; shards' inner chunks, and reads past what the memory
-//! gives, go to ordinary memory. The GPU's pinned memory runs in `tests/gpu_decode.rs`.
+//! gives, go to ordinary memory. Memory that asks for it has whole chunk files read by their
+//! decoder instead, with the same bytes. The GPU's pinned memory runs in `tests/gpu_decode.rs`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +13,7 @@ use zarrpipe::core::Staged;
 use zarrpipe::generate::{generate, Compression, GenerateOptions};
 use zarrpipe::store::{
     fetch_chunk, fetch_chunk_into, ChunkRequest, Dataset, EncodedChunk, FetchBatchesExt,
-    ReadBuffer, ReadMemory,
+    ReadBuffer, ReadMemory, ReusedReadMemory,
 };
 
 /// Heap buffers, at most `budget` of them, each remembered by its address range.
@@ -232,4 +233,85 @@ async fn batches_fetched_into_memory_equal_ordinary_batches() {
             assert!(memory.holds(chunk.bytes.as_ref().unwrap()));
         }
     }
+}
+
+/// Every chunk's stored bytes as its decoder sees them, each file read now if it was handed on
+/// unread.
+fn stored(chunks: &[EncodedChunk]) -> Vec<Option<Vec<u8>>> {
+    let mut buffer = Vec::new();
+    chunks
+        .iter()
+        .map(|chunk| {
+            let stored = chunk.stored(&mut buffer).unwrap();
+            stored.bytes.map(<[u8]>::to_vec)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_files_are_read_by_their_decoder_when_the_memory_asks_with_the_bytes_of_ordinary_reads(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), "w1.zarr", None);
+    let dataset = Dataset::open(&url).await.unwrap();
+    let requests = every_chunk(&dataset);
+    // One chunk missing (the fill value), one a directory (object_store reads it as none).
+    let (missing, odd) = (&requests[1], &requests[2]);
+    let root = Path::new(&url);
+    std::fs::remove_file(root.join(missing.key())).unwrap();
+    std::fs::remove_file(root.join(odd.key())).unwrap();
+    std::fs::create_dir(root.join(odd.key())).unwrap();
+
+    let opened = dataset.io_stats();
+    let ordinary = read_all(&requests, None).await;
+    let before = dataset.io_stats();
+    let memory: Arc<dyn ReadMemory> = Arc::new(ReusedReadMemory::read_at_decode());
+    let handed = read_all(&requests, Some(memory)).await;
+    // Handed on unread: every plain file, and nothing else.
+    for (chunk, request) in handed.iter().zip(&requests) {
+        let file = root.join(request.key());
+        assert_eq!(chunk.is_read_at_decode(), file.is_file(), "{request}");
+    }
+    assert!(handed[1].bytes.is_none() && handed[2].bytes.is_none());
+    assert_eq!(stored(&handed), bytes(&ordinary));
+    // The same requests and bytes counted, once each file is read.
+    let after = dataset.io_stats();
+    assert_eq!(
+        after.requests - before.requests,
+        before.requests - opened.requests
+    );
+    assert_eq!(
+        after.bytes_fetched - before.bytes_fetched,
+        before.bytes_fetched - opened.bytes_fetched
+    );
+    // Read into memory of their own, they are the same too.
+    let owned: Vec<_> = handed
+        .into_iter()
+        .map(|chunk| chunk.read_now().unwrap())
+        .collect();
+    assert!(owned.iter().all(|chunk| !chunk.is_read_at_decode()));
+    assert_eq!(bytes(&owned), bytes(&ordinary));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_file_gone_before_its_decoder_reads_it_is_missing_and_one_turned_unreadable_is_an_error_naming_it(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = write_store(dir.path(), "w1.zarr", None);
+    let dataset = Dataset::open(&url).await.unwrap();
+    let requests = every_chunk(&dataset);
+    let memory: Arc<dyn ReadMemory> = Arc::new(ReusedReadMemory::read_at_decode());
+    let handed = read_all(&requests[..2], Some(memory)).await;
+    assert!(handed.iter().all(EncodedChunk::is_read_at_decode));
+    let root = Path::new(&url);
+    std::fs::remove_file(root.join(requests[0].key())).unwrap();
+    std::fs::remove_file(root.join(requests[1].key())).unwrap();
+    std::fs::create_dir(root.join(requests[1].key())).unwrap();
+    let mut buffer = Vec::new();
+    assert!(handed[0].stored(&mut buffer).unwrap().bytes.is_none());
+    let error = handed[1].stored(&mut buffer).unwrap_err().to_string();
+    let key = requests[1].key();
+    assert!(error.contains(&key), "{error}");
+    // An empty frame, never the fill value, to a decoder that does not read it itself.
+    assert_eq!(handed[0].bytes.as_deref(), Some(&[][..]));
 }

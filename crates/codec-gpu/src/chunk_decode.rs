@@ -25,7 +25,7 @@ use crate::{DecodedChunk, Error, Result};
 /// naming the chunk: rayon aborts the process on a panic in a spawned task, and this runs in
 /// one.
 pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
-    guarded(chunk, decode_unguarded)
+    guarded(chunk, |chunk| decode_unguarded(chunk.read_now()?))
 }
 
 /// Decodes one chunk with zarrs' codecs whatever its chain, after the frame checks, a panic
@@ -33,6 +33,7 @@ pub fn decode_on_cpu(chunk: EncodedChunk) -> Result<DecodedChunk> {
 #[cfg(any(test, feature = "testing"))]
 pub(crate) fn decode_with_zarrs(chunk: EncodedChunk) -> Result<DecodedChunk> {
     guarded(chunk, |chunk| {
+        let chunk = chunk.read_now()?;
         let chain = GpuChain::of(&chunk.request.variable).ok();
         decode_through_zarrs(chunk, chain.as_ref())
     })
@@ -102,6 +103,7 @@ fn decode_through_zarrs(chunk: EncodedChunk, chain: Option<&GpuChain>) -> Result
         request,
         bytes,
         fetch_time,
+        ..
     } = chunk;
     let variable = &request.variable;
     let array = variable.array();
@@ -196,7 +198,7 @@ pub(crate) fn direct_decoder(variable: &Variable) -> Option<DirectDecoder> {
 fn decode_direct(chunk: EncodedChunk, decoder: &DirectDecoder) -> Result<DecodedChunk> {
     let started = Instant::now();
     let mut bytes = zeroed(chunk.request.variable.decoded_chunk_bytes() as usize);
-    write_chunk(&chunk, decoder, &mut bytes, true)?;
+    write_chunk(&chunk, chunk.bytes.as_deref(), decoder, &mut bytes, true)?;
     Ok(DecodedChunk {
         bytes,
         stored_len: chunk.stored_len(),
@@ -222,18 +224,19 @@ fn zeroed(len: usize) -> Vec<u8> {
     bytes
 }
 
-/// Decodes `chunk` with `decoder` into `out`, or writes its fill value when it is missing.
-/// With `parallel`, a large shard's inner chunks decode on several threads of the calling
-/// rayon pool.
+/// Decodes `chunk`, whose stored bytes are `stored`, with `decoder` into `out`, or writes its
+/// fill value when it is missing (`None`). With `parallel`, a large shard's inner chunks
+/// decode on several threads of the calling rayon pool.
 pub(crate) fn write_chunk(
     chunk: &EncodedChunk,
+    stored: Option<&[u8]>,
     decoder: &DirectDecoder,
     out: &mut [u8],
     parallel: bool,
 ) -> Result<()> {
     let variable = &chunk.request.variable;
     let fill_value = variable.array().fill_value().as_ne_bytes();
-    let Some(stored) = &chunk.bytes else {
+    let Some(stored) = stored else {
         fill(out, fill_value);
         return Ok(());
     };

@@ -15,12 +15,24 @@ use crate::{ChunkDecoder, DecodedChunk, Error, Result};
 /// ([`DecodedChunks::Pending`](crate::DecodedChunks::Pending)), for the collator to have them
 /// decoded into the batch's memory; [`decoding_at_once`](Self::decoding_at_once) makes it
 /// decode each batch into chunks of their own instead.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CpuDecoder {
     pool: Option<Arc<rayon::ThreadPool>>,
     at_once: bool,
-    /// What a pipeline's local reads land in ([`BatchDecoder::read_memory`](crate::BatchDecoder::read_memory)).
+    /// What a pipeline's local reads land in ([`BatchDecoder::read_memory`](crate::BatchDecoder::read_memory)):
+    /// whole chunk files of a local store are read by the thread that decodes them, just
+    /// before, unless batches decode at once.
     reads: Arc<ReusedReadMemory>,
+}
+
+impl Default for CpuDecoder {
+    fn default() -> Self {
+        Self {
+            pool: None,
+            at_once: false,
+            reads: Arc::new(ReusedReadMemory::read_at_decode()),
+        }
+    }
 }
 
 impl CpuDecoder {
@@ -42,13 +54,21 @@ impl CpuDecoder {
         self.reads.clone()
     }
 
+    /// Has the fetch stage read every chunk ahead, as for other decoders, instead of the
+    /// thread that decodes a whole chunk file of a local store reading it just before.
+    pub fn reading_in_the_fetch_stage(mut self) -> Self {
+        self.reads = Arc::new(ReusedReadMemory::new());
+        self
+    }
+
     /// Decodes each batch when it comes, into chunks of their own
     /// ([`DecodedChunks::Host`](crate::DecodedChunks::Host)), instead of where the collator
     /// places them: for a decoder whose time is measured where it decodes, or whose chunks
     /// are wanted as such.
     pub fn decoding_at_once(mut self) -> Self {
         self.at_once = true;
-        self
+        // Chunks decoded at once go into memory of their own: read them ahead.
+        self.reading_in_the_fetch_stage()
     }
 
     /// Whether batches decode when they come ([`decoding_at_once`](Self::decoding_at_once)).

@@ -47,6 +47,8 @@ pub struct PendingChunks {
 thread_local! {
     /// Each decoding thread's memory for chunks that are not decoded in place.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Each decoding thread's memory for the chunk files it reads just before decoding them.
+    static READS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl PendingChunks {
@@ -162,8 +164,9 @@ fn guarded(
     })
 }
 
-/// Decodes chunk `index` where `placement` puts it; a shard decoded into scratch memory
-/// decodes on several threads only with `parallel_in_scratch`.
+/// Decodes chunk `index` where `placement` puts it, reading its file first if the fetch
+/// stage handed it on unread; a shard decoded into scratch memory decodes on several threads
+/// only with `parallel_in_scratch`.
 fn decode_chunk(
     chunk: &EncodedChunk,
     index: usize,
@@ -171,7 +174,6 @@ fn decode_chunk(
     placement: &dyn ChunkPlacement,
     parallel_in_scratch: bool,
 ) -> Result<BatchStats> {
-    let started = Instant::now();
     let variable = &chunk.request.variable;
     let len = decoded_len(variable);
     let mut stats = BatchStats {
@@ -179,36 +181,86 @@ fn decode_chunk(
         cpu_decoded_chunks: 1,
         ..BatchStats::default()
     };
-    match decoder {
-        Some(decoder) => match placement.whole(index, len) {
-            Some(out) => write_chunk(chunk, decoder, out, true)?,
-            None => {
-                // Taken out while in use: a chunk this thread takes on meanwhile (while a
-                // shard decodes on several threads) finds none and makes its own.
-                let mut scratch = SCRATCH.take();
-                if scratch.len() < len {
-                    scratch.resize(len, 0);
-                }
-                let written = write_chunk(chunk, decoder, &mut scratch[..len], parallel_in_scratch);
-                if written.is_ok() {
-                    placement.put(index, &scratch[..len]);
-                }
-                SCRATCH.set(scratch);
-                written?;
-            }
-        },
+    // Taken out while in use: a chunk this thread takes on meanwhile (while a shard decodes
+    // on several threads) finds none and makes its own.
+    let mut reads = READS.take();
+    let decoded = decode_stored(
+        chunk,
+        index,
+        decoder,
+        placement,
+        parallel_in_scratch,
+        &mut reads,
+        &mut stats,
+    );
+    READS.set(reads);
+    decoded?;
+    Ok(stats)
+}
+
+/// [`decode_chunk`] with `reads` the memory a chunk handed on unread is read into.
+fn decode_stored(
+    chunk: &EncodedChunk,
+    index: usize,
+    decoder: Option<&DirectDecoder>,
+    placement: &dyn ChunkPlacement,
+    parallel_in_scratch: bool,
+    reads: &mut Vec<u8>,
+    stats: &mut BatchStats,
+) -> Result<()> {
+    let len = stats.decoded_bytes as usize;
+    let Some(decoder) = decoder else {
         // zarrs decodes the chains this crate does not, into memory of their own.
+        let read_now = chunk.is_read_at_decode();
+        let chunk = chunk.clone().read_now()?;
+        if read_now {
+            count_read(chunk.bytes.as_deref(), chunk.fetch_time, stats);
+        }
+        let started = Instant::now();
+        let decoded = decode_on_cpu(chunk)?;
+        match placement.whole(index, len) {
+            Some(out) => out.copy_from_slice(&decoded.bytes),
+            None => placement.put(index, &decoded.bytes),
+        }
+        stats.cpu_copied_chunks = 1;
+        stats.decode_busy = started.elapsed().max(Duration::from_nanos(1));
+        return Ok(());
+    };
+    let stored = chunk.stored(reads)?;
+    if stored.read_now {
+        count_read(stored.bytes, stored.read_time, stats);
+    }
+    let started = Instant::now();
+    match placement.whole(index, len) {
+        Some(out) => write_chunk(chunk, stored.bytes, decoder, out, true)?,
         None => {
-            let decoded = decode_on_cpu(chunk.clone())?;
-            match placement.whole(index, len) {
-                Some(out) => out.copy_from_slice(&decoded.bytes),
-                None => placement.put(index, &decoded.bytes),
+            let mut scratch = SCRATCH.take();
+            if scratch.len() < len {
+                scratch.resize(len, 0);
             }
-            stats.cpu_copied_chunks = 1;
+            let written = write_chunk(
+                chunk,
+                stored.bytes,
+                decoder,
+                &mut scratch[..len],
+                parallel_in_scratch,
+            );
+            if written.is_ok() {
+                placement.put(index, &scratch[..len]);
+            }
+            SCRATCH.set(scratch);
+            written?;
         }
     }
     stats.decode_busy = started.elapsed().max(Duration::from_nanos(1));
-    Ok(stats)
+    Ok(())
+}
+
+/// Counts a read made while decoding as the fetch stage counts its reads.
+fn count_read(bytes: Option<&[u8]>, read_time: Duration, stats: &mut BatchStats) {
+    stats.stored_bytes += bytes.map_or(0, <[u8]>::len) as u64;
+    stats.missing_chunks += u64::from(bytes.is_none());
+    stats.fetch_busy += read_time;
 }
 
 /// Chunk places for memory the collator splits into one run per chunk (an upload buffer, in

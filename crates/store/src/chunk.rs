@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::read_at_decode::ChunkFile;
 use crate::Variable;
 
 /// One chunk of one variable to read.
@@ -74,9 +75,22 @@ pub struct EncodedChunk {
     pub bytes: Option<Bytes>,
     /// Time spent reading the chunk.
     pub fetch_time: Duration,
+    /// For a chunk handed on unread: its file, read when it is decoded
+    /// ([`stored`](Self::stored)); `bytes` are empty until then.
+    pub(crate) at_decode: Option<ChunkFile>,
 }
 
 impl EncodedChunk {
+    /// A chunk read: its `bytes` as stored, `None` when it is not in the store.
+    pub fn new(request: ChunkRequest, bytes: Option<Bytes>, fetch_time: Duration) -> Self {
+        Self {
+            request,
+            bytes,
+            fetch_time,
+            at_decode: None,
+        }
+    }
+
     /// Stored size in bytes (0 for a missing chunk).
     pub fn stored_len(&self) -> usize {
         self.bytes.as_ref().map_or(0, Bytes::len)

@@ -12,7 +12,9 @@ use object_store::GetRange;
 use zarrpipe_core::InFlight;
 
 use crate::io::GetFailure;
+use crate::local_read::Probe;
 use crate::ranges::{merge_ranges, ShardLayout};
+use crate::read_at_decode::ChunkFile;
 use crate::{ChunkRequest, EncodedChunk, Error, ReadMemory, Result};
 
 type FetchFuture = BoxFuture<'static, Result<EncodedChunk>>;
@@ -84,17 +86,29 @@ pub async fn fetch_chunk_into(
             fetch_inner(&request, &key, sharding, inner).await?
         }
         _ => {
+            let file = memory
+                .as_ref()
+                .filter(|memory| memory.reads_at_decode())
+                .and_then(|_| ChunkFile::of(&request, &key));
+            if let Some(file) = file {
+                let looked_at = file.clone();
+                let probe = tokio::task::spawn_blocking(move || looked_at.probe()).await;
+                match probe {
+                    Ok(Probe::File) => return Ok(EncodedChunk::read_at_decode(request, file)),
+                    Ok(Probe::Missing) => {
+                        return Ok(EncodedChunk::new(request, None, started.elapsed()))
+                    }
+                    // Read as usual, which gives its answer or its error.
+                    Ok(Probe::Other) | Err(_) => {}
+                }
+            }
             let bytes = get(&request, &key, None, memory.as_ref()).await?;
             let io = request.variable.io();
             io.add_needed(bytes.as_ref().map_or(0, |b| b.len() as u64));
             bytes
         }
     };
-    Ok(EncodedChunk {
-        request,
-        bytes,
-        fetch_time: started.elapsed(),
-    })
+    Ok(EncodedChunk::new(request, bytes, started.elapsed()))
 }
 
 /// One read with the variable's context on failure.

@@ -120,6 +120,22 @@ impl StoreIo {
         }
     }
 
+    /// The file of `key` when this store's reads go straight to local files.
+    pub(crate) fn local_path(&self, key: &str) -> Option<PathBuf> {
+        match (&self.local_root, self.reads_into_memory()) {
+            (Some(root), true) => key_path(root, key),
+            _ => None,
+        }
+    }
+
+    /// A whole chunk file of `bytes` read by its decoder (0: not there), counted as the fetch
+    /// stage counts its reads.
+    pub(crate) fn count_local_read(&self, bytes: u64) {
+        add(&self.counters.requests, 1);
+        add(&self.counters.bytes_fetched, bytes);
+        self.add_needed(bytes);
+    }
+
     pub(crate) fn add_needed(&self, bytes: u64) {
         add(&self.counters.bytes_needed, bytes);
     }

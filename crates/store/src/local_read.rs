@@ -8,6 +8,7 @@ use bytes::Bytes;
 use object_store::GetRange;
 
 use crate::read_memory::into_bytes;
+use crate::reused_read_memory::room_for;
 use crate::ReadMemory;
 
 /// What a direct read found.
@@ -73,6 +74,65 @@ pub(crate) fn read_local(
     };
     read_exact_at(&file, AsMut::<[u8]>::as_mut(&mut *buffer), start)?;
     Ok(LocalRead::Read(into_bytes(buffer)))
+}
+
+/// Reads the whole file at `path` into `buffer`, grown to fit (with room to spare, zeroed only
+/// where it grows); returns its length, `None` when there is no file. What is not a plain file
+/// is an error here: its reader decodes the chunk and has no other way to read it.
+pub(crate) fn read_whole_into(path: &Path, buffer: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+    let file = match open_without_waiting(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a plain file", path.display()),
+        ));
+    }
+    let len = usize::try_from(metadata.len())
+        .map_err(|_| std::io::Error::other(format!("{} is larger than memory", path.display())))?;
+    if buffer.len() < len {
+        buffer.resize(room_for(len), 0);
+    }
+    read_exact_at(&file, &mut buffer[..len], 0)?;
+    Ok(Some(len))
+}
+
+/// What a look at a chunk's file found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// A plain file, which the kernel was asked to start reading into the page cache.
+    File,
+    /// No file at the key.
+    Missing,
+    /// Something else (a directory, a FIFO), or an error: left to an ordinary read.
+    Other,
+}
+
+/// Looks at the file at `path` and, where it is a plain file, asks the kernel to start
+/// reading it into the page cache (a hint: its reader comes later).
+pub(crate) fn probe_and_read_ahead(path: &Path) -> Probe {
+    let file = match open_without_waiting(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
+        Err(_) => return Probe::Other,
+    };
+    match file.metadata() {
+        Ok(metadata) if metadata.is_file() => {
+            #[cfg(target_os = "linux")]
+            {
+                use std::os::fd::AsRawFd;
+                // SAFETY: the descriptor is open for the whole call; the advice reads no
+                // memory.
+                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
+            }
+            Probe::File
+        }
+        _ => Probe::Other,
+    }
 }
 
 /// Opens `path` for reading without waiting: opened plainly, a FIFO waits for a writer.

@@ -22,6 +22,13 @@ pub trait ReadMemory: Send + Sync + fmt::Debug {
     fn expect_batches(self: Arc<Self>, batch_bytes: u64, read_ahead: usize) {
         let _ = (batch_bytes, read_ahead);
     }
+
+    /// Whether the memory's owner reads whole chunk files of a local store itself, each just
+    /// before decoding it ([`EncodedChunk::stored`](crate::EncodedChunk::stored)): the fetch
+    /// stage then hands those chunks on unread. By default it reads them.
+    fn reads_at_decode(&self) -> bool {
+        false
+    }
 }
 
 /// A buffer handed out by [`ReadMemory::buffer`]: written once by the read, then shared

@@ -16,6 +16,8 @@ const FIRST_MOST_BYTES: usize = 1 << 30;
 #[derive(Debug, Default)]
 pub struct ReusedReadMemory {
     pool: Arc<Pool>,
+    /// Whole local chunk files are read by their decoder instead ([`ReadMemory::reads_at_decode`]).
+    at_decode: bool,
 }
 
 #[derive(Debug, Default)]
@@ -33,6 +35,16 @@ impl ReusedReadMemory {
     /// An empty pool.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same, for a decoder that reads whole local chunk files itself, just before
+    /// decoding each: the fetch stage hands those on unread, and reads only the rest (inner
+    /// chunks of shards, other stores) into this memory.
+    pub fn read_at_decode() -> Self {
+        Self {
+            at_decode: true,
+            ..Self::default()
+        }
     }
 
     /// Bytes of freed buffers kept now, for tests and reports.
@@ -88,6 +100,10 @@ impl ReadMemory for ReusedReadMemory {
         }))
     }
 
+    fn reads_at_decode(&self) -> bool {
+        self.at_decode
+    }
+
     /// Keeps up to the reads of the batches read ahead and one more being decoded.
     fn expect_batches(self: Arc<Self>, batch_bytes: u64, read_ahead: usize) {
         let most = usize::try_from(batch_bytes)
@@ -101,7 +117,7 @@ impl ReadMemory for ReusedReadMemory {
 /// 64 KiB pages. Compressed chunks of one variable differ in size by a few percent; grown to
 /// each one's exact size, the pool's buffers were grown (faulted in and zeroed) again and
 /// again.
-fn room_for(len: usize) -> usize {
+pub(crate) fn room_for(len: usize) -> usize {
     const PAGE: usize = 64 << 10;
     len.saturating_add(len / 8)
         .div_ceil(PAGE)
