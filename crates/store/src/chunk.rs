@@ -1,11 +1,11 @@
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::read_at_decode::ChunkFile;
-use crate::Variable;
+use crate::read_at_decode::{ChunkFile, Stored};
+use crate::{Error, Result, Variable};
 
 /// One chunk of one variable to read.
 #[derive(Clone, Debug)]
@@ -94,5 +94,74 @@ impl EncodedChunk {
     /// Stored size in bytes (0 for a missing chunk).
     pub fn stored_len(&self) -> usize {
         self.bytes.as_ref().map_or(0, Bytes::len)
+    }
+}
+
+impl EncodedChunk {
+    /// A chunk handed on unread, its file read when it is decoded. Its `bytes` are empty
+    /// until then: a decoder that does not read it fails on them (an empty frame) instead of
+    /// taking the chunk for a missing one.
+    pub(crate) fn read_at_decode(request: ChunkRequest, file: ChunkFile) -> Self {
+        Self {
+            request,
+            bytes: Some(Bytes::new()),
+            fetch_time: Duration::ZERO,
+            at_decode: Some(file),
+        }
+    }
+
+    /// Whether the chunk's file is still to be read ([`stored`](Self::stored) reads it).
+    pub fn is_read_at_decode(&self) -> bool {
+        self.at_decode.is_some()
+    }
+
+    /// The chunk's stored bytes: those the fetch stage read, or, for a chunk handed on unread,
+    /// its file read now into `buffer` (grown as needed, never shrunk, so a thread that keeps
+    /// it reads every chunk into the same memory).
+    pub fn stored<'a>(&'a self, buffer: &'a mut Vec<u8>) -> Result<Stored<'a>> {
+        let Some(file) = &self.at_decode else {
+            return Ok(Stored {
+                bytes: self.bytes.as_deref(),
+                read_time: Duration::ZERO,
+                read_now: false,
+            });
+        };
+        let started = Instant::now();
+        let read = file.read_into(buffer).map_err(|source| Error::Fetch {
+            url: file.url().to_string(),
+            variable: self.request.variable.name().to_string(),
+            key: self.request.key(),
+            source: object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(source),
+            },
+        })?;
+        let bytes = read.map(|len| &buffer[..len]);
+        Ok(Stored {
+            bytes,
+            read_time: started.elapsed(),
+            read_now: true,
+        })
+    }
+
+    /// The chunk with its stored bytes in memory of their own, read now if it was handed on
+    /// unread: for decoders that do not read it themselves.
+    pub fn read_now(self) -> Result<Self> {
+        if self.at_decode.is_none() {
+            return Ok(self);
+        }
+        let started = Instant::now();
+        let mut buffer = Vec::new();
+        let bytes = self.stored(&mut buffer)?.bytes.map(|b| b.len());
+        let bytes = bytes.map(|len| {
+            buffer.truncate(len);
+            Bytes::from(buffer)
+        });
+        Ok(Self {
+            bytes,
+            fetch_time: started.elapsed(),
+            at_decode: None,
+            ..self
+        })
     }
 }

@@ -89,7 +89,7 @@ pub async fn fetch_chunk_into(
             let file = memory
                 .as_ref()
                 .filter(|memory| memory.reads_at_decode())
-                .and_then(|_| ChunkFile::of(&request, &key));
+                .and_then(|_| ChunkFile::of(request.variable.io(), &key));
             if let Some(file) = file {
                 let looked_at = file.clone();
                 let probe = tokio::task::spawn_blocking(move || looked_at.probe()).await;
