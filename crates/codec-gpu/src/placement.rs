@@ -44,6 +44,10 @@ pub struct PendingChunks {
     decoder: CpuDecoder,
 }
 
+/// The most a decoding thread keeps for the chunk files it reads: on many threads, each
+/// keeping the largest shard it read would hold that many shards.
+const KEPT_READ_BYTES: usize = 64 << 20;
+
 thread_local! {
     /// Each decoding thread's memory for chunks that are not decoded in place.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
@@ -193,7 +197,10 @@ fn decode_chunk(
         &mut reads,
         &mut stats,
     );
-    READS.set(reads);
+    // A thread keeps what a chunk file needs, not what a large shard's did.
+    if reads.len() <= KEPT_READ_BYTES {
+        READS.set(reads);
+    }
     decoded?;
     Ok(stats)
 }
