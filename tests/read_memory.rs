@@ -12,7 +12,7 @@ use futures::{stream, TryStreamExt};
 use zarrpipe::core::Staged;
 use zarrpipe::generate::{generate, Compression, GenerateOptions};
 use zarrpipe::store::{
-    fetch_chunk, fetch_chunk_into, ChunkRequest, Dataset, EncodedChunk, FetchBatchesExt,
+    fetch_chunk, fetch_chunk_into, ChunkRequest, Dataset, EncodedChunk, FetchBatchesExt, IoStats,
     ReadBuffer, ReadMemory, ReusedReadMemory,
 };
 
@@ -127,6 +127,19 @@ fn bytes(chunks: &[EncodedChunk]) -> Vec<Option<Vec<u8>>> {
         .collect()
 }
 
+/// The requests and bytes counted between `before` and `after` equal those between `opened`
+/// and `before` (ordinary reads of the same chunks).
+fn assert_counted_alike(opened: &IoStats, before: &IoStats, after: &IoStats) {
+    assert_eq!(
+        after.requests - before.requests,
+        before.requests - opened.requests
+    );
+    assert_eq!(
+        after.bytes_fetched - before.bytes_fetched,
+        before.bytes_fetched - opened.bytes_fetched
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_chunks_land_in_the_memory_given_with_the_bytes_of_ordinary_reads() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,14 +164,7 @@ async fn whole_chunks_land_in_the_memory_given_with_the_bytes_of_ordinary_reads(
     }
     assert_eq!(memory.count(), requests.len() - 1);
     // The same requests and bytes counted as ordinary reads.
-    assert_eq!(
-        after.requests - before.requests,
-        before.requests - opened.requests
-    );
-    assert_eq!(
-        after.bytes_fetched - before.bytes_fetched,
-        before.bytes_fetched - opened.bytes_fetched
-    );
+    assert_counted_alike(&opened, &before, &after);
 
     std::fs::remove_file(root.join(odd.key())).unwrap();
     std::fs::create_dir(root.join(odd.key())).unwrap();
@@ -275,15 +281,7 @@ async fn chunk_files_are_read_by_their_decoder_when_the_memory_asks_with_the_byt
     assert!(handed[1].bytes.is_none() && handed[2].bytes.is_none());
     assert_eq!(stored(&handed), bytes(&ordinary));
     // The same requests and bytes counted, once each file is read.
-    let after = dataset.io_stats();
-    assert_eq!(
-        after.requests - before.requests,
-        before.requests - opened.requests
-    );
-    assert_eq!(
-        after.bytes_fetched - before.bytes_fetched,
-        before.bytes_fetched - opened.bytes_fetched
-    );
+    assert_counted_alike(&opened, &before, &dataset.io_stats());
     // Read into memory of their own, they are the same too.
     let owned: Vec<_> = handed
         .into_iter()

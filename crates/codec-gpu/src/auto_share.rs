@@ -198,18 +198,18 @@ impl AutoShare {
             _ => 0.0,
         };
         let floor = self.trials.floor(now).max(foreseen);
+        // The least share the CPU side's load or rate asks of the GPU: what trials of a
+        // smaller share go down to.
+        let room = wanted.max(foreseen);
         // A smaller share under trial, or kept, holds against call-ins (`auto_trial.rs`).
         let ceiling = self.trials.ceiling(now, self.wait_share);
         let share = if waiting && wanted > self.share && cpu_measured && self.share < ceiling {
             // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
-            wanted.max(foreseen).min(ceiling)
+            room.min(ceiling)
         } else if foreseen > self.share && self.share < ceiling {
             foreseen.min(ceiling)
-        } else if let Some(every) =
-            self.trials
-                .start_every_batch(self.share, wanted.max(foreseen), now)
-        {
+        } else if let Some(every) = self.trials.start_every_batch(self.share, room, now) {
             // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
             every
         } else if waiting && queued[1] > queued[0] {
@@ -229,8 +229,7 @@ impl AutoShare {
             // Still waiting, with the batches in the pipe carrying the share or neither side
             // behind: keep the share, or try a larger one, or a smaller one where the CPU side
             // has room for it.
-            self.trials
-                .start(self.share, wanted.max(foreseen), &self.carried, now)
+            self.trials.start(self.share, room, &self.carried, now)
         };
         self.set_share(share);
     }

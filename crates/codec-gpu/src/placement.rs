@@ -234,7 +234,7 @@ fn decode_stored(
         return Ok(());
     };
     let stored = chunk.stored(reads)?;
-    if stored.read_now {
+    if chunk.is_read_at_decode() {
         count_read(stored.bytes, stored.read_time, stats);
     }
     let started = Instant::now();

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::local_read::local_error;
 use crate::read_at_decode::{ChunkFile, Stored};
 use crate::{Error, Result, Variable};
 
@@ -95,9 +96,7 @@ impl EncodedChunk {
     pub fn stored_len(&self) -> usize {
         self.bytes.as_ref().map_or(0, Bytes::len)
     }
-}
 
-impl EncodedChunk {
     /// A chunk handed on unread, its file read when it is decoded. Its `bytes` are empty
     /// until then: a decoder that does not read it fails on them (an empty frame) instead of
     /// taking the chunk for a missing one.
@@ -123,7 +122,6 @@ impl EncodedChunk {
             return Ok(Stored {
                 bytes: self.bytes.as_deref(),
                 read_time: Duration::ZERO,
-                read_now: false,
             });
         };
         let started = Instant::now();
@@ -131,16 +129,12 @@ impl EncodedChunk {
             url: file.url().to_string(),
             variable: self.request.variable.name().to_string(),
             key: self.request.key(),
-            source: object_store::Error::Generic {
-                store: "LocalFileSystem",
-                source: Box::new(source),
-            },
+            source: local_error(source),
         })?;
         let bytes = read.map(|len| &buffer[..len]);
         Ok(Stored {
             bytes,
             read_time: started.elapsed(),
-            read_now: true,
         })
     }
 
@@ -150,16 +144,16 @@ impl EncodedChunk {
         if self.at_decode.is_none() {
             return Ok(self);
         }
-        let started = Instant::now();
         let mut buffer = Vec::new();
-        let bytes = self.stored(&mut buffer)?.bytes.map(|b| b.len());
-        let bytes = bytes.map(|len| {
+        let stored = self.stored(&mut buffer)?;
+        let (len, read_time) = (stored.bytes.map(<[u8]>::len), stored.read_time);
+        let bytes = len.map(|len| {
             buffer.truncate(len);
             Bytes::from(buffer)
         });
         Ok(Self {
             bytes,
-            fetch_time: started.elapsed(),
+            fetch_time: read_time,
             at_decode: None,
             ..self
         })

@@ -14,7 +14,7 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::sync::Semaphore;
 
 use crate::cache::{DiskCache, Lookup};
-use crate::local_read::{key_path, read_local, LocalRead};
+use crate::local_read::{key_path, local_error, read_local, LocalRead};
 use crate::ranges::ShardIndex;
 use crate::{ReadMemory, StoreOptions};
 
@@ -158,12 +158,7 @@ impl StoreIo {
         range: Option<GetRange>,
         memory: Option<&Arc<dyn ReadMemory>>,
     ) -> Result<Option<Bytes>, GetFailure> {
-        let direct = match (memory, &self.local_root) {
-            (Some(memory), Some(root)) if self.reads_into_memory() => {
-                key_path(root, key).map(|path| (memory, path))
-            }
-            _ => None,
-        };
+        let direct = memory.zip(self.local_path(key));
         let Some((memory, path)) = direct else {
             return self.get(key, range).await;
         };
@@ -183,10 +178,7 @@ impl StoreIo {
             }
             Ok(LocalRead::Missing) => Ok(None),
             Ok(LocalRead::Declined) => self.get(key, range).await,
-            Err(source) => Err(GetFailure::Store(object_store::Error::Generic {
-                store: "LocalFileSystem",
-                source: Box::new(source),
-            })),
+            Err(source) => Err(GetFailure::Store(local_error(source))),
         }
     }
 

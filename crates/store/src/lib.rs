@@ -61,7 +61,7 @@ pub use fetch_batches::FetchBatches;
 pub use io::IoStats;
 pub use location::Location;
 pub use options::{CacheOptions, StoreOptions};
-pub use read_at_decode::{ChunkFile, Stored};
+pub use read_at_decode::Stored;
 pub use read_memory::{ReadBuffer, ReadMemory};
 pub use reused_read_memory::ReusedReadMemory;
 pub use time_dim::{cf_unit_seconds, TimeDim, TimeDimReason};

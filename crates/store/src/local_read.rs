@@ -45,18 +45,12 @@ pub(crate) fn read_local(
     range: Option<&GetRange>,
     memory: &dyn ReadMemory,
 ) -> std::io::Result<LocalRead> {
-    let file = match open_without_waiting(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(LocalRead::Missing)
-        }
-        Err(error) => return Err(error),
+    let (file, metadata) = match open_plain(path)? {
+        Opened::Plain(file, metadata) => (file, metadata),
+        Opened::Missing => return Ok(LocalRead::Missing),
+        // What is not a plain file goes the object store's way, which names it in its error.
+        Opened::NotPlain => return Ok(LocalRead::Declined),
     };
-    let metadata = file.metadata()?;
-    // What is not a plain file goes the object store's way, which names it in its error.
-    if !metadata.is_file() {
-        return Ok(LocalRead::Declined);
-    }
     let (start, len) = match range {
         None => (0, metadata.len()),
         Some(GetRange::Bounded(range))
@@ -80,18 +74,16 @@ pub(crate) fn read_local(
 /// where it grows); returns its length, `None` when there is no file. What is not a plain file
 /// is an error here: its reader decodes the chunk and has no other way to read it.
 pub(crate) fn read_whole_into(path: &Path, buffer: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
-    let file = match open_without_waiting(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
+    let (file, metadata) = match open_plain(path)? {
+        Opened::Plain(file, metadata) => (file, metadata),
+        Opened::Missing => return Ok(None),
+        Opened::NotPlain => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a plain file", path.display()),
+            ))
+        }
     };
-    let metadata = file.metadata()?;
-    if !metadata.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{} is not a plain file", path.display()),
-        ));
-    }
     let len = usize::try_from(metadata.len())
         .map_err(|_| std::io::Error::other(format!("{} is larger than memory", path.display())))?;
     if buffer.len() < len {
@@ -115,13 +107,8 @@ pub(crate) enum Probe {
 /// Looks at the file at `path` and, where it is a plain file, asks the kernel to start
 /// reading it into the page cache (a hint: its reader comes later).
 pub(crate) fn probe_and_read_ahead(path: &Path) -> Probe {
-    let file = match open_without_waiting(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Probe::Missing,
-        Err(_) => return Probe::Other,
-    };
-    match file.metadata() {
-        Ok(metadata) if metadata.is_file() => {
+    match open_plain(path) {
+        Ok(Opened::Plain(file, _)) => {
             #[cfg(target_os = "linux")]
             {
                 use std::os::fd::AsRawFd;
@@ -129,9 +116,44 @@ pub(crate) fn probe_and_read_ahead(path: &Path) -> Probe {
                 // memory.
                 unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
             }
+            #[cfg(not(target_os = "linux"))]
+            let _ = file;
             Probe::File
         }
-        _ => Probe::Other,
+        Ok(Opened::Missing) => Probe::Missing,
+        Ok(Opened::NotPlain) | Err(_) => Probe::Other,
+    }
+}
+
+/// What opening a chunk's file found.
+enum Opened {
+    /// A plain file, with its metadata.
+    Plain(File, std::fs::Metadata),
+    /// No file at the path.
+    Missing,
+    /// Something else: a directory, a FIFO.
+    NotPlain,
+}
+
+/// Opens the file at `path` without waiting and looks at what it is.
+fn open_plain(path: &Path) -> std::io::Result<Opened> {
+    let file = match open_without_waiting(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Opened::Missing),
+        Err(error) => return Err(error),
+    };
+    let metadata = file.metadata()?;
+    Ok(match metadata.is_file() {
+        true => Opened::Plain(file, metadata),
+        false => Opened::NotPlain,
+    })
+}
+
+/// A local read's error as object_store's local backend gives it.
+pub(crate) fn local_error(source: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalFileSystem",
+        source: Box::new(source),
     }
 }
 

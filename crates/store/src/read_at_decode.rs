@@ -29,8 +29,6 @@ pub struct Stored<'a> {
     pub bytes: Option<&'a [u8]>,
     /// Time spent reading them now (zero when the fetch stage had read them).
     pub read_time: Duration,
-    /// Whether they were read now, so that the read is counted where it happened.
-    pub read_now: bool,
 }
 
 impl ChunkFile {
