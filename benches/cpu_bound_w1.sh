@@ -2,6 +2,7 @@
 # The CPU's bound (`zarrpipe bound`) beside zarrpipe's two CPU decoding paths, epochs in a row,
 # three interleaved rounds on W1, W1 of 64 steps, w1-small and blosc-lz4:
 #   benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]    (DATASETS="w1 w1-64" for fewer)
+# BEFORE=OTHER_ZARRPIPE_BINARY adds its two rows to each round, to compare two builds.
 # On a GPU host (the CPU decode + GPU collate row needs one); results in docs/benchmarks.md.
 set -u
 zp=${1:?usage: benches/cpu_bound_w1.sh ZARRPIPE_BINARY [WORKDIR]}
@@ -30,5 +31,8 @@ for round in 1 2 3; do
     echo "round $round | $ds | bound $cores threads | $("$zp" bound "$work/$ds" --threads "$cores" --json | python3 "$summary")"
     echo "round $round | $ds | host path (--device cpu) | $("$zp" bench "$work/$ds" --device cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
     echo "round $round | $ds | CPU decode + GPU collate | $("$zp" bench "$work/$ds" --device cuda:0 --decode cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
+    [ -n "${BEFORE:-}" ] || continue
+    echo "round $round | $ds | host path, before | $("$BEFORE" bench "$work/$ds" --device cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
+    echo "round $round | $ds | CPU decode + GPU collate, before | $("$BEFORE" bench "$work/$ds" --device cuda:0 --decode cpu --epochs-in-a-row --passes 3 --json 2>/dev/null | python3 "$summary")"
   done
 done

@@ -178,9 +178,7 @@ fn yielding_cpu_decoder(threads: DecodeThreads, name: &'static str) -> Result<Cp
             what: format!("starting the {name} decoder's CPU threads"),
             source: Box::new(error),
         })?;
-    // Its chunks are read by the fetch stage: reads by the decoding threads have not yet run
-    // beside a GPU collator on a GPU.
-    Ok(CpuDecoder::with_pool(Arc::new(pool)).reading_in_the_fetch_stage())
+    Ok(CpuDecoder::with_pool(Arc::new(pool)))
 }
 
 /// Lowers the calling thread's priority, so the threads that feed the GPU (planning, frame
