@@ -218,6 +218,28 @@ async fn dropping_the_stream_stops_the_work() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_ahead_delivers_the_same_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = GenerateOptions {
+        time: 12,
+        ..tiny(Compression::Zstd, None)
+    };
+    let url = write_store(dir.path(), &options);
+    let with = |read_ahead: usize| {
+        let builder = Pipeline::builder(url.as_str())
+            .batch_size(2)
+            .epochs(2)
+            .prefetch(1)
+            .read_ahead(read_ahead);
+        async move { described(&collect(builder).await) }
+    };
+    let one_ahead = with(1).await;
+    assert_eq!(one_ahead.len(), 12, "two epochs of six batches");
+    assert_eq!(with(2).await, one_ahead);
+    assert_eq!(with(5).await, one_ahead);
+}
+
 #[test]
 fn stages_are_send() {
     fn assert_send<T: Send>() {}

@@ -44,6 +44,8 @@ pub(crate) struct Config {
     pub dtype: TensorDType,
     pub device: Device,
     pub prefetch: usize,
+    /// Batches whose chunks are read ahead of decoding.
+    pub read_ahead: usize,
     /// One stream for the epochs iterated one after the other: the next epoch's first
     /// batches load while this one's last are used.
     pub epochs_in_a_row: bool,
@@ -158,6 +160,7 @@ const KEYS: &[&str] = &[
     "dtype",
     "device",
     "prefetch",
+    "read_ahead",
     "epochs_in_a_row",
     "drop_last",
     "rank",
@@ -359,6 +362,7 @@ impl Config {
             dtype,
             device,
             prefetch: get(options, "prefetch")?.unwrap_or(4),
+            read_ahead: get(options, "read_ahead")?.unwrap_or(2),
             epochs_in_a_row: get(options, "epochs_in_a_row")?.unwrap_or(true),
             drop_last: get(options, "drop_last")?.unwrap_or(false),
             ranks,
@@ -427,6 +431,7 @@ impl Config {
                 drop_last: self.drop_last,
             })
             .prefetch(self.prefetch)
+            .read_ahead(self.read_ahead)
             .collate_options(CollateOptions {
                 dtype: self.dtype,
                 normalize: None,

@@ -387,7 +387,8 @@ class Pipeline:
       batches decoding on the GPU at once (default 6; batches of many chunks decode 3 at a
       time): each holds its decoded output and nvCOMP's scratch memory in device memory, so
       fewer leave more to the model (W1 of 64 steps on the H100: 21.0 GiB at 6, 12.3 at 3).
-    - ``prefetch``: batches loaded ahead; ``fetch_concurrency``: chunk reads in flight at
+    - ``prefetch``: batches loaded ahead, ready to be taken; ``read_ahead``: batches whose
+      chunks are read ahead of decoding; ``fetch_concurrency``: chunk reads in flight at
       once (the oldest batch's first). ``epochs_in_a_row`` (default True): a loop that calls
       :meth:`set_epoch` before each epoch (as with ``DistributedSampler``) gets one stream for
       its epochs: an epoch started after ``set_epoch(n)`` goes on loading epoch ``n + 1``'s
@@ -435,6 +436,7 @@ class Pipeline:
         dtype: Any = None,
         device: Any = "cpu",
         prefetch: int = 4,
+        read_ahead: int = 2,
         epochs_in_a_row: bool = True,
         drop_last: bool = False,
         rank: int | None = None,
@@ -510,6 +512,7 @@ class Pipeline:
             "dtype": _dtype_text(dtype),
             "device": device,
             "prefetch": prefetch,
+            "read_ahead": read_ahead,
             "epochs_in_a_row": epochs_in_a_row,
             "drop_last": drop_last,
             "rank": rank,

@@ -27,9 +27,12 @@ pub struct RunArgs {
     windows: WindowArgs,
     #[command(flatten)]
     store: StoreArgs,
-    /// Batches loaded ahead of the consumer.
+    /// Batches loaded ahead of the consumer: decoded, collated, ready to be taken.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
+    /// Batches whose chunks are read ahead of decoding.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    read_ahead: usize,
     /// Chunk reads in flight at once, shared by the batches being fetched, the oldest
     /// batch's first.
     #[arg(long, default_value_t = 64, value_name = "N")]
@@ -595,6 +598,7 @@ fn pipeline(
         .batch_size(args.windows.batch_size)
         .missing(args.windows.missing.into())
         .prefetch(args.prefetch)
+        .read_ahead(args.read_ahead)
         .fetch_concurrency(args.fetch_concurrency)
         .decode_on(match decode {
             Decode::Cpu => DecodeOn::Cpu,

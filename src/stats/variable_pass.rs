@@ -13,8 +13,8 @@ use zarrpipe_core::decoded_values_f64;
 use zarrpipe_store::{ChunkRequest, FetchExt, Variable};
 
 use super::chunk_layout::ChunkLayout;
-use super::step_moments::{StepMoments, StepValues};
 use super::moments::Moments;
+use super::step_moments::{StepMoments, StepValues};
 
 /// One variable's pass: its chunks column by column (every chunk position but the time axis),
 /// each column's time chunks in order, so a tendency needs only the previous step.

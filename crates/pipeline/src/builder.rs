@@ -74,6 +74,7 @@ struct Config {
     epochs: u64,
     resume: Option<SamplerState>,
     prefetch: usize,
+    read_ahead: usize,
     fetch_concurrency: usize,
     device: Device,
     decode_on: DecodeOn,
@@ -131,6 +132,7 @@ impl PipelineBuilder {
             epochs: 1,
             resume: None,
             prefetch: 4,
+            read_ahead: 2,
             fetch_concurrency: 64,
             device: Device::Cpu,
             decode_on: DecodeOn::Cpu,
@@ -328,10 +330,23 @@ impl<P: CollateOn> PipelineBuilder<P> {
         self
     }
 
-    /// Batches loaded ahead of the consumer (default 4). Memory is bounded by this many
-    /// batches' chunks and tensors.
+    /// Batches loaded ahead of the consumer (default 4): decoded and collated, ready to be
+    /// taken. Memory is bounded by these batches' tensors and the chunks of the batches read
+    /// ahead ([`read_ahead`](Self::read_ahead)).
     pub fn prefetch(mut self, batches: usize) -> Self {
         self.config.prefetch = batches.max(1);
+        self
+    }
+
+    /// Batches whose chunks are read ahead of decoding (default 2). Their reads go on while
+    /// the chain is busy elsewhere, [`fetch_concurrency`](Self::fetch_concurrency) at once,
+    /// the oldest batch's first: with batches of that many chunks or more, two keep every
+    /// read busy, and more hold memory (pinned, on a GPU) and the cores' memory bandwidth
+    /// for nothing. Four instead of two: W1 split 30% slower and W1 of 64 steps on the GPU
+    /// 6% slower, epochs in a row (H100, 2026-11-28; docs/benchmarks.md, "Defaults and the
+    /// measurements behind them").
+    pub fn read_ahead(mut self, batches: usize) -> Self {
+        self.config.read_ahead = batches.max(1);
         self
     }
 
@@ -519,6 +534,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
         let gpu = self.open_gpu_if_used()?;
         let decoder = self.stage_decoder(&gpu, waits)?;
         let (prefetch, reads) = (self.config.prefetch, self.config.fetch_concurrency);
+        let read_ahead = self.config.read_ahead;
         let epochs = self.config.epochs;
         let (dataset, batcher, collate) = self.config.prepare().await?;
         let collator = P::collator(batcher.layout().clone(), collate, &gpu)?;
@@ -533,10 +549,10 @@ impl<P: CollateOn> PipelineBuilder<P> {
         if let Some(memory) = &memory {
             memory
                 .clone()
-                .expect_batches(most_batch_bytes(&batcher), prefetch);
+                .expect_batches(most_batch_bytes(&batcher), read_ahead);
         }
         let chain = stream::iter(batcher.read_plans_with_epochs_after(epochs - 1))
-            .fetch_batches_into(prefetch, reads, memory)
+            .fetch_batches_into(read_ahead, reads, memory)
             .decode_batches(decoder)
             .collate_batches(collator)
             .prefetch(prefetch);
