@@ -934,6 +934,15 @@ fn bound_reads_and_decodes_every_chunk_file_with_the_codec_alone() {
             into_place["decoded_gb_per_s"].as_f64().unwrap() > 0.0,
             "{codec}"
         );
+        // Every pass together is never faster than the best pass.
+        let (best, together) = (
+            into_place["decoded_gb_per_s"].as_f64().unwrap(),
+            into_place["passes_gb_per_s"].as_f64().unwrap(),
+        );
+        assert!(
+            together > 0.0 && together <= best * (1.0 + 1e-9),
+            "{codec}: {together} {best}"
+        );
     }
     let sharded = dir.path().join("sharded.zarr");
     let sharded = sharded.to_str().unwrap();

@@ -13,7 +13,8 @@ pub struct BoundArgs {
     /// decoding beside a GPU use).
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Timed passes after one untimed pass that warms the page cache; the best is reported.
+    /// Timed passes after one untimed pass that warms the page cache; the best is reported,
+    /// and every pass together (as a pipeline's epochs in a row are timed).
     #[arg(long, default_value_t = 2, value_name = "N")]
     passes: usize,
     /// Also time decoding alone, the stored bytes already in memory.
@@ -51,7 +52,7 @@ pub async fn run(args: BoundArgs) -> anyhow::Result<()> {
         .map(|rate| format!("; {rate:.2} GB/s decoding alone, the frames in memory"))
         .unwrap_or_default();
     println!(
-        "{}: {} {} chunk files ({:.1} MB stored, {:.1} MB decoded) read and decoded by {} threads{} at {:.2} GB/s decoded{decode_only}",
+        "{}: {} {} chunk files ({:.1} MB stored, {:.1} MB decoded) read and decoded by {} threads{} at {:.2} GB/s decoded (best pass; {:.2} every pass together){decode_only}",
         report.url,
         report.chunks,
         report.codec,
@@ -60,6 +61,7 @@ pub async fn run(args: BoundArgs) -> anyhow::Result<()> {
         report.threads,
         if report.into_place { " into place" } else { "" },
         report.decoded_gb_per_s,
+        report.passes_gb_per_s,
     );
     let auto = default_cpu_decode_threads(DecodeOn::Auto { gpu_share: None }, 1);
     println!("(auto's CPU side decodes on {auto} threads here: --threads {auto} gives its bound)");
