@@ -65,6 +65,7 @@ mod placement;
 mod plan;
 mod read;
 mod split;
+mod split_trial;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(test)]

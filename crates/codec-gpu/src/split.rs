@@ -1,7 +1,8 @@
 //! Split decoding: one batch's chunks decoded partly by the CPU cores and partly by the GPU,
 //! at once, into one batch. How much each side takes follows the rates measured on earlier
 //! batches, per kind of chunk (codec chain and decoded size), so both sides finish a batch
-//! together ([`SplitPolicy::Balanced`]); or the CPU goes first and the GPU takes the share
+//! together ([`SplitPolicy::Balanced`], which keeps the CPU side only while it adds to what
+//! the GPU decodes alone, `split_trial.rs`); or the CPU goes first and the GPU takes the share
 //! that lets the CPU side keep up with the consumer, within a budget of GPU time
 //! ([`SplitPolicy::Auto`], see `auto_share.rs`).
 //!
@@ -27,6 +28,7 @@ use zarrpipe_store::{EncodedChunk, ReadMemory};
 use crate::auto_share::{AutoShare, CpuSide};
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
+use crate::split_trial::{SplitTrials, TrialBatch, Way};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
 /// The rates a kind's GPU share starts from, before both sides have decoded some of it:
@@ -187,6 +189,8 @@ struct SplitState {
     cpu_weight: f64,
     started: Option<Instant>,
     gpu_time: Duration,
+    /// Balanced: whether the CPU side adds to what the GPU decodes alone.
+    trials: SplitTrials,
 }
 
 /// One batch's chunks, shared out, and the work each side was given: `[cpu, gpu]`.
@@ -194,6 +198,8 @@ struct Shares {
     cpu: Vec<EncodedChunk>,
     gpu: Vec<EncodedChunk>,
     work: [QueuedWork; 2],
+    /// Balanced: the batch in the trials.
+    trial: Option<TrialBatch>,
 }
 
 impl SplitDecoder {
@@ -221,6 +227,7 @@ impl SplitDecoder {
                 cpu_weight: 1.0,
                 started: None,
                 gpu_time: Duration::ZERO,
+                trials: SplitTrials::new(Instant::now()),
             }),
         }
     }
@@ -267,6 +274,7 @@ impl SplitDecoder {
     /// by the CPU's weight; under auto, auto's share.
     fn gpu_share(&self, rates: &Rates, state: &SplitState) -> f64 {
         match self.policy {
+            SplitPolicy::Balanced if state.trials.way_now() == Way::GpuAlone => 1.0,
             SplitPolicy::Balanced => lean(rates.balanced_gpu_share(self.prior), state.cpu_weight),
             SplitPolicy::Auto { .. } => state.auto.share(),
         }
@@ -301,6 +309,15 @@ impl SplitDecoder {
         for chunk in chunks {
             by_kind.entry(kind(&chunk)).or_default().push(chunk);
         }
+        let trial = (self.policy == SplitPolicy::Balanced).then(|| {
+            let bytes = by_kind
+                .iter()
+                .map(|(kind, chunks)| kind.decoded_bytes * chunks.len() as u64);
+            state.trials.start_batch(bytes.sum(), now)
+        });
+        let gpu_alone = trial
+            .as_ref()
+            .is_some_and(|trial| trial.way() == Way::GpuAlone);
         if let SplitPolicy::Auto { gpu_share } = self.policy {
             let counts = by_kind.iter().map(|(kind, chunks)| (kind, chunks.len()));
             let cpu = Self::cpu_side(&state, counts);
@@ -319,6 +336,7 @@ impl SplitDecoder {
                 seconds: 0.0,
                 added: now,
             }),
+            trial,
         };
         let (mut gpu_bytes, mut all_bytes) = (0u64, 0u64);
         for (kind, mut chunks) in by_kind {
@@ -327,6 +345,7 @@ impl SplitDecoder {
             // The CPU's rate counted `cpu_weight` times, as in `lean`.
             let cpu_rate = cpu_rate * state.cpu_weight;
             let to_gpu = match self.policy {
+                SplitPolicy::Balanced if gpu_alone => chunks.len(),
                 SplitPolicy::Balanced => gpu_chunks(
                     chunks.len(),
                     kind.decoded_bytes,
@@ -514,6 +533,30 @@ impl Drop for Queued {
     }
 }
 
+/// A batch in balanced split's trials, ended when decoded, failed or dropped.
+struct InTrial {
+    split: Arc<SplitDecoder>,
+    batch: Option<TrialBatch>,
+}
+
+impl InTrial {
+    fn decoded(mut self) {
+        if let Some(batch) = self.batch.take() {
+            let mut state = self.split.lock();
+            state.trials.finish_batch(batch, true, Instant::now());
+        }
+    }
+}
+
+impl Drop for InTrial {
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch.take() {
+            let mut state = self.split.lock();
+            state.trials.finish_batch(batch, false, Instant::now());
+        }
+    }
+}
+
 /// How many of `count` chunks of `decoded_bytes` each go to the GPU, with the sides'
 /// `(cpu, gpu)` rates and their queued work: both sides finish together
 /// ([`Backlog::cpu_bytes`]), in whole chunks, rounded to the count that finishes the batch
@@ -632,7 +675,12 @@ impl BatchDecoder for SplitDecoder {
         self: Arc<Self>,
         chunks: Vec<EncodedChunk>,
     ) -> BoxFuture<'static, Result<DecodedChunks>> {
-        let shares = self.share(chunks);
+        let mut shares = self.share(chunks);
+        let gpu_alone = (shares.trial.as_ref()).is_some_and(|trial| trial.way() == Way::GpuAlone);
+        let in_trial = InTrial {
+            split: self.clone(),
+            batch: shares.trial.take(),
+        };
         let queued = |side: Side| Queued {
             split: self.clone(),
             side,
@@ -650,10 +698,13 @@ impl BatchDecoder for SplitDecoder {
                 self.decode_side(Side::Cpu, cpu_part, cpu_queued),
                 self.decode_side(Side::Gpu, gpu_part, gpu_queued)
             )?;
-            self.weigh(
-                cpu.as_ref().map(|(_, done)| *done),
-                gpu.as_ref().map(|(_, done)| *done),
-            );
+            in_trial.decoded();
+            if !gpu_alone {
+                self.weigh(
+                    cpu.as_ref().map(|(_, done)| *done),
+                    gpu.as_ref().map(|(_, done)| *done),
+                );
+            }
             let parts = cpu.into_iter().chain(gpu).map(|(decoded, _)| decoded);
             let mut parts: Vec<DecodedChunks> = parts.collect();
             Ok(match parts.len() {
@@ -954,5 +1005,33 @@ mod tests {
             let shared_by = split.backlog_to_share_by(&state);
             assert_eq!(shared_by != Backlog::default(), counted, "{policy:?}");
         }
+    }
+
+    #[test]
+    fn balanced_split_times_the_gpu_alone_once_a_batch_has_decoded() {
+        use crate::testing::{cases, fetch_all, write_cases};
+        let dir = tempfile::tempdir().unwrap();
+        write_cases(dir.path(), &cases(), 7);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let chunks = runtime.block_on(async {
+            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
+                .await
+                .unwrap();
+            fetch_all(&dataset).await
+        });
+        let split = Arc::new(split(SplitPolicy::Balanced));
+        // Before any batch has decoded, both sides take part (the prior gives the CPU side a
+        // quarter).
+        let decoded = runtime.block_on(split.clone().decode_chunks(chunks.clone()));
+        let decoded = decoded.unwrap();
+        assert_eq!(decoded.len(), chunks.len());
+        assert!(matches!(decoded, DecodedChunks::Split(_)));
+        // Then the GPU alone is timed: every chunk to the GPU side, and the reports say so.
+        let alone = split.share(chunks.clone());
+        assert!(alone.cpu.is_empty(), "{} to the CPU", alone.cpu.len());
+        assert_eq!(alone.gpu.len(), chunks.len());
+        assert_eq!(split.gpu_share_now(), Some(1.0));
     }
 }
