@@ -1008,7 +1008,7 @@ mod tests {
     }
 
     #[test]
-    fn balanced_split_times_the_gpu_alone_once_a_batch_has_decoded() {
+    fn balanced_split_decodes_on_the_gpu_alone_once_a_batch_has_decoded() {
         use crate::testing::{cases, fetch_all, write_cases};
         let dir = tempfile::tempdir().unwrap();
         write_cases(dir.path(), &cases(), 7);
@@ -1028,7 +1028,8 @@ mod tests {
         let decoded = decoded.unwrap();
         assert_eq!(decoded.len(), chunks.len());
         assert!(matches!(decoded, DecodedChunks::Split(_)));
-        // Then the GPU alone is timed: every chunk to the GPU side, and the reports say so.
+        // Then the GPU alone, until the first trial: every chunk to the GPU side, and the
+        // reports say so.
         let alone = split.share(chunks.clone());
         assert!(alone.cpu.is_empty(), "{} to the CPU", alone.cpu.len());
         assert_eq!(alone.gpu.len(), chunks.len());

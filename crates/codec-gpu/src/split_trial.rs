@@ -6,12 +6,16 @@
 //! decoding alone on W1 and 28-66% on w1-small-sharded (H100, 2026-11-28;
 //! docs/benchmarks.md, "On an H100 host" and "Split on a sharded store").
 //!
-//! So balanced split times a few batches with the GPU alone and a few with both sides, keeps
-//! the way that decoded faster (the GPU alone unless both sides are clearly faster), and times
-//! both again after a while. A way's rate is its batches' decoded bytes over the decoder's
-//! busy time between their finishes ([`BusyTime`]), so idle time between epochs counts for
-//! neither. The batches before the first one finishes decode on both sides, as every batch did
-//! before: they pay both sides' setup and count for nothing.
+//! So balanced split decodes on the GPU alone at first, and every while times a few batches
+//! with the GPU alone and a few with both sides, and keeps the way that decoded faster (the
+//! GPU alone unless both sides are clearly faster). A way's rate is its batches' decoded bytes
+//! over the decoder's busy time between their finishes ([`BusyTime`]), so idle time between
+//! epochs counts for neither. A trial costs: batches are handed on in order, so a batch whose
+//! CPU part finishes late holds back the ones behind it, and six batches on both sides in a
+//! run of 40 (W1 of 16 steps, ten epochs in a row) cost it up to 40%
+//! (w1-small-sharded, H100, 2026-11-28). So the first trial comes only after the GPU alone
+//! has decoded for a while, as the later ones do. The batches shared out before the first
+//! one finishes decode on both sides: both sides' setup is paid there, once.
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +25,7 @@ use crate::busy_time::{BusyTime, PartStart};
 const BATCHES_PER_WAY: u64 = 6;
 /// Both sides are kept only where they decode at least this much more than the GPU alone.
 const CLEARLY_FASTER: f64 = 0.03;
-/// How long the faster way is kept before both are timed again.
+/// How long the faster way (at first the GPU alone) is kept before both are timed again.
 const KEEP: Duration = Duration::from_secs(30);
 
 /// How a batch is shared out.
@@ -59,7 +63,7 @@ impl Timed {
 
 #[derive(Debug)]
 enum Phase {
-    /// No batch has finished yet.
+    /// No batch has finished yet: both sides take part.
     SettingUp,
     /// Batches `from..from + BATCHES_PER_WAY` go `first`, the next as many the other way, and
     /// the ones after `first` until both are timed.
@@ -149,10 +153,9 @@ impl SplitTrials {
     pub(crate) fn finish_batch(&mut self, batch: TrialBatch, decoded: bool, now: Instant) {
         let cost = self.busy.finish(batch.start, now);
         if let Phase::SettingUp = self.phase {
-            self.phase = Phase::Timing {
-                first: Way::GpuAlone,
-                from: self.batches,
-                timed: Default::default(),
+            self.phase = Phase::Keeping {
+                way: Way::GpuAlone,
+                until: now + KEEP,
             };
             return;
         }
@@ -231,21 +234,57 @@ mod tests {
         ways.iter().filter(|&&w| w == way).count()
     }
 
-    #[test]
-    fn the_gpu_alone_is_kept_where_both_sides_are_slower() {
+    /// Trials whose first batch has set up both sides, with the clock at the first trial.
+    fn set_up() -> (SplitTrials, Instant, f64) {
         let t0 = Instant::now();
         let mut trials = SplitTrials::new(t0);
         let mut clock = 0.0;
+        assert_eq!(
+            run(&mut trials, t0, &mut clock, 1, |_| 0.01),
+            [Way::BothSides]
+        );
+        (trials, t0, clock + KEEP.as_secs_f64())
+    }
+
+    #[test]
+    fn the_gpu_alone_decodes_until_the_first_trial() {
+        let t0 = Instant::now();
+        let mut trials = SplitTrials::new(t0);
+        let mut clock = 0.0;
+        // Batches shared out before any finishes set up both sides.
+        let setting_up: Vec<TrialBatch> = (0..3)
+            .map(|_| trials.start_batch(1_000_000, at(t0, clock)))
+            .collect();
+        assert!(setting_up.iter().all(|batch| batch.way() == Way::BothSides));
+        for batch in setting_up {
+            clock += 0.01;
+            trials.finish_batch(batch, true, at(t0, clock));
+        }
+        // Then the GPU alone, however much faster both sides would be, until the first trial.
+        let faster_with_the_cpu = |way| match way {
+            Way::GpuAlone => 0.010,
+            Way::BothSides => 0.001,
+        };
+        let ways = run(&mut trials, t0, &mut clock, 1000, faster_with_the_cpu);
+        assert_eq!(count(&ways, Way::BothSides), 0);
+        clock += KEEP.as_secs_f64();
+        let ways = run(&mut trials, t0, &mut clock, 20, faster_with_the_cpu);
+        assert_eq!(&ways[..6], [Way::GpuAlone; 6]);
+        assert_eq!(&ways[6..], [Way::BothSides; 14]);
+    }
+
+    #[test]
+    fn the_gpu_alone_is_kept_where_both_sides_are_slower() {
+        let (mut trials, t0, mut clock) = set_up();
         let slower_with_the_cpu = |way| match way {
             Way::GpuAlone => 0.010,
             Way::BothSides => 0.013,
         };
         let ways = run(&mut trials, t0, &mut clock, 100, slower_with_the_cpu);
-        // The first batch sets up on both sides, then six of each way, then the GPU alone.
-        assert_eq!(ways[0], Way::BothSides);
-        assert_eq!(count(&ways[1..], Way::BothSides), 6, "{ways:?}");
+        // Six of each way, then the GPU alone.
+        assert_eq!(count(&ways[..12], Way::BothSides), 6, "{ways:?}");
         assert!(
-            ways[13..].iter().all(|&way| way == Way::GpuAlone),
+            ways[12..].iter().all(|&way| way == Way::GpuAlone),
             "{ways:?}"
         );
         assert_eq!(trials.way_now(), Way::GpuAlone);
@@ -254,16 +293,14 @@ mod tests {
     #[test]
     fn both_sides_are_kept_only_where_clearly_faster() {
         for (both, kept) in [(0.009, Way::BothSides), (0.0099, Way::GpuAlone)] {
-            let t0 = Instant::now();
-            let mut trials = SplitTrials::new(t0);
-            let mut clock = 0.0;
+            let (mut trials, t0, mut clock) = set_up();
             let seconds = |way| match way {
                 Way::GpuAlone => 0.010,
                 Way::BothSides => both,
             };
             let ways = run(&mut trials, t0, &mut clock, 60, seconds);
             assert!(
-                ways[13..].iter().all(|&way| way == kept),
+                ways[12..].iter().all(|&way| way == kept),
                 "{both}: {ways:?}"
             );
         }
@@ -271,9 +308,7 @@ mod tests {
 
     #[test]
     fn the_kept_way_is_timed_again_after_a_while() {
-        let t0 = Instant::now();
-        let mut trials = SplitTrials::new(t0);
-        let mut clock = 0.0;
+        let (mut trials, t0, mut clock) = set_up();
         let faster_with_the_cpu = |way| match way {
             Way::GpuAlone => 0.010,
             Way::BothSides => 0.005,
@@ -297,10 +332,7 @@ mod tests {
 
     #[test]
     fn idle_time_and_failed_batches_count_for_neither_way() {
-        let t0 = Instant::now();
-        let mut trials = SplitTrials::new(t0);
-        let mut clock = 0.0;
-        run(&mut trials, t0, &mut clock, 1, |_| 0.01);
+        let (mut trials, t0, mut clock) = set_up();
         // Batches of both ways take 10 ms each, but each of the GPU alone's begins after a
         // second with nothing in flight (epochs apart), and one of both sides' fails after
         // five seconds.
@@ -330,10 +362,7 @@ mod tests {
 
     #[test]
     fn a_way_none_of_whose_batches_decoded_is_timed_again() {
-        let t0 = Instant::now();
-        let mut trials = SplitTrials::new(t0);
-        let mut clock = 0.0;
-        run(&mut trials, t0, &mut clock, 1, |_| 0.01);
+        let (mut trials, t0, mut clock) = set_up();
         for _ in 0..12 {
             let batch = trials.start_batch(1_000_000, at(t0, clock));
             let decoded = batch.way() == Way::GpuAlone;
@@ -348,10 +377,7 @@ mod tests {
     fn batches_in_flight_count_by_the_time_between_finishes() {
         // Six batches at once, finishing 10 ms apart with the GPU alone and 20 ms apart with
         // both sides: the GPU alone is kept though each batch's latency is 60 ms and more.
-        let t0 = Instant::now();
-        let mut trials = SplitTrials::new(t0);
-        let mut clock = 0.0;
-        run(&mut trials, t0, &mut clock, 1, |_| 0.01);
+        let (mut trials, t0, mut clock) = set_up();
         for _ in 0..6 {
             let batches: Vec<TrialBatch> = (0..6)
                 .map(|_| trials.start_batch(1_000_000, at(t0, clock)))
