@@ -368,7 +368,8 @@ class Pipeline:
       ``nan_fill``, ``nan_mask``, ``latitude_weights`` (a dim name).
     - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
       build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
-      ``"split"`` (both, by their measured rates) or ``"auto"`` (the GPU only while training
+      ``"split"`` (both, by their measured rates, the CPU only while it adds to what the GPU
+      decodes alone) or ``"auto"`` (the GPU only while training
       waits, at most ``gpu_share`` of its time); ``cpu_decode_threads``: threads decoding on
       the CPU there, at a low priority so the training loop keeps its cores (default: every
       core but two; a quarter of them for ``"split"``; under ``torchrun``, the host's cores

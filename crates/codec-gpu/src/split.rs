@@ -563,7 +563,7 @@ impl Drop for InTrial {
 /// first. Rounded to the nearest count instead, a batch of 7 shards of 170 MB (W1 in shards
 /// of 4 steps) gave the CPU side one or more whole shards that it decoded in 130-200 ms
 /// while the GPU decoded the rest in about 60, and split delivered 20.47 GB/s where the GPU
-/// alone delivered 33.00 (H100, 2026-11-27; docs/benchmarks.md, "Split on a sharded store").
+/// alone delivered 33.00 (H100, 2026-11-27; docs/benchmarks.md, "Split against the GPU alone").
 fn gpu_chunks(
     count: usize,
     decoded_bytes: u64,

@@ -1,21 +1,22 @@
 //! Whether balanced split's CPU side adds to what the GPU decodes alone. The balanced share
 //! (`split.rs`) makes both sides finish a batch together by their measured rates, but the CPU
 //! side's threads also take cores from what feeds the GPU (reading, frame checks, planning,
-//! staging: 5-6.5 of 16 cores at 22 GB/s), which neither side's rate shows. On the lent hosts
-//! that cost more than the CPU side decoded: epochs in a row, split delivered 74% of GPU
-//! decoding alone on W1 and 28-66% on w1-small-sharded (H100, 2026-11-28;
-//! docs/benchmarks.md, "On an H100 host" and "Split on a sharded store").
+//! staging: 5-6.5 of 16 cores at 22 GB/s), which neither side's rate shows, and batches are
+//! handed on in order, so a batch whose CPU part finishes late holds back the ones behind it.
+//! Shared by rates alone, split in a row delivered 75-79% of GPU decoding alone on W1,
+//! w1-small-sharded and W1 in shards of 4 steps (H100, 2026-11-28; docs/benchmarks.md, "Split
+//! against the GPU alone").
 //!
 //! So balanced split decodes on the GPU alone at first, and every while times a few batches
 //! with the GPU alone and a few with both sides, and keeps the way that decoded faster (the
 //! GPU alone unless both sides are clearly faster). A way's rate is its batches' decoded bytes
 //! over the decoder's busy time between their finishes ([`BusyTime`]), so idle time between
-//! epochs counts for neither. A trial costs: batches are handed on in order, so a batch whose
-//! CPU part finishes late holds back the ones behind it, and six batches on both sides in a
-//! run of 40 (W1 of 16 steps, ten epochs in a row) cost it up to 40%
-//! (w1-small-sharded, H100, 2026-11-28). So the first trial comes only after the GPU alone
-//! has decoded for a while, as the later ones do. The batches shared out before the first
-//! one finishes decode on both sides: both sides' setup is paid there, once.
+//! epochs counts for neither. A trial costs: timed as soon as a batch had decoded, the trial's
+//! batches on both sides cost runs of 40 batches up to half of what they delivered, and six
+//! batches each way so soon after the GPU's setup did not tell the ways apart reliably (same
+//! section). So the first trial comes only after the GPU alone has decoded for a while, as the
+//! later ones do. The batches shared out before the first one finishes decode on both sides:
+//! both sides' setup is paid there, once.
 
 use std::time::{Duration, Instant};
 
