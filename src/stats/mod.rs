@@ -255,7 +255,7 @@ pub async fn channel_stats(
         });
     }
     // `dim` is iterated, whatever its name, so that its steps are never stacked as channels.
-    let layouts: Vec<SampleLayout> = names
+    let mut layouts: Vec<SampleLayout> = names
         .iter()
         .map(|name| {
             let spec = WindowSpec {
@@ -269,7 +269,6 @@ pub async fn channel_stats(
             SampleLayout::new(dataset, &[name], &spec)
         })
         .collect::<Result<_, _>>()?;
-    let mut layouts = layouts;
     for layout in &mut layouts {
         zarrpipe_pipeline::label_channels(dataset, layout)
             .await
@@ -327,17 +326,7 @@ pub async fn channel_stats(
             all.merge(m);
             all
         });
-        variables.push(VariableStats {
-            variable: variable.name().into(),
-            dtype: variable.dtype(),
-            shape: variable.shape().to_vec(),
-            count: pooled.count + pooled.nan,
-            nan_count: pooled.nan,
-            min: pooled.min(),
-            max: pooled.max(),
-            mean: pooled.mean(),
-            std: pooled.std(),
-        });
+        variables.push(VariableStats::pooled(variable, &pooled));
     }
     let (missing_left_out, unchecked) = match &missing {
         Some(missing) => (in_range(missing, &steps), missing.unchecked.clone()),
@@ -386,18 +375,24 @@ pub async fn variable_stats(
 ) -> Result<VariableStats, zarrpipe_codec_gpu::Error> {
     let pass = VariablePass::whole(variable);
     let (values, _) = pass.run(decoder, concurrency).await?;
-    let all = values[0];
-    Ok(VariableStats {
-        variable: variable.name().into(),
-        dtype: variable.dtype(),
-        shape: variable.shape().to_vec(),
-        count: all.count + all.nan,
-        nan_count: all.nan,
-        min: all.min(),
-        max: all.max(),
-        mean: all.mean(),
-        std: all.std(),
-    })
+    Ok(VariableStats::pooled(variable, &values[0]))
+}
+
+impl VariableStats {
+    /// `variable`'s statistics from the moments of all its values.
+    fn pooled(variable: &Variable, all: &Moments) -> Self {
+        Self {
+            variable: variable.name().into(),
+            dtype: variable.dtype(),
+            shape: variable.shape().to_vec(),
+            count: all.count + all.nan,
+            nan_count: all.nan,
+            min: all.min(),
+            max: all.max(),
+            mean: all.mean(),
+            std: all.std(),
+        }
+    }
 }
 
 /// The missing dates inside `steps`: absent steps in it, and gaps between two of its steps.

@@ -166,6 +166,13 @@ impl Moments {
         self.some(self.max)
     }
 
+    /// Adds each of `parts` to the moments of `all` at its place (a channel's to its channel's).
+    pub(super) fn merge_each(all: &mut [Moments], parts: &[Moments]) {
+        for (all, part) in all.iter_mut().zip(parts) {
+            all.merge(part);
+        }
+    }
+
     pub(super) fn summary(&self) -> Summary {
         Summary {
             count: self.count,

@@ -35,12 +35,8 @@ impl<S: StepValues> StepMoments<'_, S> {
             .map(|block| self.block(block * STEP_BLOCK..((block + 1) * STEP_BLOCK).min(len)))
             .collect();
         for (block_values, block_tendencies) in &blocks {
-            for (all, part) in values.iter_mut().zip(block_values) {
-                all.merge(part);
-            }
-            for (all, part) in tendencies.iter_mut().zip(block_tendencies) {
-                all.merge(part);
-            }
+            Moments::merge_each(values, block_values);
+            Moments::merge_each(tendencies, block_tendencies);
         }
     }
 

@@ -143,12 +143,8 @@ impl VariablePass {
                 .try_buffered(concurrency.max(1)),
         );
         while let Some((chunk_values, chunk_tendencies)) = counted.try_next().await? {
-            for (all, part) in values.iter_mut().zip(&chunk_values) {
-                all.merge(part);
-            }
-            for (all, part) in tendencies.iter_mut().zip(&chunk_tendencies) {
-                all.merge(part);
-            }
+            Moments::merge_each(&mut values, &chunk_values);
+            Moments::merge_each(&mut tendencies, &chunk_tendencies);
         }
         Ok((values, tendencies))
     }
