@@ -541,19 +541,20 @@ struct InTrial {
 
 impl InTrial {
     fn decoded(mut self) {
+        self.end(true);
+    }
+
+    fn end(&mut self, decoded: bool) {
         if let Some(batch) = self.batch.take() {
             let mut state = self.split.lock();
-            state.trials.finish_batch(batch, true, Instant::now());
+            state.trials.finish_batch(batch, decoded, Instant::now());
         }
     }
 }
 
 impl Drop for InTrial {
     fn drop(&mut self) {
-        if let Some(batch) = self.batch.take() {
-            let mut state = self.split.lock();
-            state.trials.finish_batch(batch, false, Instant::now());
-        }
+        self.end(false);
     }
 }
 

@@ -231,6 +231,14 @@ mod tests {
             .collect()
     }
 
+    /// Seconds a batch takes each way.
+    fn taking(gpu_alone: f64, both_sides: f64) -> impl Fn(Way) -> f64 + Copy {
+        move |way| match way {
+            Way::GpuAlone => gpu_alone,
+            Way::BothSides => both_sides,
+        }
+    }
+
     fn count(ways: &[Way], way: Way) -> usize {
         ways.iter().filter(|&&w| w == way).count()
     }
@@ -262,10 +270,7 @@ mod tests {
             trials.finish_batch(batch, true, at(t0, clock));
         }
         // Then the GPU alone, however much faster both sides would be, until the first trial.
-        let faster_with_the_cpu = |way| match way {
-            Way::GpuAlone => 0.010,
-            Way::BothSides => 0.001,
-        };
+        let faster_with_the_cpu = taking(0.010, 0.001);
         let ways = run(&mut trials, t0, &mut clock, 1000, faster_with_the_cpu);
         assert_eq!(count(&ways, Way::BothSides), 0);
         clock += KEEP.as_secs_f64();
@@ -277,10 +282,7 @@ mod tests {
     #[test]
     fn the_gpu_alone_is_kept_where_both_sides_are_slower() {
         let (mut trials, t0, mut clock) = set_up();
-        let slower_with_the_cpu = |way| match way {
-            Way::GpuAlone => 0.010,
-            Way::BothSides => 0.013,
-        };
+        let slower_with_the_cpu = taking(0.010, 0.013);
         let ways = run(&mut trials, t0, &mut clock, 100, slower_with_the_cpu);
         // Six of each way, then the GPU alone.
         assert_eq!(count(&ways[..12], Way::BothSides), 6, "{ways:?}");
@@ -295,10 +297,7 @@ mod tests {
     fn both_sides_are_kept_only_where_clearly_faster() {
         for (both, kept) in [(0.009, Way::BothSides), (0.0099, Way::GpuAlone)] {
             let (mut trials, t0, mut clock) = set_up();
-            let seconds = |way| match way {
-                Way::GpuAlone => 0.010,
-                Way::BothSides => both,
-            };
+            let seconds = taking(0.010, both);
             let ways = run(&mut trials, t0, &mut clock, 60, seconds);
             assert!(
                 ways[12..].iter().all(|&way| way == kept),
@@ -310,19 +309,13 @@ mod tests {
     #[test]
     fn the_kept_way_is_timed_again_after_a_while() {
         let (mut trials, t0, mut clock) = set_up();
-        let faster_with_the_cpu = |way| match way {
-            Way::GpuAlone => 0.010,
-            Way::BothSides => 0.005,
-        };
+        let faster_with_the_cpu = taking(0.010, 0.005);
         run(&mut trials, t0, &mut clock, 20, faster_with_the_cpu);
         assert_eq!(trials.way_now(), Way::BothSides);
         // Past the time a way is kept, the CPU side has come to slow the GPU down: six
         // batches keep the kept way, six try the GPU alone, and the GPU alone is kept.
         clock += KEEP.as_secs_f64();
-        let now_slower = |way| match way {
-            Way::GpuAlone => 0.010,
-            Way::BothSides => 0.020,
-        };
+        let now_slower = taking(0.010, 0.020);
         let ways = run(&mut trials, t0, &mut clock, 20, now_slower);
         assert_eq!(count(&ways[..12], Way::GpuAlone), 6, "{ways:?}");
         assert!(
@@ -384,10 +377,7 @@ mod tests {
                 .map(|_| trials.start_batch(1_000_000, at(t0, clock)))
                 .collect();
             for batch in batches {
-                clock += match batch.way() {
-                    Way::GpuAlone => 0.010,
-                    Way::BothSides => 0.020,
-                };
+                clock += taking(0.010, 0.020)(batch.way());
                 trials.finish_batch(batch, true, at(t0, clock));
             }
         }
