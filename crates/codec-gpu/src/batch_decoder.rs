@@ -68,13 +68,7 @@ impl DecodedChunks {
     pub fn stats(&self) -> BatchStats {
         let mut stats = BatchStats::default();
         match self {
-            Self::Host(chunks) => {
-                for chunk in chunks {
-                    stats.decoded_bytes += chunk.bytes.len() as u64;
-                    stats.decode_busy += chunk.decode_time;
-                    stats.cpu_decoded_chunks += 1;
-                }
-            }
+            Self::Host(chunks) => stats = DecodedChunk::stats_of(chunks),
             Self::Pending(_) => {}
             Self::Device(batch) => {
                 for chunk in batch.chunks.iter().flatten() {

@@ -74,6 +74,19 @@ impl BusyTime {
         let first = *self.first_finish.get_or_insert(now);
         (start.at >= first).then(|| Duration::from_secs_f64(cost.max(0.0)))
     }
+
+    /// Parts in flight now.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// A part started ends at `now` unfinished, its work done elsewhere: the side was busy
+    /// with it until now, and no finish is counted.
+    pub(crate) fn forget(&mut self, now: Instant) {
+        self.advance(now);
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use zarrpipe_core::DType;
+use zarrpipe_core::{BatchStats, DType};
 use zarrpipe_store::ChunkRequest;
 
 /// A decoded chunk in host memory: the full (unclipped) chunk shape in C order, elements in
@@ -30,5 +30,16 @@ impl DecodedChunk {
     /// The chunk's shape, which is also the shape of `bytes`.
     pub fn shape(&self) -> Vec<u64> {
         self.request.variable.chunk_shape()
+    }
+
+    /// What decoding `chunks` cost.
+    pub(crate) fn stats_of(chunks: &[DecodedChunk]) -> BatchStats {
+        let mut stats = BatchStats::default();
+        for chunk in chunks {
+            stats.decoded_bytes += chunk.bytes.len() as u64;
+            stats.decode_busy += chunk.decode_time;
+            stats.cpu_decoded_chunks += 1;
+        }
+        stats
     }
 }

@@ -38,10 +38,30 @@ pub trait ChunkPlacement: Sync {
 
 /// A batch's chunks, read but not yet decoded: the CPU decoder that will decode them does so
 /// into the memory the collator places them in.
-#[derive(Debug)]
 pub struct PendingChunks {
     chunks: Vec<EncodedChunk>,
     decoder: CpuDecoder,
+    watch: Option<Box<dyn DecodeWatch>>,
+}
+
+impl std::fmt::Debug for PendingChunks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingChunks")
+            .field("chunks", &self.chunks.len())
+            .field("decoder", &self.decoder)
+            .field("watched", &self.watch.is_some())
+            .finish()
+    }
+}
+
+/// Told when pending chunks begin and end decoding, wherever the collator has them decoded:
+/// a split decoder learns its CPU side's rate from it. Dropped without `ended`, the decoding
+/// failed or never happened.
+pub(crate) trait DecodeWatch: Send + Sync {
+    /// Decoding begins, on the decoder's threads.
+    fn begun(&mut self);
+    /// Decoding ended: what it cost.
+    fn ended(self: Box<Self>, spent: &BatchStats);
 }
 
 /// The most a decoding thread keeps for the chunk files it reads: on many threads, each
@@ -57,7 +77,17 @@ thread_local! {
 
 impl PendingChunks {
     pub(crate) fn new(chunks: Vec<EncodedChunk>, decoder: CpuDecoder) -> Self {
-        Self { chunks, decoder }
+        Self {
+            chunks,
+            decoder,
+            watch: None,
+        }
+    }
+
+    /// The same chunks, `watch` told when they begin and end decoding.
+    pub(crate) fn watched(mut self, watch: Box<dyn DecodeWatch>) -> Self {
+        self.watch = Some(watch);
+        self
     }
 
     /// The chunks, in the batch's order.
@@ -78,7 +108,11 @@ impl PendingChunks {
     /// Decodes every chunk on the decoder's threads into the memory `placement` gives it, and
     /// returns when all are done with what decoding cost. A chunk that fails fails the batch,
     /// naming the chunk.
-    pub fn decode_into(self, placement: &dyn ChunkPlacement) -> Result<BatchStats> {
+    pub fn decode_into(mut self, placement: &dyn ChunkPlacement) -> Result<BatchStats> {
+        let mut watch = self.watch.take();
+        if let Some(watch) = &mut watch {
+            watch.begun();
+        }
         let decoders = direct_decoders(&self.chunks);
         let decode = || {
             // While a shard decodes on several threads, a waiting thread may take on another
@@ -101,14 +135,33 @@ impl PendingChunks {
                     Ok(a)
                 })
         };
-        self.decoder.install(decode)
+        let stats = self.decoder.install(decode)?;
+        if let Some(watch) = watch {
+            watch.ended(&stats);
+        }
+        Ok(stats)
     }
 
     /// Decodes every chunk into memory of its own, on the calling thread's pool.
     pub fn into_host(self) -> Result<Vec<DecodedChunk>> {
-        let chunks = self.chunks;
-        self.decoder
-            .install(|| chunks.into_par_iter().map(decode_on_cpu).collect())
+        let Self {
+            chunks,
+            decoder,
+            mut watch,
+        } = self;
+        if let Some(watch) = &mut watch {
+            watch.begun();
+        }
+        let decoded: Vec<DecodedChunk> = decoder.install(|| {
+            chunks
+                .into_par_iter()
+                .map(decode_on_cpu)
+                .collect::<Result<_>>()
+        })?;
+        if let Some(watch) = watch {
+            watch.ended(&DecodedChunk::stats_of(&decoded));
+        }
+        Ok(decoded)
     }
 
     /// Decodes every chunk into memory of its own on the decoder's threads, without blocking

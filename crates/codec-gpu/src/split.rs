@@ -28,6 +28,7 @@ use zarrpipe_store::{EncodedChunk, ReadMemory};
 use crate::auto_share::{AutoShare, CpuSide};
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
+use crate::placement::DecodeWatch;
 use crate::split_trial::{SplitTrials, TrialBatch, Way};
 use crate::{BatchDecoder, DecodedChunks, Result};
 
@@ -464,37 +465,59 @@ impl SplitDecoder {
         Some((kinds, decoder.decode_chunks(chunks)))
     }
 
-    /// Finishes one side's part; returns what it decoded and when it finished.
+    /// Finishes one side's part; returns what it decoded and when it finished (`None`: it
+    /// decodes later, where the collator places it).
     async fn decode_side(
         self: &Arc<Self>,
         side: Side,
         part: Option<SidePart>,
-        _queued: Queued,
-    ) -> Result<Option<(DecodedChunks, Instant)>> {
+        queued: Queued,
+    ) -> Result<Option<(DecodedChunks, Option<Instant>)>> {
         let Some((kinds, decoding)) = part else {
             return Ok(None);
         };
-        let part = PartInFlight::start(self, side);
+        let part = PartInFlight::start(self.clone(), side);
         let decoded = match decoding.await? {
+            // Under auto, the CPU side's chunks decode straight into the collator's memory, as
+            // CPU decoding alone does, timed from when they begin there. Decoded here into
+            // memory of their own and copied, they took the cores longer than the consumer's
+            // steps beside setup A in fp32, which CPU decoding alone keeps fed, and auto called
+            // the GPU in (H200, 2026-11-29; docs/training.md).
+            DecodedChunks::Pending(pending)
+                if matches!(side, Side::Cpu) && matches!(self.policy, SplitPolicy::Auto { .. }) =>
+            {
+                part.forget();
+                let watch = PendingPart {
+                    split: self.clone(),
+                    kinds,
+                    part: None,
+                    _queued: queued,
+                };
+                return Ok(Some((
+                    DecodedChunks::Pending(pending.watched(Box::new(watch))),
+                    None,
+                )));
+            }
             // The side's rate is learnt from when it finishes: decode now.
             DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
             decoded => decoded,
         };
         self.learn(side, &kinds, part.into_start(), &decoded.stats());
-        Ok(Some((decoded, Instant::now())))
+        drop(queued);
+        Ok(Some((decoded, Some(Instant::now()))))
     }
 }
 
 /// A part counted in its side's busy time until it is learnt from, or, failed or cancelled
 /// (a stream dropped mid-epoch), until it is dropped.
-struct PartInFlight<'a> {
-    split: &'a SplitDecoder,
+struct PartInFlight {
+    split: Arc<SplitDecoder>,
     side: Side,
     start: Option<PartStart>,
 }
 
-impl<'a> PartInFlight<'a> {
-    fn start(split: &'a SplitDecoder, side: Side) -> Self {
+impl PartInFlight {
+    fn start(split: Arc<SplitDecoder>, side: Side) -> Self {
         let start = split.lock().busy[side as usize].start(Instant::now());
         Self {
             split,
@@ -507,12 +530,42 @@ impl<'a> PartInFlight<'a> {
     fn into_start(mut self) -> PartStart {
         self.start.take().expect("started")
     }
+
+    /// Takes the part out of its side's busy time unfinished: its work happens elsewhere.
+    fn forget(mut self) {
+        if self.start.take().is_some() {
+            self.split.lock().busy[self.side as usize].forget(Instant::now());
+        }
+    }
 }
 
-impl Drop for PartInFlight<'_> {
+impl Drop for PartInFlight {
     fn drop(&mut self) {
         if let Some(start) = self.start.take() {
             self.split.lock().busy[self.side as usize].finish(start, Instant::now());
+        }
+    }
+}
+
+/// Auto's CPU part of a batch, decoded where the collator places it: counted in the CPU
+/// side's queued work until then, in its busy time while it decodes, and learnt from once
+/// decoded. Dropped undecoded (failed, or its stream dropped), it is counted no more.
+struct PendingPart {
+    split: Arc<SplitDecoder>,
+    kinds: Vec<Kind>,
+    part: Option<PartInFlight>,
+    _queued: Queued,
+}
+
+impl DecodeWatch for PendingPart {
+    fn begun(&mut self) {
+        self.part = Some(PartInFlight::start(self.split.clone(), Side::Cpu));
+    }
+
+    fn ended(mut self: Box<Self>, spent: &BatchStats) {
+        if let Some(part) = self.part.take() {
+            self.split
+                .learn(Side::Cpu, &self.kinds, part.into_start(), spent);
         }
     }
 }
@@ -702,8 +755,8 @@ impl BatchDecoder for SplitDecoder {
             in_trial.decoded();
             if !gpu_alone {
                 self.weigh(
-                    cpu.as_ref().map(|(_, done)| *done),
-                    gpu.as_ref().map(|(_, done)| *done),
+                    cpu.as_ref().and_then(|(_, done)| *done),
+                    gpu.as_ref().and_then(|(_, done)| *done),
                 );
             }
             let parts = cpu.into_iter().chain(gpu).map(|(decoded, _)| decoded);
@@ -1035,5 +1088,58 @@ mod tests {
         assert!(alone.cpu.is_empty(), "{} to the CPU", alone.cpu.len());
         assert_eq!(alone.gpu.len(), chunks.len());
         assert_eq!(split.gpu_share_now(), Some(1.0));
+    }
+
+    #[test]
+    fn auto_has_its_cpu_part_decoded_where_the_collator_places_it_and_learns_from_it() {
+        use crate::testing::{cases, fetch_all, write_cases};
+        use crate::ChunkRuns;
+        let dir = tempfile::tempdir().unwrap();
+        write_cases(dir.path(), &cases(), 11);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let chunks = runtime.block_on(async {
+            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
+                .await
+                .unwrap();
+            fetch_all(&dataset).await
+        });
+        let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
+        // Auto starts on the CPU alone: the whole batch is handed on undecoded, and nothing is
+        // learnt before it decodes.
+        let pending = |split: &Arc<SplitDecoder>| match runtime
+            .block_on(split.clone().decode_chunks(chunks.clone()))
+        {
+            Ok(DecodedChunks::Pending(pending)) => pending,
+            other => panic!("not pending: {other:?}"),
+        };
+        let first = pending(&split);
+        assert_eq!(split.lock().cpu_pool_seconds, 0.0);
+        // Dropped undecoded (a stream dropped mid-epoch), it is counted no more.
+        drop(first);
+        assert_eq!(split.lock().cpu_pool_seconds, 0.0);
+        assert_eq!(split.lock().busy[Side::Cpu as usize].in_flight(), 0);
+        // Decoded into the collator's memory: every chunk as decoded alone, and the CPU side's
+        // time learnt.
+        let second = pending(&split);
+        // In the order the part holds them (shared out kind by kind).
+        let expected: Vec<Vec<u8>> = (second.chunks().iter())
+            .map(|chunk| crate::decode_on_cpu(chunk.clone()).unwrap().bytes)
+            .collect();
+        let mut memory: Vec<Vec<u8>> = (0..chunks.len())
+            .map(|index| vec![0xAB; second.decoded_len(index)])
+            .collect();
+        let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
+        let stats = second.decode_into(&runs).unwrap();
+        assert_eq!(stats.cpu_decoded_chunks, chunks.len() as u64);
+        assert!(memory == expected);
+        let learnt = split.lock().cpu_pool_seconds;
+        assert!(learnt > 0.0, "{learnt}");
+        assert_eq!(split.lock().busy[Side::Cpu as usize].in_flight(), 0);
+        // Decoded into memory of its own (a host collator), the same.
+        let third = pending(&split);
+        assert_eq!(third.into_host().unwrap().len(), chunks.len());
+        assert!(split.lock().cpu_pool_seconds > learnt);
     }
 }
