@@ -262,11 +262,23 @@ async fn auto_decoding_leaves_the_gpu_alone_while_the_consumer_keeps_up() {
     for _ in 0..4 {
         waiting.record(Duration::from_millis(50), Duration::from_millis(100));
     }
-    let (_, _, gpu_when_waiting) = split_epoch(&url, auto, waiting).await;
+    let (batches, cpu_when_waiting, gpu_when_waiting) = split_epoch(&url, auto, waiting).await;
     assert!(
-        gpu_when_waiting > 0,
-        "the GPU side never helped a waiting consumer"
+        gpu_when_waiting > 0 && cpu_when_waiting > 0,
+        "{cpu_when_waiting} chunks on the CPU side, {gpu_when_waiting} on the GPU side"
     );
+    // Its CPU part, handed on undecoded beside the GPU side's decoded one, changes no bit,
+    // and each chunk is counted once.
+    let reference: Vec<Batch> = patches(&url)
+        .build()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(contents(&batches), contents(&reference));
+    let chunks: u64 = batches.iter().map(|batch| batch.stats.chunks).sum();
+    assert_eq!((cpu_when_waiting + gpu_when_waiting) as u64, chunks);
 }
 
 #[test]
