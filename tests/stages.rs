@@ -42,6 +42,17 @@ fn patches(url: &str) -> PipelineBuilder {
         .batch_size(3)
 }
 
+/// One epoch of `patches` as the builder makes it: what chains built by hand are checked against.
+async fn built_epoch(url: &str) -> Vec<Batch> {
+    patches(url)
+        .build()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
 fn patch_spec() -> WindowSpec {
     WindowSpec::new()
         .window("latitude", 8, 4)
@@ -65,13 +76,7 @@ fn contents(batches: &[Batch]) -> Vec<(Vec<u64>, Vec<u32>)> {
 async fn a_chain_composed_by_hand_equals_the_builder_with_metrics_and_state() {
     let dir = tempfile::tempdir().unwrap();
     let url = write_store(dir.path(), Compression::Zstd);
-    let built: Vec<Batch> = patches(&url)
-        .build()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let built: Vec<Batch> = built_epoch(&url).await;
 
     let dataset = Arc::new(Dataset::open(&url).await.unwrap());
     let layout = Arc::new(SampleLayout::new(&dataset, &["t2m", "z"], &patch_spec()).unwrap());
@@ -229,13 +234,7 @@ async fn split_decoding_shares_each_batch_and_changes_no_bit() {
     let dir = tempfile::tempdir().unwrap();
     for compression in [Compression::Zstd, Compression::BloscLz4] {
         let url = write_store(&dir.path().join(format!("{compression:?}")), compression);
-        let reference: Vec<Batch> = patches(&url)
-            .build()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let reference: Vec<Batch> = built_epoch(&url).await;
         let (split, cpu, gpu) = split_epoch(&url, SplitPolicy::Balanced, Arc::default()).await;
         assert_eq!(contents(&split), contents(&reference), "{compression:?}");
         assert!(
@@ -269,13 +268,7 @@ async fn auto_decoding_leaves_the_gpu_alone_while_the_consumer_keeps_up() {
     );
     // Its CPU part, handed on undecoded beside the GPU side's decoded one, changes no bit,
     // and each chunk is counted once.
-    let reference: Vec<Batch> = patches(&url)
-        .build()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let reference: Vec<Batch> = built_epoch(&url).await;
     assert_eq!(contents(&batches), contents(&reference));
     let chunks: u64 = batches.iter().map(|batch| batch.stats.chunks).sum();
     assert_eq!((cpu_when_waiting + gpu_when_waiting) as u64, chunks);

@@ -109,10 +109,7 @@ impl PendingChunks {
     /// returns when all are done with what decoding cost. A chunk that fails fails the batch,
     /// naming the chunk.
     pub fn decode_into(mut self, placement: &dyn ChunkPlacement) -> Result<BatchStats> {
-        let mut watch = self.watch.take();
-        if let Some(watch) = &mut watch {
-            watch.begun();
-        }
+        let watch = self.watch.take();
         let decoders = direct_decoders(&self.chunks);
         let decode = || {
             // While a shard decodes on several threads, a waiting thread may take on another
@@ -135,11 +132,7 @@ impl PendingChunks {
                     Ok(a)
                 })
         };
-        let stats = self.decoder.install(decode)?;
-        if let Some(watch) = watch {
-            watch.ended(&stats);
-        }
-        Ok(stats)
+        watching(watch, || self.decoder.install(decode), |stats| *stats)
     }
 
     /// Decodes every chunk into memory of its own, on the calling thread's pool.
@@ -147,21 +140,17 @@ impl PendingChunks {
         let Self {
             chunks,
             decoder,
-            mut watch,
+            watch,
         } = self;
-        if let Some(watch) = &mut watch {
-            watch.begun();
-        }
-        let decoded: Vec<DecodedChunk> = decoder.install(|| {
-            chunks
-                .into_par_iter()
-                .map(decode_on_cpu)
-                .collect::<Result<_>>()
-        })?;
-        if let Some(watch) = watch {
-            watch.ended(&DecodedChunk::stats_of(&decoded));
-        }
-        Ok(decoded)
+        let decode = || {
+            decoder.install(|| {
+                chunks
+                    .into_par_iter()
+                    .map(decode_on_cpu)
+                    .collect::<Result<Vec<_>>>()
+            })
+        };
+        watching(watch, decode, |decoded| DecodedChunk::stats_of(decoded))
     }
 
     /// Decodes every chunk into memory of its own on the decoder's threads, without blocking
@@ -183,6 +172,23 @@ impl PendingChunks {
             })
         })
     }
+}
+
+/// Runs `decode`, telling `watch` (if any) when it begins and, once it succeeded, what it cost
+/// (`spent` reads that from the result).
+fn watching<T>(
+    mut watch: Option<Box<dyn DecodeWatch>>,
+    decode: impl FnOnce() -> Result<T>,
+    spent: impl FnOnce(&T) -> BatchStats,
+) -> Result<T> {
+    if let Some(watch) = &mut watch {
+        watch.begun();
+    }
+    let decoded = decode()?;
+    if let Some(watch) = watch {
+        watch.ended(&spent(&decoded));
+    }
+    Ok(decoded)
 }
 
 /// Bytes of one decoded chunk of `variable` (its full chunk shape).

@@ -1009,6 +1009,30 @@ mod tests {
         assert!(share_after(true) > 0.3, "{}", share_after(true));
     }
 
+    /// Every chunk of the fixture cases written with `seed`, the directory that holds them
+    /// and a runtime.
+    fn fixture_chunks(
+        seed: u64,
+    ) -> (
+        tempfile::TempDir,
+        tokio::runtime::Runtime,
+        Vec<EncodedChunk>,
+    ) {
+        use crate::testing::{cases, fetch_all, write_cases};
+        let dir = tempfile::tempdir().unwrap();
+        write_cases(dir.path(), &cases(), seed);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let chunks = runtime.block_on(async {
+            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
+                .await
+                .unwrap();
+            fetch_all(&dataset).await
+        });
+        (dir, runtime, chunks)
+    }
+
     /// A CPU part of `split` (on 16 threads) decoded, its threads busy for `threads_busy`.
     fn cpu_part_decoded(split: &SplitDecoder, threads_busy: Duration) {
         let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
@@ -1063,18 +1087,7 @@ mod tests {
 
     #[test]
     fn balanced_split_decodes_on_the_gpu_alone_once_a_batch_has_decoded() {
-        use crate::testing::{cases, fetch_all, write_cases};
-        let dir = tempfile::tempdir().unwrap();
-        write_cases(dir.path(), &cases(), 7);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let chunks = runtime.block_on(async {
-            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
-                .await
-                .unwrap();
-            fetch_all(&dataset).await
-        });
+        let (_dir, runtime, chunks) = fixture_chunks(7);
         let split = Arc::new(split(SplitPolicy::Balanced));
         // Before any batch has decoded, both sides take part (the prior gives the CPU side a
         // quarter).
@@ -1092,19 +1105,8 @@ mod tests {
 
     #[test]
     fn auto_has_its_cpu_part_decoded_where_the_collator_places_it_and_learns_from_it() {
-        use crate::testing::{cases, fetch_all, write_cases};
         use crate::ChunkRuns;
-        let dir = tempfile::tempdir().unwrap();
-        write_cases(dir.path(), &cases(), 11);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let chunks = runtime.block_on(async {
-            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
-                .await
-                .unwrap();
-            fetch_all(&dataset).await
-        });
+        let (_dir, runtime, chunks) = fixture_chunks(11);
         let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
         // Auto starts on the CPU alone: the whole batch is handed on undecoded, and nothing is
         // learnt before it decodes.
