@@ -4,9 +4,10 @@
 //! together ([`SplitPolicy::Balanced`], which keeps the CPU side only while it adds to what
 //! the GPU decodes alone, `split_trial.rs`); or the CPU goes first and the GPU takes the share
 //! that lets the CPU side keep up with the consumer, within a budget of GPU time
-//! ([`SplitPolicy::Auto`], see `auto_share.rs`). Under auto the CPU part is handed on
-//! undecoded, as CPU decoding alone hands a batch on, and decoded where the collator places
-//! it; the split decoder learns from it when it has decoded there (`DecodeWatch`).
+//! ([`SplitPolicy::Auto`], see `auto_share.rs`). Under auto a batch on the CPU side alone is
+//! handed on undecoded, as CPU decoding alone hands a batch on, and decoded where the
+//! collator places it; the split decoder learns from it when it has decoded there
+//! (`DecodeWatch`). A mixed batch's CPU part decodes at once, beside its GPU part.
 //!
 //! A side's rate is its throughput, not one batch's latency: several batches are in flight
 //! on a side at once (the GPU's decode streams, the CPU pool's queue), and each takes longer
@@ -468,26 +469,20 @@ impl SplitDecoder {
     }
 
     /// Finishes one side's part; returns what it decoded and when it finished (`None`: it
-    /// decodes later, where the collator places it).
+    /// decodes later, where the collator places it, as `placed_later` asks of a pending part).
     async fn decode_side(
         self: &Arc<Self>,
         side: Side,
         part: Option<SidePart>,
         queued: Queued,
+        placed_later: bool,
     ) -> Result<Option<(DecodedChunks, Option<Instant>)>> {
         let Some((kinds, decoding)) = part else {
             return Ok(None);
         };
         let part = PartInFlight::start(self.clone(), side);
         let decoded = match decoding.await? {
-            // Under auto, the CPU side's chunks decode straight into the collator's memory, as
-            // CPU decoding alone does, timed from when they begin there. Decoded here into
-            // memory of their own and copied, they took the cores longer than the consumer's
-            // steps beside setup A in fp32, which CPU decoding alone keeps fed, and auto called
-            // the GPU in (H200, 2026-11-29; docs/training.md).
-            DecodedChunks::Pending(pending)
-                if matches!(side, Side::Cpu) && matches!(self.policy, SplitPolicy::Auto { .. }) =>
-            {
+            DecodedChunks::Pending(pending) if placed_later => {
                 part.forget();
                 let watch = PendingPart {
                     split: self.clone(),
@@ -749,10 +744,19 @@ impl BatchDecoder for SplitDecoder {
             self.start_side(Side::Cpu, shares.cpu),
             self.start_side(Side::Gpu, shares.gpu),
         );
+        // Under auto, a batch on the CPU side alone decodes straight into the collator's
+        // memory, as CPU decoding alone does, timed from when it begins there. Decoded here
+        // into memory of its own and copied, it took the cores longer than the consumer's
+        // steps beside setup A in fp32, which CPU decoding alone keeps fed, and auto called the
+        // GPU in (H200, 2026-11-29; docs/training.md). The CPU part of a mixed batch decodes
+        // at once, beside the GPU part: handed on, it would begin only once the GPU part,
+        // queued behind the model's kernels, had finished, and the cores would wait with it.
+        let cpu_placed_later =
+            gpu_part.is_none() && matches!(self.policy, SplitPolicy::Auto { .. });
         async move {
             let (cpu, gpu) = futures::try_join!(
-                self.decode_side(Side::Cpu, cpu_part, cpu_queued),
-                self.decode_side(Side::Gpu, gpu_part, gpu_queued)
+                self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_placed_later),
+                self.decode_side(Side::Gpu, gpu_part, gpu_queued, false)
             )?;
             in_trial.decoded();
             if !gpu_alone {
@@ -1145,5 +1149,45 @@ mod tests {
         let third = pending(&split);
         assert_eq!(third.into_host().unwrap().len(), chunks.len());
         assert!(split.lock().cpu_pool_seconds > learnt);
+    }
+
+    #[test]
+    fn auto_decodes_a_mixed_batchs_cpu_part_at_once_beside_the_gpu_part() {
+        let (_dir, runtime, chunks) = fixture_chunks(12);
+        let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
+        // A consumer that kept up, then waits a third of each step, calls the GPU in for part
+        // of each batch.
+        let ms = Duration::from_millis;
+        for _ in 0..10 {
+            split.pace().record(Duration::ZERO, ms(175));
+            split.share(Vec::new());
+        }
+        cpu_part_decoded(&split, ms(300) * 16);
+        split.pace().record(ms(100), ms(300));
+        split.share(Vec::new());
+        let share = split.lock().auto.share();
+        assert!(share > 0.3 && share < 1.0, "{share}");
+        // Neither part waits for the other: both come decoded, every chunk once and as
+        // decoded alone.
+        let parts = match runtime.block_on(split.clone().decode_chunks(chunks.clone())) {
+            Ok(DecodedChunks::Split(parts)) => parts,
+            other => panic!("not split: {other:?}"),
+        };
+        assert_eq!(parts.len(), 2);
+        let key = |chunk: &crate::DecodedChunk| format!("{:?}", chunk.request);
+        let mut decoded: Vec<(String, Vec<u8>)> = Vec::new();
+        for part in parts {
+            let DecodedChunks::Host(part) = part else {
+                panic!("a part not decoded: {part:?}");
+            };
+            decoded.extend(part.into_iter().map(|chunk| (key(&chunk), chunk.bytes)));
+        }
+        let mut expected: Vec<(String, Vec<u8>)> = (chunks.into_iter())
+            .map(|chunk| crate::decode_on_cpu(chunk).unwrap())
+            .map(|chunk| (key(&chunk), chunk.bytes))
+            .collect();
+        decoded.sort();
+        expected.sort();
+        assert!(decoded == expected);
     }
 }
