@@ -544,7 +544,7 @@ impl Drop for PartInFlight {
     }
 }
 
-/// Auto's CPU part of a batch, decoded where the collator places it: counted in the CPU
+/// Auto's batch on the CPU side alone, decoded where the collator places it: counted in the CPU
 /// side's queued work until then, in its busy time while it decodes, and learnt from once
 /// decoded. Dropped undecoded (failed, or its stream dropped), it is counted no more.
 struct PendingPart {
