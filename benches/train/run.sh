@@ -31,7 +31,8 @@
 #   a zarrpipe pipeline per GPU, batch size per rank; default "1", no torchrun)
 #   B_BATCH=8 (setup B's batch size: its 43-channel U-Net at batch 16 fills an 80 GB H100)
 #   TRAIN_ARGS="--prefetch 2" (more train_unet.py options, for every run)
-#   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32; dali too when named)
+#   ALONE="baseline zarrpipe" (the loaders also timed alone, in fp32; dali too when named;
+#   ALONE= for none)
 #   BUDGET=seconds for the whole run: what does not fit is reported as not run
 #   KEEP=1 keeps each store after its setup (default: removed, the host's disk is 64 GiB)
 #   APPEND=1 keeps earlier results.jsonl lines (several calls make one report)
@@ -107,7 +108,7 @@ train() {
 }
 
 # Whether a loader is also timed alone (--no-training).
-alone() { [[ " ${ALONE:-baseline zarrpipe} " == *" $1 "* ]]; }
+alone() { [[ " ${ALONE-baseline zarrpipe} " == *" $1 "* ]]; }
 
 # Setup B's store in the layout `zarrpipe advise` names on this host: written from setup B's
 # (generated first if missing), with its statistics.
