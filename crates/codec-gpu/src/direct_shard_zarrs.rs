@@ -17,7 +17,7 @@ use zarrpipe_store::{fetch_chunk, ChunkRequest, Dataset, EncodedChunk};
 
 use crate::chain::{GpuChain, ShardSpec, Step};
 use crate::chunk_decode::{direct_decoder, DirectDecoder};
-use crate::testing::{decode_with_zarrs, fetch_all, write_cases, Case};
+use crate::testing::{decode_into_own_buffers, decode_with_zarrs, fetch_all, write_cases, Case};
 use crate::{decode_on_cpu, ChunkRuns, CpuDecoder, PendingChunks};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -297,11 +297,7 @@ fn shards_decode_into_the_batch_uncopied() {
         let decoder = CpuDecoder::with_pool(Arc::new(pool.unwrap()));
         for batch in [0..chunks.len(), 0..1, 1..2] {
             let pending = PendingChunks::new(chunks[batch.clone()].to_vec(), decoder.clone());
-            let mut memory: Vec<Vec<u8>> = (0..batch.len())
-                .map(|index| vec![0xAB; pending.decoded_len(index)])
-                .collect();
-            let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
-            let stats = pending.decode_into(&runs).unwrap();
+            let (memory, stats) = decode_into_own_buffers(pending);
             assert_eq!(stats.cpu_decoded_chunks, batch.len() as u64);
             assert_eq!(stats.cpu_copied_chunks, 0);
             for (decoded, index) in memory.iter().zip(batch) {

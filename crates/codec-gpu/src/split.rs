@@ -1111,7 +1111,6 @@ mod tests {
 
     #[test]
     fn auto_has_its_cpu_part_decoded_where_the_collator_places_it_and_learns_from_it() {
-        use crate::ChunkRuns;
         let (_dir, runtime, chunks) = fixture_chunks(11);
         let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
         // Auto starts on the CPU alone: the whole batch is handed on undecoded, and nothing is
@@ -1135,11 +1134,7 @@ mod tests {
         let expected: Vec<Vec<u8>> = (second.chunks().iter())
             .map(|chunk| crate::decode_on_cpu(chunk.clone()).unwrap().bytes)
             .collect();
-        let mut memory: Vec<Vec<u8>> = (0..chunks.len())
-            .map(|index| vec![0xAB; second.decoded_len(index)])
-            .collect();
-        let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
-        let stats = second.decode_into(&runs).unwrap();
+        let (memory, stats) = crate::testing::decode_into_own_buffers(second);
         assert_eq!(stats.cpu_decoded_chunks, chunks.len() as u64);
         assert!(memory == expected);
         let learnt = split.lock().cpu_pool_seconds;

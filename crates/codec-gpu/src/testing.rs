@@ -9,12 +9,12 @@ use std::sync::Arc;
 use futures::{stream, TryStreamExt};
 use rayon::prelude::*;
 use serde_json::{json, Value};
-use zarrpipe_core::DType;
+use zarrpipe_core::{BatchStats, DType};
 use zarrpipe_store::{ChunkRequest, Dataset, EncodedChunk, FetchExt};
 use zarrs::array::{Array, ArrayBytes, ArrayMetadata};
 use zarrs::filesystem::FilesystemStore;
 
-use crate::{decode_on_cpu, DecodedChunk, Result};
+use crate::{decode_on_cpu, ChunkRuns, DecodedChunk, PendingChunks, Result};
 
 /// One generated array: a data type, a codec chain and a chunking.
 #[derive(Clone, Debug)]
@@ -323,6 +323,19 @@ pub async fn fetch_all(dataset: &Dataset) -> Vec<EncodedChunk> {
         .try_collect()
         .await
         .expect("every chunk fetched")
+}
+
+/// Decodes `pending` in place into one buffer per chunk, each filled with 0xAB first so that
+/// bytes a decoder leaves unwritten show; returns the buffers, in the part's order, and the
+/// part's stats.
+pub fn decode_into_own_buffers(pending: PendingChunks) -> (Vec<Vec<u8>>, BatchStats) {
+    let mut memory: Vec<Vec<u8>> = (0..pending.chunks().len())
+        .map(|index| vec![0xAB; pending.decoded_len(index)])
+        .collect();
+    let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
+    let stats = pending.decode_into(&runs).unwrap();
+    drop(runs);
+    (memory, stats)
 }
 
 /// Decodes a chunk with zarrs' codecs, whatever its chain (after the CPU path's frame checks,
