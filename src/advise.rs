@@ -14,6 +14,11 @@
 //! GPU, the CPU and the GPU decode together, as split decoding does). Samples here are whole
 //! fields (the default window); a pipeline reading patches reads part of each field, which
 //! favours tiles more than these figures say.
+//!
+//! It also names where to decode the layout it advises beside a model training on the GPU
+//! ([`decode_side`]): on the CPU's cores alone where they decode the sample no slower than it
+//! is read, since the GPU then adds nothing to the feed and its time is the model's; under
+//! `auto` otherwise.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,6 +128,11 @@ pub struct Advice {
     /// The `zarrpipe rechunk` options that write the fastest layout (`--chunks`, `--shard`,
     /// `--codec`); `None` when the store's layout is kept.
     pub rechunk: Option<Vec<String>>,
+    /// Where to decode the advised layout beside a model training on the GPU: `"cpu"` or
+    /// `"auto"` (the pipeline's `decode_on`, the CLI's `--decode`).
+    pub decode_on: &'static str,
+    /// Why, in a sentence.
+    pub decode_on_reason: String,
 }
 
 /// Measures the store and candidate layouts on a sample; see the module documentation.
@@ -226,7 +236,14 @@ pub async fn advise(dataset: &Dataset, options: &AdviseOptions) -> anyhow::Resul
         false => reason(&candidates[best], &source, &candidates, &rates),
     };
     let rechunk = (!keep_store_layout).then(|| rechunk_options(&variable, &measured[best]));
+    let advised = match keep_store_layout {
+        true => &source,
+        false => &candidates[best],
+    };
+    let (decode_on, decode_on_reason) = decode_side(advised, gpu.is_ok());
     Ok(Advice {
+        decode_on,
+        decode_on_reason,
         rechunk,
         variable: variable.name().to_string(),
         sample: region,
@@ -493,6 +510,31 @@ fn finish(figures: &mut LayoutFigures, sample_bytes: u64) {
     figures.feed_bytes_per_s = sample_bytes as f64 / figures.read_s.max(decode).max(1e-9);
 }
 
+/// Where a layout with `figures` decodes best beside a model training on the GPU (`gpu`: one
+/// was measured), and why. Where every core decodes the sample no slower than it is read, the
+/// GPU adds nothing to the feed and its time is the model's: beside setup B's model on whole
+/// fields in blosc-lz4, which this names (every core 4.3 ms for the sample, read in 5.1), CPU
+/// decoding trained at 96% of synthetic, GPU decoding at 78-85% and `auto` at 65-67% (H200,
+/// 2026-11-29; docs/training.md). Otherwise `auto` decodes on the CPU first and calls the GPU
+/// in for the part the model's pace asks.
+fn decode_side(figures: &LayoutFigures, gpu: bool) -> (&'static str, String) {
+    let mb_per_s = |seconds: f64| figures.decoded_bytes as f64 / seconds.max(1e-9) / 1e6;
+    let (cpu, read) = (mb_per_s(figures.cpu_decode_s), mb_per_s(figures.read_s));
+    if !gpu {
+        return ("cpu", format!("every CPU core decodes it at {cpu:.1} MB/s; no GPU was measured"));
+    }
+    if figures.cpu_decode_s <= figures.read_s {
+        let reason = format!(
+            "every CPU core decodes it at {cpu:.1} MB/s, no slower than it is read ({read:.1} MB/s): the GPU would add nothing to the feed, and its time is left to the model"
+        );
+        return ("cpu", reason);
+    }
+    let reason = format!(
+        "every CPU core decodes it at {cpu:.1} MB/s, slower than it is read ({read:.1} MB/s): auto decodes on the CPU first and calls the GPU in for what the consumer's pace asks"
+    );
+    ("auto", reason)
+}
+
 /// The store's measured read rates, applied to another layout's objects and bytes.
 struct ReadModel {
     bytes_per_s: f64,
@@ -598,5 +640,19 @@ mod tests {
         let text = keep_reason(&source, &slower);
         assert!(text.contains("keep it") && text.contains("0.42x"), "{text}");
         assert!(!keeps_store_layout(&source, &figures("shards", 150e6)));
+    }
+
+    #[test]
+    fn the_cores_alone_decode_a_layout_they_decode_as_fast_as_it_is_read() {
+        let mut layout = figures("whole fields, blosc-lz4", 400e6);
+        (layout.read_s, layout.cpu_decode_s) = (0.0051, 0.0043);
+        let (side, why) = decode_side(&layout, true);
+        assert_eq!(side, "cpu");
+        assert!(why.contains("no slower than it is read"), "{why}");
+        layout.cpu_decode_s = 0.0136;
+        let (side, why) = decode_side(&layout, true);
+        assert_eq!(side, "auto");
+        assert!(why.contains("154.2 MB/s"), "{why}");
+        assert_eq!(decode_side(&layout, false).0, "cpu");
     }
 }

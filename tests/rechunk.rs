@@ -312,6 +312,18 @@ fn advise_measures_the_store_and_every_candidate_layout() {
         let limited = candidate["limited_by"].as_str().unwrap();
         assert!(limited == "reads" || limited == "decoding", "{limited}");
     }
+    // Where to decode: the cores alone without a GPU; with one, as the cores keep up with reads.
+    let decode_on = advice["decode_on"].as_str().unwrap();
+    let advised = match advice["keep_store_layout"].as_bool().unwrap() {
+        true => &advice["source"],
+        false => &candidates[best],
+    };
+    let keeps_up = advised["cpu_decode_s"].as_f64() <= advised["read_s"].as_f64();
+    let expected = match advice["gpu"].is_null() || keeps_up {
+        true => "cpu",
+        false => "auto",
+    };
+    assert_eq!(decode_on, expected, "{advice}");
     if cfg!(not(feature = "cuda")) {
         let why = advice["gpu_not_measured"].as_str().unwrap();
         assert!(why.contains("`cuda` feature"), "{why}");
@@ -349,6 +361,7 @@ fn advise_measures_the_store_and_every_candidate_layout() {
         "{text}"
     );
     assert!(text.contains("fastest: "), "{text}");
+    assert!(text.contains("decode it: --decode "), "{text}");
     let error = fail(zarrpipe(&["advise", &store_path("xr_v2"), "--var", "nope"]));
     assert!(error.contains("nope"), "{error}");
 }

@@ -121,7 +121,7 @@ advised_store() {
   "$bin" advise "$source" --json > "$work/advice-b.json" 2> "$work/advice-b.log" || { say "advise failed: $(tail -n 2 "$work/advice-b.log")"; return 1; }
   local options
   options=$(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(' '.join(a['rechunk'] or []))" "$work/advice-b.json")
-  say "advice for setup B: ${options:-keep the layout of the store} ($(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['reason'])" "$work/advice-b.json"))"
+  say "advice for setup B: ${options:-keep the layout of the store} ($(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(a['reason'], '; decode on:', a['decode_on'], '-', a['decode_on_reason'])" "$work/advice-b.json"))"
   if [ -z "$options" ]; then ln -sfn "$source" "$store"; return 0; fi
   "$bin" rechunk "$source" "$store" $options > "$work/rechunk-b.log" 2>&1 || { say "rechunk failed: $(tail -n 2 "$work/rechunk-b.log")"; return 1; }
   [ -s "$work/setup-b.stats.json" ] && cp "$work/setup-b.stats.json" "$work/setup-b-advised.stats.json"

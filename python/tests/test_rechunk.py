@@ -141,3 +141,4 @@ def test_rechunk_and_advise_from_python(tmp_path):
     advice = zarrpipe.advise(store("xr_v2"), "t2m")
     assert advice["variable"] == "t2m" and len(advice["candidates"]) == 5
     assert advice["candidates"][advice["best"]]["feed_bytes_per_s"] > 0
+    assert advice["decode_on"] in ("cpu", "auto") and advice["decode_on_reason"]

@@ -119,4 +119,8 @@ fn print_advice(url: &str, advice: &Advice) {
             options.join(" ")
         );
     }
+    println!(
+        "decode it: --decode {} (Python: decode_on=\"{}\"): {}",
+        advice.decode_on, advice.decode_on, advice.decode_on_reason
+    );
 }
