@@ -149,7 +149,9 @@ def advise(
     store_options: Mapping[str, Any] | None = None,
 ) -> dict:
     """Which layout feeds this machine fastest: ``zarrpipe advise URL --json`` (the store's and
-    each candidate layout's read and decode figures, ``best`` and ``reason``)."""
+    each candidate layout's read and decode figures, ``best`` and ``reason``), and where to
+    decode it beside a model training on the GPU (``decode_on``: ``"cpu"`` or ``"auto"``, the
+    value for ``Pipeline(decode_on=...)``, and ``decode_on_reason``)."""
     return json.loads(_native.advise_json(os.fspath(url), variable, sample_bytes, _store_pairs(store_options)))
 
 
