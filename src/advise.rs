@@ -521,7 +521,10 @@ fn decode_side(figures: &LayoutFigures, gpu: bool) -> (&'static str, String) {
     let mb_per_s = |seconds: f64| figures.decoded_bytes as f64 / seconds.max(1e-9) / 1e6;
     let (cpu, read) = (mb_per_s(figures.cpu_decode_s), mb_per_s(figures.read_s));
     if !gpu {
-        return ("cpu", format!("every CPU core decodes it at {cpu:.1} MB/s; no GPU was measured"));
+        return (
+            "cpu",
+            format!("every CPU core decodes it at {cpu:.1} MB/s; no GPU was measured"),
+        );
     }
     if figures.cpu_decode_s <= figures.read_s {
         let reason = format!(
