@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Two builds of the zarrpipe wheel trained against each other, run by run, on one GPU host and
+# one store, so that a change to `auto` (or any mode) is judged beside the build it changes:
+#
+#   RUNS="new:b-advised:auto:fp32 old:b-advised:auto:fp32 new:b-advised:cpu:fp32 ..." \
+#     benches/train/ab.sh ZARRPIPE_BINARY [WORKDIR]
+#
+# Each run is BUILD:SETUP:MODE:PRECISION: BUILD names a folder of wheels under WHEELS_AB
+# (default .whl-ab: .whl-ab/new, .whl-ab/old), each installed once into /tmp/site-BUILD; SETUP
+# is one of benches/train/run.sh's (a, b, b-advised), MODE a zarrpipe mode or `synthetic`;
+# `rm:SETUP` removes that setup's store (the host's disk holds setup A and B's two layouts only
+# one at a time). The stores are written by the first run that needs them and kept, so a later
+# call on the same warm machine reuses them. A build named NAME+VARIANT runs NAME's wheels with
+# the variables ENV_BUILD gives it, e.g. ENV_BUILD="new+purge=MIMALLOC_PURGE_DELAY=-1".
+#
+# Environment (all optional): LIMIT=seconds after which runs are skipped (default 540, a
+# device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
+# TRACE=1 (auto's shares in each run's log: ZARRPIPE_LOG=zarrpipe_codec_gpu=debug).
+# Every run's JSON line, with its `build`, goes to $OUT/ab.jsonl (WORKDIR/ab.jsonl without
+# $OUT) and each zarrpipe run's log to logs/ beside it.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+bin=${1:?usage: benches/train/ab.sh ZARRPIPE_BINARY [WORKDIR]}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+work=${2:-/tmp/zarrpipe-train}
+out=${OUT:-$work}
+mkdir -p "$work" "$out/logs"
+cd "$root"
+[ -n "${RUNS:-}" ] || { echo "RUNS is empty (BUILD:SETUP:MODE:PRECISION ...)" >&2; exit 2; }
+[ "${TRACE:-0}" = 1 ] && export ZARRPIPE_LOG=zarrpipe_codec_gpu=debug
+wheels=${WHEELS_AB:-.whl-ab}
+started=$SECONDS
+
+# A build's name, stripped of what follows a `+` (a variant of the same wheels).
+wheels_of() { echo "${1%%+*}"; }
+
+install() {
+  local build
+  build=$(wheels_of "$1")
+  [ -d "/tmp/site-$build/zarrpipe" ] && return 0
+  ls "$wheels/$build"/*.whl > /dev/null 2>&1 || { echo "no wheels in $wheels/$build" >&2; return 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "/tmp/site-$build" "$wheels/$build"/*.whl
+}
+
+# The environment a variant sets: ENV_BUILD="new+purge=MIMALLOC_PURGE_DELAY=-1".
+variant_env() {
+  local entry
+  for entry in ${ENV_BUILD:-}; do
+    [ "${entry%%=*}" = "$1" ] && echo "${entry#*=}"
+  done
+}
+
+one() {
+  local build=$1 setup=$2 mode=$3 precision=$4
+  if [ $((SECONDS - started)) -gt "${LIMIT:-540}" ]; then
+    echo "skipped (over LIMIT): $build $setup $mode $precision"
+    return
+  fi
+  install "$build" || return
+  local loaders=zarrpipe
+  [ "$mode" = synthetic ] && loaders=synthetic
+  local train_args=--prefetch=2
+  [ "$setup" = a ] && train_args=
+  # shellcheck disable=SC2046 # the variant's VAR=VALUE words
+  env $(variant_env "$build") PYTHONPATH="/tmp/site-$(wheels_of "$build")" SKIP_WHEELS=1 \
+    SETUPS="$setup" MODES="$mode" PRECISIONS="$precision" LOADERS=$loaders ALONE= KEEP=1 APPEND=1 \
+    A_TIME="${A_TIME:-2200}" B_TIME="${B_TIME:-200}" B_BATCH="${B_BATCH:-8}" STEPS="${STEPS:-60}" \
+    WARMUP="${WARMUP:-15}" RUN_TIMEOUT=120 TRAIN_ARGS="$train_args" OUT= \
+    "$here/run.sh" "$bin" "$work" 2>&1 | grep -E "samples/s|failed|advice|^wrote /tmp" | sed "s/^/[$build $setup] /"
+  tail -n 1 "$work/results.jsonl" \
+    | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['build']=sys.argv[1]; print(json.dumps(d))" "$build" >> "$out/ab.jsonl"
+  local label=zarrpipe-$mode
+  [ "$mode" = synthetic ] && label=synthetic
+  cp "$work/$setup-1gpu-${label}_$precision.log" "$out/logs/$setup-$mode-$precision-$build-$((SECONDS - started))s.log" 2>/dev/null
+}
+
+for run in $RUNS; do
+  IFS=: read -r build setup mode precision <<< "$run"
+  if [ "$build" = rm ]; then
+    rm -rf "$work/setup-$setup.zarr"
+  else
+    one "$build" "$setup" "$mode" "${precision:-fp32}"
+  fi
+done
