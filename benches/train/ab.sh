@@ -6,7 +6,8 @@
 #     benches/train/ab.sh ZARRPIPE_BINARY [WORKDIR]
 #
 # Each run is BUILD:SETUP:MODE:PRECISION: BUILD names a folder of wheels under WHEELS_AB
-# (default .whl-ab: .whl-ab/new, .whl-ab/old), each installed once into /tmp/site-BUILD; SETUP
+# (default .whl-ab: .whl-ab/new, .whl-ab/old), each installed into /tmp/site-BUILD once per call
+# (afresh, so that a warm machine does not run the wheels an earlier call carried); SETUP
 # is one of benches/train/run.sh's (a, b, b-advised), MODE a zarrpipe mode or `synthetic`;
 # `rm:SETUP` removes that setup's store (the host's disk holds setup A and B's two layouts only
 # one at a time). The stores are written by the first run that needs them and kept, so a later
@@ -35,12 +36,15 @@ started=$SECONDS
 # A build's name, stripped of what follows a `+` (a variant of the same wheels).
 wheels_of() { echo "${1%%+*}"; }
 
+installed=" "
 install() {
   local build
   build=$(wheels_of "$1")
-  [ -d "/tmp/site-$build/zarrpipe" ] && return 0
+  [[ "$installed" == *" $build "* ]] && return 0
   ls "$wheels/$build"/*.whl > /dev/null 2>&1 || { echo "no wheels in $wheels/$build" >&2; return 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "/tmp/site-$build" "$wheels/$build"/*.whl
+  rm -rf "/tmp/site-$build"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "/tmp/site-$build" "$wheels/$build"/*.whl \
+    && installed+="$build "
 }
 
 # The environment a variant sets: ENV_BUILD="new+purge=MIMALLOC_PURGE_DELAY=-1".
