@@ -21,6 +21,13 @@
 //! share kept holds against the rule's call-ins for a while, then the rule may call the GPU in
 //! again and the trial repeats.
 //!
+//! Where the CPU side alone, decoding in place, took no longer for a batch than the consumer
+//! computes, a share of any size is tried at nought, and kept where the consumer's steps come
+//! no slower. Beside setup B's model on its advised layout, where CPU decoding alone trains
+//! fastest, the rule's mixes put 72-92% of the chunks on the GPU; with this trial auto put
+//! 8-10% there and trained at 56.8 / 57.3 samples/s against 42.9-53.9 (H200, 2026-11-29;
+//! docs/training.md).
+//!
 //! Where the GPU already decodes most of each batch, auto also tries it with every batch, and
 //! keeps that only if the consumer's steps then come clearly faster: beside a model that
 //! shares the GPU, what a mixed batch costs the model does not show as waiting. Beside setup
@@ -99,6 +106,18 @@ fn mostly_on_the_gpu(recent: &Recent) -> Option<Waits> {
     let mut waits = Waits::default();
     for &(delta, given) in recent.deliveries() {
         if !(MOSTLY_GPU..1.0).contains(&given) {
+            return None;
+        }
+        waits.add(delta);
+    }
+    Some(waits)
+}
+
+/// The waits over the `recent` batches, if every one had a GPU part.
+fn with_a_gpu_part(recent: &Recent) -> Option<Waits> {
+    let mut waits = Waits::default();
+    for &(delta, given) in recent.deliveries() {
+        if given <= 0.0 {
             return None;
         }
         waits.add(delta);
@@ -248,6 +267,32 @@ impl Trials {
         Some(self.run(share, wait, step, 1.0))
     }
 
+    /// The GPU decodes `share` of each batch, where the CPU side alone would keep up
+    /// (`keeps_up`, from what it took for batches it decoded alone): every batch on the CPU to
+    /// try, kept where the consumer's steps come no slower (a smaller share). A GPU part costs
+    /// the model beside it more than its wait shows: beside setup B's model on its advised
+    /// layout, CPU decoding alone trained at 96% of synthetic, GPU decoding at 78-85% and
+    /// auto's mixes at 65-67% (H200, 2026-11-29; docs/training.md).
+    pub(crate) fn start_cpu_alone(
+        &mut self,
+        share: f64,
+        keeps_up: bool,
+        waits: &Waits,
+        now: Instant,
+    ) -> Option<f64> {
+        let paused = self.paused_until.is_some_and(|until| now < until);
+        let held_down = self.held_down.is_some_and(|(_, until, _)| now < until);
+        if !keeps_up || share <= 0.0 || self.running.is_some() || paused || held_down {
+            return None;
+        }
+        // The share moves nearly every batch once the GPU is in, so the batches at one share
+        // are too few: compared with the last batches, each with some of it on the GPU.
+        let (wait, step) = with_a_gpu_part(&self.recent)
+            .unwrap_or(*waits)
+            .judged_over(BATCHES_TO_JUDGE_PACE)?;
+        Some(self.run(share, wait, step, 0.0))
+    }
+
     /// The consumer's wait and step at `share`, when a trial from it may start: none while a
     /// smaller share kept holds.
     fn may_start(&self, share: f64, waits: &Waits, now: Instant) -> Option<(f64, f64)> {
@@ -350,6 +395,56 @@ mod tests {
         assert!(trials.running.is_none());
         assert_eq!(trials.floor(now + HOLD / 2), 1.0);
         assert_eq!(trials.floor(now + HOLD), 0.0);
+    }
+
+    #[test]
+    fn every_batch_on_the_cpu_is_tried_where_it_keeps_up_and_kept_where_no_slower() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        // A share that moves each batch: too few batches at any one share.
+        let few = steps(2, 130);
+        for n in 0..BATCHES_TO_JUDGE_PACE {
+            assert_eq!(trials.start_cpu_alone(0.6, true, &few, now), None);
+            trials.observe(batch(130), 0.5 + 0.05 * (n % 3) as f64);
+        }
+        // Not where the CPU side alone would fall behind, nor from nought.
+        assert_eq!(trials.start_cpu_alone(0.6, false, &few, now), None);
+        assert_eq!(trials.start_cpu_alone(0.0, true, &few, now), None);
+        assert_eq!(trials.start_cpu_alone(0.6, true, &few, now), Some(0.0));
+        // A call-in may not go past the share tried, and no other trial starts.
+        assert_eq!(trials.ceiling(now, 0.3), 0.0);
+        assert_eq!(trials.start_cpu_alone(0.6, true, &few, now), None);
+        // Steps of 131 ms against 130: no slower, kept, and holding against call-ins.
+        assert_eq!(trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 131), now), None);
+        assert_eq!(trials.ceiling(now + HOLD_DOWN / 2, 0.0), 0.0);
+        assert_eq!(trials.ceiling(now + HOLD_DOWN, 0.0), 1.0);
+    }
+
+    #[test]
+    fn every_batch_on_the_cpu_goes_back_where_the_steps_come_slower() {
+        let mut trials = Trials::default();
+        let now = Instant::now();
+        for _ in 0..BATCHES_TO_JUDGE_PACE {
+            trials.observe(batch(100), 1.0);
+        }
+        // From every batch on the GPU too.
+        let at_one_share = steps(BATCHES_TO_JUDGE_PACE, 100);
+        assert_eq!(
+            trials.start_cpu_alone(1.0, true, &at_one_share, now),
+            Some(0.0)
+        );
+        assert_eq!(
+            trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), now),
+            Some(1.0)
+        );
+        for _ in 0..BATCHES_TO_JUDGE_PACE {
+            trials.observe(batch(100), 1.0);
+        }
+        assert_eq!(trials.start_cpu_alone(1.0, true, &at_one_share, now), None);
+        assert_eq!(
+            trials.start_cpu_alone(1.0, true, &at_one_share, now + PAUSE),
+            Some(0.0)
+        );
     }
 
     #[test]

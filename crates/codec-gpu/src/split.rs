@@ -120,6 +120,9 @@ struct Rates {
     cpu: Throughput,
     gpu: Throughput,
     cpu_pool: Throughput,
+    /// The CPU side's batches decoded alone, in place (where the collator places them): each
+    /// part's lesser of its pool time and its busy time. What the CPU side alone would take.
+    cpu_in_place: Throughput,
 }
 
 /// Bytes decoded and the busy seconds they took, older parts fading out as the side works
@@ -405,15 +408,29 @@ impl SplitDecoder {
         state: &SplitState,
         counts: impl IntoIterator<Item = (&'a Kind, usize)>,
     ) -> CpuSide {
+        let counts: Vec<(&Kind, usize)> = counts.into_iter().collect();
+        let seconds = |which: fn(&Rates) -> &Throughput| {
+            cpu_batch_seconds(counts.iter().copied(), &state.rates, which)
+        };
+        let pool = seconds(|rates| &rates.cpu_pool);
         CpuSide {
             busy: state.cpu_pool_seconds,
-            batch_seconds: cpu_pool_seconds(counts, &state.rates),
+            batch_seconds: lesser(pool, seconds(|rates| &rates.cpu)),
+            alone_in_place_seconds: seconds(|rates| &rates.cpu_in_place),
         }
     }
 
     /// Updates the rates of the kinds a side decoded in the part begun at `start`, from what
     /// the part cost the side (`spent`: its decoding's stats).
-    fn learn(&self, side: Side, chunks: &[Kind], start: PartStart, spent: &BatchStats) {
+    /// `in_place`: a CPU part decoded alone, where the collator placed it.
+    fn learn(
+        &self,
+        side: Side,
+        chunks: &[Kind],
+        start: PartStart,
+        spent: &BatchStats,
+        in_place: bool,
+    ) {
         let mut state = self.lock();
         let cost = state.busy[side as usize].finish(start, Instant::now());
         match side {
@@ -422,6 +439,12 @@ impl SplitDecoder {
                 let pool = spent.decode_busy.as_secs_f64() / self.cpu_threads as f64;
                 state.cpu_pool_seconds += pool;
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
+                if in_place {
+                    let seconds = cost.map_or(pool, |cost| pool.min(cost.as_secs_f64()));
+                    record(&mut state.rates, chunks, seconds, |rates| {
+                        &mut rates.cpu_in_place
+                    });
+                }
             }
         }
         tracing::debug!(
@@ -499,7 +522,7 @@ impl SplitDecoder {
             DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
             decoded => decoded,
         };
-        self.learn(side, &kinds, part.into_start(), &decoded.stats());
+        self.learn(side, &kinds, part.into_start(), &decoded.stats(), false);
         drop(queued);
         Ok(Some((decoded, Some(Instant::now()))))
     }
@@ -562,7 +585,7 @@ impl DecodeWatch for PendingPart {
     fn ended(mut self: Box<Self>, spent: &BatchStats) {
         if let Some(part) = self.part.take() {
             self.split
-                .learn(Side::Cpu, &self.kinds, part.into_start(), spent);
+                .learn(Side::Cpu, &self.kinds, part.into_start(), spent, true);
         }
     }
 }
@@ -643,22 +666,27 @@ fn gpu_chunks(
     count - to_cpu
 }
 
-/// The seconds the CPU pool would take for `count` chunks of each kind, every thread
-/// decoding, at its measured rates; `None` until it has decoded each kind.
-fn cpu_pool_seconds<'a>(
+/// The seconds the CPU side would take for `count` chunks of each kind at its rates `which`
+/// reads; `None` until it has decoded each kind so.
+fn cpu_batch_seconds<'a>(
     counts: impl IntoIterator<Item = (&'a Kind, usize)>,
     rates: &HashMap<Kind, Rates>,
+    which: fn(&Rates) -> &Throughput,
 ) -> Option<f64> {
     let mut seconds = 0.0;
     for (kind, count) in counts {
-        let rate = rates
-            .get(kind)?
-            .cpu_pool
-            .rate()
-            .filter(|&rate| rate > 0.0)?;
+        let rate = which(rates.get(kind)?).rate().filter(|&rate| rate > 0.0)?;
         seconds += (count as u64 * kind.decoded_bytes) as f64 / rate;
     }
     Some(seconds)
+}
+
+/// The lesser of two reads of a time, either of which may be missing.
+fn lesser(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// `to_gpu` of a kind's `count` chunks, or none when they make a part too small to pay its
@@ -1046,7 +1074,7 @@ mod tests {
             decode_busy: threads_busy,
             ..BatchStats::default()
         };
-        split.learn(Side::Cpu, &[], start, &spent);
+        split.learn(Side::Cpu, &[], start, &spent, false);
     }
 
     #[test]
@@ -1065,13 +1093,45 @@ mod tests {
             decode_busy: Duration::from_millis(5) * 16,
             ..BatchStats::default()
         };
-        split.learn(Side::Cpu, &kinds, start, &spent);
+        split.learn(Side::Cpu, &kinds, start, &spent, false);
         let state = split.lock();
         // 10 MB in 5 ms of the pool's time: a batch of 100 such chunks takes 50 ms.
         let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
         assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
         let batch = cpu.batch_seconds.unwrap();
         assert!((batch - 0.05).abs() < 1e-9, "{batch}");
+    }
+
+    #[test]
+    fn auto_reads_a_batch_by_the_lesser_of_pool_and_busy_time_and_alone_only_from_in_place() {
+        // Threads slowed by others on their cores (the consumer's, the GPU side's): their
+        // decoding seconds over their count read 100 ms where the side was busy about 20.
+        let split = split(SplitPolicy::Auto { gpu_share: None });
+        let megabyte = Kind {
+            codecs: vec!["zstd".into()],
+            decoded_bytes: 1_000_000,
+        };
+        let kinds = vec![megabyte.clone(); 10];
+        let part = |in_place: bool| {
+            let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+            std::thread::sleep(Duration::from_millis(20));
+            let spent = BatchStats {
+                decode_busy: Duration::from_millis(100) * 16,
+                ..BatchStats::default()
+            };
+            split.learn(Side::Cpu, &kinds, start, &spent, in_place);
+            let state = split.lock();
+            SplitDecoder::cpu_side(&state, [(&megabyte, 100)])
+        };
+        // The first part pays the side's setup: its busy time is not read.
+        part(false);
+        let mixed = part(false);
+        // 100 chunks: ten parts' worth, 1 s by the pool's time, about 0.2 s by the busy time.
+        let batch = mixed.batch_seconds.unwrap();
+        assert!((0.2..0.9).contains(&batch), "{mixed:?}");
+        assert_eq!(mixed.alone_in_place_seconds, None, "{mixed:?}");
+        let alone = part(true).alone_in_place_seconds.unwrap();
+        assert!((0.2..0.9).contains(&alone), "{alone}");
     }
 
     #[test]
