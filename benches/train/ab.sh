@@ -18,7 +18,7 @@
 # device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
 # TRACE=1 (auto's shares in each run's log: ZARRPIPE_LOG=zarrpipe_codec_gpu=debug).
 # Every run's JSON line, with its `build`, goes to $OUT/ab.jsonl (WORKDIR/ab.jsonl without
-# $OUT) and each zarrpipe run's log to logs/ beside it.
+# $OUT) and each zarrpipe run's log to logs/ beside it (a variant's `+` written `_`).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -76,7 +76,8 @@ one() {
     | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['build']=sys.argv[1]; print(json.dumps(d))" "$build" >> "$out/ab.jsonl"
   local label=zarrpipe-$mode
   [ "$mode" = synthetic ] && label=synthetic
-  cp "$work/$setup-1gpu-${label}_$precision.log" "$out/logs/$setup-$mode-$precision-$build-$((SECONDS - started))s.log" 2>/dev/null
+  # `+` spelled `_` in the file's name: the device tool does not bring back names with a `+`.
+  cp "$work/$setup-1gpu-${label}_$precision.log" "$out/logs/$setup-$mode-$precision-${build//+/_}-$((SECONDS - started))s.log" 2>/dev/null
 }
 
 for run in $RUNS; do
