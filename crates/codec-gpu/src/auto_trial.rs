@@ -100,12 +100,11 @@ impl Waits {
 /// the rule moves the share a little nearly every batch, so the steps at one share are too few.
 type Recent = LastBatches<BATCHES_TO_JUDGE_PACE>;
 
-/// The waits over the `recent` batches, if the GPU decoded most of every one and the CPU
-/// some: the mix a trial of every batch is compared with.
-fn mostly_on_the_gpu(recent: &Recent) -> Option<Waits> {
+/// The waits over the `recent` batches, if the GPU's share of every one is `given`.
+fn recent_waits_where(recent: &Recent, given: impl Fn(f64) -> bool) -> Option<Waits> {
     let mut waits = Waits::default();
-    for &(delta, given) in recent.deliveries() {
-        if !(MOSTLY_GPU..1.0).contains(&given) {
+    for &(delta, share) in recent.deliveries() {
+        if !given(share) {
             return None;
         }
         waits.add(delta);
@@ -113,16 +112,15 @@ fn mostly_on_the_gpu(recent: &Recent) -> Option<Waits> {
     Some(waits)
 }
 
+/// The waits over the `recent` batches, if the GPU decoded most of every one and the CPU
+/// some: the mix a trial of every batch is compared with.
+fn mostly_on_the_gpu(recent: &Recent) -> Option<Waits> {
+    recent_waits_where(recent, |share| (MOSTLY_GPU..1.0).contains(&share))
+}
+
 /// The waits over the `recent` batches, if every one had a GPU part.
 fn with_a_gpu_part(recent: &Recent) -> Option<Waits> {
-    let mut waits = Waits::default();
-    for &(delta, given) in recent.deliveries() {
-        if given <= 0.0 {
-            return None;
-        }
-        waits.add(delta);
-    }
-    Some(waits)
+    recent_waits_where(recent, |share| share > 0.0)
 }
 
 /// What a trial tries.
