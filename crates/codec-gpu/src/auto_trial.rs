@@ -65,6 +65,10 @@ const HOLD: Duration = Duration::from_secs(20);
 /// batch; it is kept if the consumer's steps come no more than `NOT_SLOWER` later.
 const LEAST_STEP_DOWN: f64 = 0.1;
 const NOT_SLOWER: f64 = 0.01;
+/// Trials of every batch on the CPU that go back in a row pause twice as long each time, up
+/// to `PAUSE` times two to this power: where the CPU side alone reads as keeping up and does
+/// not, each costs the consumer its batches.
+const CPU_ALONE_MOST_BACKOFF: u32 = 3;
 /// A smaller share a trial kept holds against the rule's call-ins this long, unless the
 /// consumer comes to wait `WAITS_MORE` more of its time than it did at the trial (twice as
 /// much, at the least): its work changed (an evaluation loop, a larger batch).
@@ -187,6 +191,9 @@ pub(crate) struct Trials {
     /// Where the consumer waits at a share the CPU side has room to take back from, trials
     /// alternate: a larger share, then a smaller one.
     smaller_next: bool,
+    /// Trials of every batch on the CPU that went back in a row since one was kept: each
+    /// waits twice as long as the last before the next.
+    cpu_alone_failed: u32,
     recent: Recent,
 }
 
@@ -214,10 +221,21 @@ impl Trials {
             helped,
             "auto: another GPU share judged"
         );
+        let cpu_alone = trial.to <= 0.0;
         match (helped, trial.kind()) {
             (true, Kind::Smaller) => self.held_down = Some((trial.to, now + HOLD_DOWN, wait)),
             (true, _) => self.held = Some((trial.to, now + HOLD)),
+            (false, _) if cpu_alone => {
+                let backoff = 1 << self.cpu_alone_failed.min(CPU_ALONE_MOST_BACKOFF);
+                self.paused_until = Some(now + PAUSE * backoff);
+            }
             (false, _) => self.paused_until = Some(now + PAUSE),
+        }
+        if cpu_alone {
+            self.cpu_alone_failed = match helped {
+                true => 0,
+                false => self.cpu_alone_failed + 1,
+            };
         }
         (!helped).then_some(trial.from)
     }
@@ -439,10 +457,36 @@ mod tests {
             trials.observe(batch(100), 1.0);
         }
         assert_eq!(trials.start_cpu_alone(1.0, true, &at_one_share, now), None);
+        // Each trial that goes back in a row waits twice as long before the next.
+        let mut from = now;
+        for failed in 1..=5u32 {
+            let pause = PAUSE * (1 << (failed - 1).min(CPU_ALONE_MOST_BACKOFF));
+            let almost = from + pause - Duration::from_millis(1);
+            assert_eq!(
+                trials.start_cpu_alone(1.0, true, &at_one_share, almost),
+                None
+            );
+            from += pause;
+            assert_eq!(
+                trials.start_cpu_alone(1.0, true, &at_one_share, from),
+                Some(0.0)
+            );
+            assert_eq!(
+                trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), from),
+                Some(1.0)
+            );
+            for _ in 0..BATCHES_TO_JUDGE_PACE {
+                trials.observe(batch(100), 1.0);
+            }
+        }
+        // One kept starts the count again.
+        from += PAUSE * (1 << CPU_ALONE_MOST_BACKOFF);
         assert_eq!(
-            trials.start_cpu_alone(1.0, true, &at_one_share, now + PAUSE),
+            trials.start_cpu_alone(1.0, true, &at_one_share, from),
             Some(0.0)
         );
+        assert_eq!(trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 100), from), None);
+        assert_eq!(trials.cpu_alone_failed, 0);
     }
 
     #[test]
