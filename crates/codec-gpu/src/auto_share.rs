@@ -18,7 +18,8 @@
 //!
 //! A wait the rule does not explain (the CPU side idle part of the time) is met by trials of
 //! a larger share, kept only where the consumer then waits less, and of a smaller one, kept
-//! where its steps come no slower (`auto_trial.rs`).
+//! where its steps come no slower; and where the CPU side alone, in place, kept up with the
+//! consumer, every batch on the CPU is tried the same way (`auto_trial.rs`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
