@@ -225,11 +225,13 @@ impl Trials {
         match (helped, trial.kind()) {
             (true, Kind::Smaller) => self.held_down = Some((trial.to, now + HOLD_DOWN, wait)),
             (true, _) => self.held = Some((trial.to, now + HOLD)),
-            (false, _) if cpu_alone => {
-                let backoff = 1 << self.cpu_alone_failed.min(CPU_ALONE_MOST_BACKOFF);
+            (false, _) => {
+                let backoff = match cpu_alone {
+                    true => 1 << self.cpu_alone_failed.min(CPU_ALONE_MOST_BACKOFF),
+                    false => 1,
+                };
                 self.paused_until = Some(now + PAUSE * backoff);
             }
-            (false, _) => self.paused_until = Some(now + PAUSE),
         }
         if cpu_alone {
             self.cpu_alone_failed = match helped {
@@ -296,9 +298,7 @@ impl Trials {
         waits: &Waits,
         now: Instant,
     ) -> Option<f64> {
-        let paused = self.paused_until.is_some_and(|until| now < until);
-        let held_down = self.held_down.is_some_and(|(_, until, _)| now < until);
-        if !keeps_up || share <= 0.0 || self.running.is_some() || paused || held_down {
+        if !keeps_up || share <= 0.0 || !self.free_to_start(now) {
             return None;
         }
         // The share moves nearly every batch once the GPU is in, so the batches at one share
@@ -312,12 +312,18 @@ impl Trials {
     /// The consumer's wait and step at `share`, when a trial from it may start: none while a
     /// smaller share kept holds.
     fn may_start(&self, share: f64, waits: &Waits, now: Instant) -> Option<(f64, f64)> {
-        let paused = self.paused_until.is_some_and(|until| now < until);
-        let held_down = self.held_down.is_some_and(|(_, until, _)| now < until);
-        if self.running.is_some() || paused || held_down || share >= 1.0 {
+        if !self.free_to_start(now) || share >= 1.0 {
             return None;
         }
         waits.judged()
+    }
+
+    /// Whether a trial may start at `now`: none running, none paused after one that did not
+    /// help, no smaller share kept and holding.
+    fn free_to_start(&self, now: Instant) -> bool {
+        let paused = self.paused_until.is_some_and(|until| now < until);
+        let held_down = self.held_down.is_some_and(|(_, until, _)| now < until);
+        self.running.is_none() && !paused && !held_down
     }
 
     fn run(&mut self, from: f64, from_wait: f64, from_step: f64, to: f64) -> f64 {
@@ -387,6 +393,14 @@ mod tests {
         steps(1, step_ms).0
     }
 
+    /// The consumer took the batches a step time is judged over, 100 ms each, `share` of each
+    /// on the GPU.
+    fn observe_a_judgement(trials: &mut Trials, share: f64) {
+        for _ in 0..BATCHES_TO_JUDGE_PACE {
+            trials.observe(batch(100), share);
+        }
+    }
+
     #[test]
     fn every_batch_is_tried_from_a_share_that_moves_each_batch_and_kept_when_faster() {
         let mut trials = Trials::default();
@@ -440,9 +454,7 @@ mod tests {
     fn every_batch_on_the_cpu_goes_back_where_the_steps_come_slower() {
         let mut trials = Trials::default();
         let now = Instant::now();
-        for _ in 0..BATCHES_TO_JUDGE_PACE {
-            trials.observe(batch(100), 1.0);
-        }
+        observe_a_judgement(&mut trials, 1.0);
         // From every batch on the GPU too.
         let at_one_share = steps(BATCHES_TO_JUDGE_PACE, 100);
         assert_eq!(
@@ -453,9 +465,7 @@ mod tests {
             trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), now),
             Some(1.0)
         );
-        for _ in 0..BATCHES_TO_JUDGE_PACE {
-            trials.observe(batch(100), 1.0);
-        }
+        observe_a_judgement(&mut trials, 1.0);
         assert_eq!(trials.start_cpu_alone(1.0, true, &at_one_share, now), None);
         // Each trial that goes back in a row waits twice as long before the next.
         let mut from = now;
@@ -475,9 +485,7 @@ mod tests {
                 trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), from),
                 Some(1.0)
             );
-            for _ in 0..BATCHES_TO_JUDGE_PACE {
-                trials.observe(batch(100), 1.0);
-            }
+            observe_a_judgement(&mut trials, 1.0);
         }
         // One kept starts the count again.
         from += PAUSE * (1 << CPU_ALONE_MOST_BACKOFF);
@@ -493,18 +501,14 @@ mod tests {
     fn every_batch_on_the_gpu_goes_back_unless_clearly_faster_and_waits_a_while() {
         let mut trials = Trials::default();
         let now = Instant::now();
-        for _ in 0..BATCHES_TO_JUDGE_PACE {
-            trials.observe(batch(100), 0.9);
-        }
+        observe_a_judgement(&mut trials, 0.9);
         assert_eq!(trials.start_every_batch(0.9, 0.9, now), Some(1.0));
         // 2% faster, and fewer waits: not enough for every batch on the GPU.
         assert_eq!(
             trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 98), now),
             Some(0.9)
         );
-        for _ in 0..BATCHES_TO_JUDGE_PACE {
-            trials.observe(batch(100), 0.9);
-        }
+        observe_a_judgement(&mut trials, 0.9);
         assert_eq!(trials.start_every_batch(0.9, 0.9, now + PAUSE / 2), None);
         assert_eq!(trials.start_every_batch(0.9, 0.9, now + PAUSE), Some(1.0));
     }
@@ -528,9 +532,7 @@ mod tests {
     fn every_batch_is_compared_with_mixed_batches_only() {
         let mut trials = Trials::default();
         let now = Instant::now();
-        for _ in 0..BATCHES_TO_JUDGE_PACE {
-            trials.observe(batch(100), 1.0);
-        }
+        observe_a_judgement(&mut trials, 1.0);
         trials.observe(batch(100), 0.9);
         assert_eq!(trials.start_every_batch(0.9, 0.9, now), None);
     }

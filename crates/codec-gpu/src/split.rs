@@ -1069,12 +1069,32 @@ mod tests {
 
     /// A CPU part of `split` (on 16 threads) decoded, its threads busy for `threads_busy`.
     fn cpu_part_decoded(split: &SplitDecoder, threads_busy: Duration) {
+        cpu_part_learnt(split, &[], Duration::ZERO, threads_busy, false);
+    }
+
+    /// A CPU part of `split` of `kinds` learnt from (`in_place`: decoded alone where the
+    /// collator placed it), in flight for `in_flight`, its threads busy for `threads_busy`.
+    fn cpu_part_learnt(
+        split: &SplitDecoder,
+        kinds: &[Kind],
+        in_flight: Duration,
+        threads_busy: Duration,
+        in_place: bool,
+    ) {
         let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+        std::thread::sleep(in_flight);
         let spent = BatchStats {
             decode_busy: threads_busy,
             ..BatchStats::default()
         };
-        split.learn(Side::Cpu, &[], start, &spent, false);
+        split.learn(Side::Cpu, kinds, start, &spent, in_place);
+    }
+
+    fn megabyte_zstd() -> Kind {
+        Kind {
+            codecs: vec!["zstd".into()],
+            decoded_bytes: 1_000_000,
+        }
     }
 
     #[test]
@@ -1082,18 +1102,10 @@ mod tests {
         // On many cores, parts smaller than the pool: a part is in flight all the time while
         // the threads decode a tenth of what they could.
         let split = split(SplitPolicy::Auto { gpu_share: None });
-        let megabyte = Kind {
-            codecs: vec!["zstd".into()],
-            decoded_bytes: 1_000_000,
-        };
+        let megabyte = megabyte_zstd();
         let kinds = vec![megabyte.clone(); 10];
-        let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
-        std::thread::sleep(Duration::from_millis(50));
-        let spent = BatchStats {
-            decode_busy: Duration::from_millis(5) * 16,
-            ..BatchStats::default()
-        };
-        split.learn(Side::Cpu, &kinds, start, &spent, false);
+        let (in_flight, threads_busy) = (Duration::from_millis(50), Duration::from_millis(5) * 16);
+        cpu_part_learnt(&split, &kinds, in_flight, threads_busy, false);
         let state = split.lock();
         // 10 MB in 5 ms of the pool's time: a batch of 100 such chunks takes 50 ms.
         let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
@@ -1107,19 +1119,12 @@ mod tests {
         // Threads slowed by others on their cores (the consumer's, the GPU side's): their
         // decoding seconds over their count read 100 ms where the side was busy about 20.
         let split = split(SplitPolicy::Auto { gpu_share: None });
-        let megabyte = Kind {
-            codecs: vec!["zstd".into()],
-            decoded_bytes: 1_000_000,
-        };
+        let megabyte = megabyte_zstd();
         let kinds = vec![megabyte.clone(); 10];
         let part = |in_place: bool| {
-            let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
-            std::thread::sleep(Duration::from_millis(20));
-            let spent = BatchStats {
-                decode_busy: Duration::from_millis(100) * 16,
-                ..BatchStats::default()
-            };
-            split.learn(Side::Cpu, &kinds, start, &spent, in_place);
+            let (in_flight, threads_busy) =
+                (Duration::from_millis(20), Duration::from_millis(100) * 16);
+            cpu_part_learnt(&split, &kinds, in_flight, threads_busy, in_place);
             let state = split.lock();
             SplitDecoder::cpu_side(&state, [(&megabyte, 100)])
         };
