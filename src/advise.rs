@@ -520,20 +520,18 @@ fn finish(figures: &mut LayoutFigures, sample_bytes: u64) {
 fn decode_side(figures: &LayoutFigures, gpu: bool) -> (&'static str, String) {
     let mb_per_s = |seconds: f64| figures.decoded_bytes as f64 / seconds.max(1e-9) / 1e6;
     let (cpu, read) = (mb_per_s(figures.cpu_decode_s), mb_per_s(figures.read_s));
+    let cores = format!("every CPU core decodes it at {cpu:.1} MB/s");
     if !gpu {
-        return (
-            "cpu",
-            format!("every CPU core decodes it at {cpu:.1} MB/s; no GPU was measured"),
-        );
+        return ("cpu", format!("{cores}; no GPU was measured"));
     }
     if figures.cpu_decode_s <= figures.read_s {
         let reason = format!(
-            "every CPU core decodes it at {cpu:.1} MB/s, no slower than it is read ({read:.1} MB/s): the GPU would add nothing to the feed, and its time is left to the model"
+            "{cores}, no slower than it is read ({read:.1} MB/s): the GPU would add nothing to the feed, and its time is left to the model"
         );
         return ("cpu", reason);
     }
     let reason = format!(
-        "every CPU core decodes it at {cpu:.1} MB/s, slower than it is read ({read:.1} MB/s): auto decodes on the CPU first and calls the GPU in for what the consumer's pace asks"
+        "{cores}, slower than it is read ({read:.1} MB/s): auto decodes on the CPU first and calls the GPU in for what the consumer's pace asks"
     );
     ("auto", reason)
 }
