@@ -1020,6 +1020,60 @@ mod on_gpu {
             );
         });
     }
+    /// A consumer's wait for a batch is read on the GPU's timeline: a batch whose kernels
+    /// still run when the consumer's stream reaches it is waited for that long; one complete
+    /// before the consumer's own work has run is not waited for, however long that work.
+    #[test]
+    fn the_consumers_wait_is_timed_on_the_gpu() {
+        use std::sync::Arc;
+        use zarrpipe::collate::HandoverClock;
+        use zarrpipe::core::Pace;
+        use zarrpipe::cuda::cudarc::driver::sys::CUevent_flags;
+        let Some(_gpu) = share_gpu() else {
+            return;
+        };
+        let context = CudaContext::new(0).unwrap();
+        let (loader, consumer) = (context.new_stream().unwrap(), context.new_stream().unwrap());
+        let mut buffer = loader.alloc_zeros::<u8>(1 << 30).unwrap();
+        // About 20 ms of work on `stream` at a few TB/s.
+        let busy = |stream: &Arc<zarrpipe::cuda::cudarc::driver::CudaStream>,
+                    buffer: &mut zarrpipe::cuda::cudarc::driver::CudaSlice<u8>| {
+            for _ in 0..50 {
+                stream.memset_zeros(buffer).unwrap();
+            }
+        };
+        let handed_over = |loader_busy: bool, buffer: &mut _| {
+            let pace = Arc::new(Pace::default());
+            let clock = HandoverClock::default();
+            loader.synchronize().unwrap();
+            match loader_busy {
+                true => busy(&loader, buffer),
+                false => busy(&consumer, buffer),
+            }
+            let ready = Arc::new(
+                loader
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .unwrap(),
+            );
+            // SAFETY: `consumer` is a live stream of the event's context.
+            unsafe { clock.handed_over(consumer.cu_stream(), &ready, &pace) }.unwrap();
+            consumer.wait(&ready).unwrap();
+            context.synchronize().unwrap();
+            assert_eq!(
+                pace.counts().wait,
+                std::time::Duration::ZERO,
+                "not known yet"
+            );
+            clock.record_resolved().unwrap();
+            assert!(pace.waits_on_device());
+            pace.counts().wait.as_secs_f64() * 1e3
+        };
+        let waited = handed_over(true, &mut buffer);
+        let not_waited = handed_over(false, &mut buffer);
+        eprintln!("waited {waited:.2} ms for a busy loader, {not_waited:.3} ms for an idle one");
+        assert!(waited > 2.0, "{waited} ms");
+        assert!(not_waited < 0.5, "{not_waited} ms");
+    }
 }
 
 #[cfg(not(feature = "cuda"))]

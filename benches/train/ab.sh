@@ -12,7 +12,8 @@
 # `rm:SETUP` removes that setup's store (the host's disk holds setup A and B's two layouts only
 # one at a time). The stores are written by the first run that needs them and kept, so a later
 # call on the same warm machine reuses them. A build named NAME+VARIANT runs NAME's wheels with
-# the variables ENV_BUILD gives it, e.g. ENV_BUILD="new+purge=MIMALLOC_PURGE_DELAY=-1".
+# the variables ENV_BUILD gives it, e.g. ENV_BUILD="new+purge=MIMALLOC_PURGE_DELAY=-1" (a
+# TRAIN_ARGS variable adds to the training script's arguments).
 #
 # Environment (all optional): LIMIT=seconds after which runs are skipped (default 540, a
 # device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
@@ -66,6 +67,10 @@ one() {
   [ "$mode" = synthetic ] && loaders=synthetic
   local train_args=--prefetch=2
   [ "$setup" = a ] && train_args=
+  # A variant's TRAIN_ARGS add to the run's: ENV_BUILD="new+t16=TRAIN_ARGS=--cpu-decode-threads=16".
+  local extra
+  extra=$(variant_env "$build" | sed -n 's/^TRAIN_ARGS=//p')
+  [ -n "$extra" ] && train_args="$train_args $extra"
   # shellcheck disable=SC2046 # the variant's VAR=VALUE words
   env $(variant_env "$build") PYTHONPATH="/tmp/site-$(wheels_of "$build")" SKIP_WHEELS=1 \
     SETUPS="$setup" MODES="$mode" PRECISIONS="$precision" LOADERS=$loaders ALONE= KEEP=1 APPEND=1 \

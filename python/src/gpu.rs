@@ -2,12 +2,15 @@
 //! batch tensor in device memory that exports itself through DLPack without a copy.
 //!
 //! `__dlpack__(stream=S)` makes the consumer's stream `S` (torch passes its current stream)
-//! wait on the batch's `ready` event on the device, so the host never synchronises. The
+//! wait on the batch's `ready` event on the device, so the host never synchronises; the first
+//! of a batch's tensors exported also times the consumer's wait for it on the GPU
+//! ([`HandoverClock`]), which `auto` reads instead of the thread's wait. The
 //! exported tensor shares the `DeviceTensor`: its buffer goes back to zarrpipe's pool when the
 //! last holder (this object or the consumer's tensor, through the DLPack deleter) lets go, and
 //! the next batch writes into it only after the kernels the consumer queued on `S` by then
 //! (torch frees a tensor when its last reference goes, not when its kernels have run).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dlpark::ffi::{DLDevice, DLManagedTensor, DLManagedTensorVersioned};
@@ -16,7 +19,8 @@ use dlpark::{DlpackFlags, Managed};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use zarrpipe::codec::GpuOptions;
-use zarrpipe::collate::{DeviceTensor, TensorDType};
+use zarrpipe::collate::{DeviceTensor, HandoverClock, TensorDType};
+use zarrpipe::core::Pace;
 use zarrpipe::cuda::cudarc::driver::{result, sys, CudaEvent};
 use zarrpipe::cuda::{CudaError, During};
 use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder};
@@ -24,9 +28,19 @@ use zarrpipe::pipeline::{BatchStream, Gpu, GpuBatch, GpuDevice, PipelineBuilder}
 use crate::options::Config;
 
 /// The pipeline's GPU (decoder, kernels, tensor pool), opened at its first epoch and kept for
-/// the next ones.
+/// the next ones; and the clock of its batches' hand-overs.
 #[derive(Default)]
-pub(crate) struct GpuHandle(Mutex<Option<Arc<GpuDevice>>>);
+pub(crate) struct GpuHandle {
+    gpu: Mutex<Option<Arc<GpuDevice>>>,
+    clock: Arc<HandoverClock>,
+}
+
+impl GpuHandle {
+    /// The clock that times the consumer's waits for this pipeline's batches.
+    pub(crate) fn clock(&self) -> Arc<HandoverClock> {
+        self.clock.clone()
+    }
+}
 
 /// Builds one epoch's GPU stream on `cuda:ordinal`: chunks decoded on the GPU (or the CPU,
 /// `decode_on`) and batches collated there, in device memory.
@@ -39,7 +53,7 @@ pub(crate) async fn build(
     handle: &GpuHandle,
 ) -> zarrpipe::pipeline::Result<BatchStream<Gpu>> {
     let gpu = {
-        let mut slot = handle.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = handle.gpu.lock().unwrap_or_else(|p| p.into_inner());
         match &*slot {
             Some(gpu) => gpu.clone(),
             None => {
@@ -63,15 +77,24 @@ pub(crate) async fn build(
         .await
 }
 
-/// A GPU batch as a dict of `CudaTensor`s, plus their device addresses (`pointers`).
-pub(crate) fn gpu_batch(py: Python<'_>, batch: GpuBatch) -> PyResult<Bound<'_, PyDict>> {
-    let ready = Arc::new(batch.ready);
+/// A GPU batch as a dict of `CudaTensor`s, plus their device addresses (`pointers`); `clock`
+/// times the consumer's wait for it, where the batch carries its pace.
+pub(crate) fn gpu_batch<'py>(
+    py: Python<'py>,
+    batch: GpuBatch,
+    clock: &Arc<HandoverClock>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let handover = Arc::new(Handover {
+        ready: Arc::new(batch.ready),
+        timed: batch.pace.map(|pace| (pace, clock.clone())),
+        taken: AtomicBool::new(false),
+    });
     let dict = PyDict::new(py);
     let pointers = PyDict::new(py);
     let put = |name: &str, tensor: Option<DeviceTensor>| -> PyResult<()> {
         let tensor = tensor.map(|tensor| CudaTensor {
             tensor: Arc::new(tensor),
-            ready: ready.clone(),
+            handover: handover.clone(),
         });
         if let Some(tensor) = &tensor {
             pointers.set_item(name, tensor.tensor.device_ptr())?;
@@ -94,8 +117,17 @@ pub(crate) fn gpu_batch(py: Python<'_>, batch: GpuBatch) -> PyResult<Bound<'_, P
 #[pyclass(module = "zarrpipe._native", frozen)]
 pub struct CudaTensor {
     tensor: Arc<DeviceTensor>,
+    handover: Arc<Handover>,
+}
+
+/// What a batch's tensors share for their hand-over.
+struct Handover {
     /// Recorded after the batch's last kernel.
     ready: Arc<CudaEvent>,
+    /// Where the consumer's wait for the batch is counted, and the clock that times it.
+    timed: Option<(Arc<Pace>, Arc<HandoverClock>)>,
+    /// Whether a tensor of the batch was handed over (the wait is timed once, at the first).
+    taken: AtomicBool,
 }
 
 /// CUDA's default-stream handles (`CU_STREAM_LEGACY`, `CU_STREAM_PER_THREAD` in cuda.h).
@@ -127,18 +159,27 @@ impl DlpackExporter for CudaTensor {
             CudaStreamRequest::PerThreadDefault => PER_THREAD_STREAM as sys::CUstream,
             CudaStreamRequest::Pointer(address) => address as sys::CUstream,
         };
-        let context = self.ready.context();
+        let handover = &self.handover;
+        let context = handover.ready.context();
         context
             .bind_to_thread()
             .during("making the batch's CUDA context current")
             .map_err(gpu_error)?;
+        if let Some((pace, clock)) = &handover.timed {
+            if !handover.taken.swap(true, Ordering::Relaxed) {
+                // SAFETY: as for the wait below; the stream is marked before it waits.
+                unsafe { clock.handed_over(stream, &handover.ready, pace) }
+                    .during("timing the consumer's wait for the batch")
+                    .map_err(gpu_error)?;
+            }
+        }
         // SAFETY: `stream` is the consumer's live stream on this tensor's device (DLPack's
         // contract for `__dlpack__(stream=...)`) or a default-stream sentinel, and the event
         // is alive (held by `self`) for the call; a wait on an event needs nothing after it.
         unsafe {
             result::stream::wait_event(
                 stream,
-                self.ready.cu_event(),
+                handover.ready.cu_event(),
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
         }
@@ -216,7 +257,7 @@ impl CudaTensor {
     /// Blocks until the batch is complete on the GPU (for host-side reads; `__dlpack__` does
     /// not need it).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.ready.synchronize())
+        py.detach(|| self.handover.ready.synchronize())
             .during("waiting for the batch")
             .map_err(gpu_error)
     }

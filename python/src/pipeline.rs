@@ -287,6 +287,8 @@ impl NativePipeline {
                 ended: None,
             }),
             carry,
+            #[cfg(feature = "cuda")]
+            clock: self.gpu.clock(),
         }
     }
 }
@@ -300,6 +302,9 @@ pub struct NativeEpoch {
     inner: Mutex<EpochState>,
     /// With epochs in a row: where the stream goes when the epoch ends.
     carry: Option<Carried>,
+    /// Times the consumer's waits for the pipeline's GPU batches.
+    #[cfg(feature = "cuda")]
+    clock: Arc<zarrpipe::collate::HandoverClock>,
 }
 
 /// The state of `epoch` of `num_batches` batches delivered whole. A stream of epochs in a row
@@ -394,7 +399,7 @@ impl NativeEpoch {
             return match delivered {
                 Delivered::Host(batch) => host_batch(py, batch).map(Some),
                 #[cfg(feature = "cuda")]
-                Delivered::Gpu(batch) => crate::gpu::gpu_batch(py, batch).map(Some),
+                Delivered::Gpu(batch) => crate::gpu::gpu_batch(py, batch, &self.clock).map(Some),
             };
         }
     }

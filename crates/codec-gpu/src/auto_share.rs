@@ -39,6 +39,14 @@ const HEADROOM: f64 = 0.9;
 /// in two runs of four, against 0.6% in the others (H200, 2026-11-26: docs/benchmarks.md,
 /// "Defaults and the measurements behind them").
 const MOST_WAIT_SHARE: f64 = 0.005;
+/// The CPU side alone keeps up, or nearly, where it decodes a batch in place within this many
+/// times the consumer's compute per batch. Then only a wait calls the GPU in, and every batch
+/// on the CPU is tried against the mix (kept where the steps come no slower): beside setup B's
+/// model on its advised layout a GPU part cost the model more than the CPU alone's few percent
+/// of wait (steps of 184-480 ms at mixes, 128-137 on the CPU alone; H200, 2026-11-29,
+/// docs/training.md), while setup A's bf16 model, where the CPU alone takes 1.3-1.5 times the
+/// model's step, trains fastest with most of each batch on the GPU.
+const CPU_ALONE_MARGIN: f64 = 1.2;
 /// Waits and the CPU side's load are averaged over about this many seconds of steps.
 const WINDOW_SECONDS: f64 = 2.0;
 /// A batch shared out this long ago and still not delivered never will be (its stream was
@@ -195,24 +203,26 @@ impl AutoShare {
         let wanted = (1.0 - cpu_part).clamp(0.0, 1.0);
         // Batches with every chunk on the GPU say nothing of what the CPU side would take.
         let cpu_measured = given < 1.0;
+        // The CPU side alone, in place, decodes a batch within (or nearly within) the
+        // consumer's compute: no call-in before a wait, and every batch on the CPU is tried.
+        let cpu_alone_keeps_up =
+            match (compute_per_batch(&self.compute), cpu.alone_in_place_seconds) {
+                (Some(compute), Some(alone)) => alone <= compute * CPU_ALONE_MARGIN,
+                _ => false,
+            };
         // The share the CPU side's measured rate leaves the GPU, the consumer computing as it
         // did over its last batches: called in before the consumer has eaten the batches in
-        // the pipe and waits. Waited for, beside setup B's model the first 23 batches went to
-        // the CPU alone (the pipe held 14 when the model started), where the CPU decodes a
-        // batch in 345 ms and the model takes one every 184 (H100, 2026-11-27;
-        // docs/training.md).
+        // the pipe and waits, where the CPU side alone would not keep up. Waited for, beside
+        // setup B's model the first 23 batches went to the CPU alone (the pipe held 14 when
+        // the model started), where the CPU decodes a batch in 345 ms and the model takes one
+        // every 184 (H100, 2026-11-27; docs/training.md).
         let foreseen = match (compute_per_batch(&self.compute), cpu.batch_seconds) {
+            _ if cpu_alone_keeps_up => 0.0,
             (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
                 (1.0 - HEADROOM * compute / cpu_batch).clamp(0.0, 1.0)
             }
             _ => 0.0,
         };
-        // The CPU side alone, in place, decodes a batch within the consumer's compute.
-        let cpu_alone_keeps_up =
-            match (compute_per_batch(&self.compute), cpu.alone_in_place_seconds) {
-                (Some(compute), Some(alone)) => alone <= compute,
-                _ => false,
-            };
         let floor = self.trials.floor(now).max(foreseen);
         // The least share the CPU side's load or rate asks of the GPU: what trials of a
         // smaller share go down to.
@@ -582,6 +592,31 @@ mod tests {
         let mean = late.iter().map(|&(_, period)| period).sum::<f64>() / late.len() as f64;
         assert!(mean < 1.01 * 0.104, "a batch every {mean} s: {periods:?}");
         assert!(late.iter().all(|&(share, _)| share < 0.05), "{periods:?}");
+    }
+
+    #[test]
+    fn a_cpu_side_nearly_keeping_up_alone_is_not_called_in_before_a_wait() {
+        // The CPU side alone decodes a batch in 110 ms for a consumer computing 100, and the
+        // pipe holds batches decoded while the consumer set up. Any GPU part slows the
+        // consumer's model by 30%: the CPU alone is the fastest.
+        let mut simulation = Simulation::new(6);
+        simulation.ready = 6;
+        let compute = |share: f64| if share > 0.0 { 0.13 } else { 0.1 };
+        let mut steps = Vec::new();
+        for _ in 0..600 {
+            let (share, wait) = simulation.step_with(compute, 0.11, |_| 0.0);
+            steps.push((share, wait, compute(share) / (1.0 - wait)));
+        }
+        let first_wait = steps.iter().position(|&(_, wait, _)| wait > 0.0).unwrap();
+        assert!(
+            steps[..first_wait]
+                .iter()
+                .all(|&(share, _, _)| share == 0.0),
+            "{steps:?}"
+        );
+        let late = &steps[100..];
+        let mean = late.iter().map(|&(_, _, period)| period).sum::<f64>() / late.len() as f64;
+        assert!(mean < 1.02 * 0.11, "a batch every {mean} s: {steps:?}");
     }
 
     #[test]

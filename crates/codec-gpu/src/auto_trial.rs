@@ -298,7 +298,8 @@ impl Trials {
         waits: &Waits,
         now: Instant,
     ) -> Option<f64> {
-        if !keeps_up || share <= 0.0 || !self.free_to_start(now) {
+        // A smaller share kept does not hold this trial off: it tries smaller still.
+        if !keeps_up || share <= 0.0 || self.running.is_some() || self.paused(now) {
             return None;
         }
         // The share moves nearly every batch once the GPU is in, so the batches at one share
@@ -321,9 +322,13 @@ impl Trials {
     /// Whether a trial may start at `now`: none running, none paused after one that did not
     /// help, no smaller share kept and holding.
     fn free_to_start(&self, now: Instant) -> bool {
-        let paused = self.paused_until.is_some_and(|until| now < until);
         let held_down = self.held_down.is_some_and(|(_, until, _)| now < until);
-        self.running.is_none() && !paused && !held_down
+        self.running.is_none() && !self.paused(now) && !held_down
+    }
+
+    /// Whether trials pause at `now`, after one that did not help.
+    fn paused(&self, now: Instant) -> bool {
+        self.paused_until.is_some_and(|until| now < until)
     }
 
     fn run(&mut self, from: f64, from_wait: f64, from_step: f64, to: f64) -> f64 {

@@ -2,8 +2,13 @@
 //! long the consumer waited for it and how long its step took; a stage that can spend more or
 //! less (a decoder that may use the GPU) reads it to decide. Consumers that step together
 //! (the ranks of one data-parallel job) may share their waits ([`PeerWaits`]).
+//!
+//! A consumer whose work runs on a GPU, queued ahead of the device, waits for a batch on the
+//! GPU's timeline, not on its thread's: its thread also waits in the hand-over while its own
+//! kernels run (the pipeline's buffers come back only once they have read them). Where the
+//! hand-over measures that wait ([`Pace::record_device_wait`]), it replaces the thread's.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -16,6 +21,9 @@ pub struct Pace {
     delivered: AtomicU64,
     wait_nanos: AtomicU64,
     step_nanos: AtomicU64,
+    /// Whether a wait was measured on the GPU's timeline: from then on the consumer's waits
+    /// are those (counted on in `wait_nanos`), not its thread's.
+    on_device: AtomicBool,
     peers: OnceLock<Box<dyn PeerWaits>>,
 }
 
@@ -49,13 +57,35 @@ impl Pace {
     /// batch before it was handed over (the consumer's work and this wait).
     pub fn record(&self, waited: Duration, step: Duration) {
         self.delivered.fetch_add(1, Ordering::Relaxed);
-        if waited >= NOTICEABLE {
-            self.wait_nanos.fetch_add(nanos(waited), Ordering::Relaxed);
-            if let Some(peers) = self.peers.get() {
-                peers.add(waited);
-            }
+        if waited >= NOTICEABLE && !self.on_device.load(Ordering::Relaxed) {
+            self.add_wait(waited);
         }
         self.step_nanos.fetch_add(nanos(step), Ordering::Relaxed);
+    }
+
+    /// Records a wait of the consumer's GPU for a batch: from the moment its stream had run
+    /// all it was given before the hand-over to the moment the batch was complete there
+    /// (nought where the batch came first). Once one is recorded, the consumer's waits are
+    /// these, not its thread's; each is recorded once, in the order they resolve, which may
+    /// come a batch or two after the hand-over.
+    pub fn record_device_wait(&self, waited: Duration) {
+        self.on_device.store(true, Ordering::Relaxed);
+        if waited >= NOTICEABLE {
+            self.add_wait(waited);
+        }
+    }
+
+    /// Whether the consumer's waits are measured on the GPU's timeline
+    /// ([`record_device_wait`](Self::record_device_wait)).
+    pub fn waits_on_device(&self) -> bool {
+        self.on_device.load(Ordering::Relaxed)
+    }
+
+    fn add_wait(&self, waited: Duration) {
+        self.wait_nanos.fetch_add(nanos(waited), Ordering::Relaxed);
+        if let Some(peers) = self.peers.get() {
+            peers.add(waited);
+        }
     }
 
     /// Shares this consumer's waits with `peers`, and counts the job's waits
@@ -154,6 +184,33 @@ mod tests {
         let mut summed = before;
         summed += since;
         assert_eq!(summed, counts);
+    }
+
+    #[test]
+    fn waits_on_the_gpus_timeline_replace_the_threads() {
+        let ms = Duration::from_millis;
+        let table = Table::default();
+        let pace = Pace::default();
+        pace.share_waits(Box::new(table.clone()));
+        pace.record(ms(30), ms(100));
+        assert!(!pace.waits_on_device());
+        // The consumer's thread waits in the hand-over while its own kernels run: once its
+        // GPU's waits are measured, those count, on from the thread's so far.
+        pace.record_device_wait(ms(2));
+        pace.record(ms(50), ms(100));
+        pace.record_device_wait(Duration::ZERO);
+        pace.record_device_wait(Duration::from_micros(100));
+        assert!(pace.waits_on_device());
+        assert_eq!(table.added.load(Ordering::Relaxed), 32_000_000);
+        let alone = Pace::default();
+        alone.record(ms(30), ms(100));
+        alone.record_device_wait(ms(2));
+        alone.record(ms(50), ms(100));
+        let counts = alone.counts();
+        assert_eq!(
+            (counts.delivered, counts.wait, counts.steps),
+            (2, ms(32), ms(200))
+        );
     }
 
     /// A job's table as a rank sees it: what this rank added, and what the job waited.

@@ -8,6 +8,7 @@
 mod candle;
 mod collate_stage;
 mod gpu_place;
+mod handover_clock;
 mod pool;
 mod staging;
 mod turns;
@@ -26,6 +27,7 @@ use zarrpipe_store::ChunkRequest;
 #[cfg(feature = "candle")]
 pub use candle::Candle;
 pub use gpu_place::Gpu;
+pub use handover_clock::HandoverClock;
 pub use pool::{DeviceTensor, TensorPool, TensorRoom};
 use staging::Staging;
 
