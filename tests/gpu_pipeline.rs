@@ -1020,59 +1020,81 @@ mod on_gpu {
             );
         });
     }
-    /// A consumer's wait for a batch is read on the GPU's timeline: a batch whose kernels
-    /// still run when the consumer's stream reaches it is waited for that long; one complete
-    /// before the consumer's own work has run is not waited for, however long that work.
+    /// A consumer's wait for a batch is read on the GPU's timeline: from when it asked for
+    /// the batch, with its stream idle (or once the kernels it had queued have run), to when
+    /// the batch was complete and handed over. A batch whose kernels still run is waited for,
+    /// and so is one handed over late (decoded on the CPU); one complete and handed over while
+    /// the consumer's own kernels run is not, however long they run.
     #[test]
     fn the_consumers_wait_is_timed_on_the_gpu() {
         use std::sync::Arc;
+        use std::time::Duration;
         use zarrpipe::collate::HandoverClock;
         use zarrpipe::core::Pace;
         use zarrpipe::cuda::cudarc::driver::sys::CUevent_flags;
+        use zarrpipe::cuda::cudarc::driver::{CudaSlice, CudaStream};
         let Some(_gpu) = share_gpu() else {
             return;
         };
         let context = CudaContext::new(0).unwrap();
         let (loader, consumer) = (context.new_stream().unwrap(), context.new_stream().unwrap());
-        let mut buffer = loader.alloc_zeros::<u8>(1 << 30).unwrap();
+        let mut buffers = [0, 1].map(|_| loader.alloc_zeros::<u8>(1 << 30).unwrap());
+        loader.synchronize().unwrap();
         // About 20 ms of work on `stream` at a few TB/s.
-        let busy = |stream: &Arc<zarrpipe::cuda::cudarc::driver::CudaStream>,
-                    buffer: &mut zarrpipe::cuda::cudarc::driver::CudaSlice<u8>| {
+        let busy = |stream: &Arc<CudaStream>, buffer: &mut CudaSlice<u8>| {
             for _ in 0..50 {
                 stream.memset_zeros(buffer).unwrap();
             }
         };
-        let handed_over = |loader_busy: bool, buffer: &mut _| {
-            let pace = Arc::new(Pace::default());
-            let clock = HandoverClock::default();
-            loader.synchronize().unwrap();
-            match loader_busy {
-                true => busy(&loader, buffer),
-                false => busy(&consumer, buffer),
-            }
-            let ready = Arc::new(
-                loader
+        let ready = |stream: &Arc<CudaStream>| {
+            Arc::new(
+                stream
                     .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                     .unwrap(),
-            );
-            // SAFETY: `consumer` is a live stream of the event's context.
-            unsafe { clock.handed_over(consumer.cu_stream(), &ready, &pace) }.unwrap();
-            consumer.wait(&ready).unwrap();
-            context.synchronize().unwrap();
-            assert_eq!(
-                pace.counts().wait,
-                std::time::Duration::ZERO,
-                "not known yet"
-            );
-            clock.record_resolved().unwrap();
-            assert!(pace.waits_on_device());
-            pace.counts().wait.as_secs_f64() * 1e3
+            )
         };
-        let waited = handed_over(true, &mut buffer);
-        let not_waited = handed_over(false, &mut buffer);
-        eprintln!("waited {waited:.2} ms for a busy loader, {not_waited:.3} ms for an idle one");
-        assert!(waited > 2.0, "{waited} ms");
-        assert!(not_waited < 0.5, "{not_waited} ms");
+        let pace = Arc::new(Pace::default());
+        let clock = HandoverClock::default();
+        // SAFETY (here and below): `consumer` is a live stream of the events' context.
+        let hand_over = |ready: &Arc<_>| unsafe {
+            clock
+                .handed_over(consumer.cu_stream(), ready, &pace)
+                .unwrap()
+        };
+        // The first hand-over tells the clock the consumer's stream; it was not asked for.
+        hand_over(&ready(&loader));
+        let [first, second] = &mut buffers;
+        // Times one hand-over: the consumer's step queued (about 20 ms of kernels, or none),
+        // then it asks for the batch that `handed` makes.
+        let mut waited = |what: &str, step_queued: bool, handed: &mut dyn FnMut() -> Arc<_>| {
+            context.synchronize().unwrap();
+            let before = pace.counts().wait;
+            if step_queued {
+                busy(&consumer, second);
+            }
+            unsafe { clock.asked() }.unwrap();
+            let batch = handed();
+            hand_over(&batch);
+            consumer.wait(&batch).unwrap();
+            context.synchronize().unwrap();
+            clock.record_resolved().unwrap();
+            let ms = (pace.counts().wait - before).as_secs_f64() * 1e3;
+            eprintln!("{what}: waited {ms:.2} ms");
+            ms
+        };
+        let loader_busy = waited("the batch's kernels still run", false, &mut || {
+            busy(&loader, first);
+            ready(&loader)
+        });
+        let late = waited("handed over late", false, &mut || {
+            std::thread::sleep(Duration::from_millis(15));
+            ready(&loader)
+        });
+        let consumer_busy = waited("the consumer's kernels run", true, &mut || ready(&loader));
+        assert!(pace.waits_on_device());
+        assert!(loader_busy > 2.0, "{loader_busy} ms");
+        assert!(late > 10.0, "{late} ms");
+        assert!(consumer_busy < 0.5, "{consumer_busy} ms");
     }
 }
 

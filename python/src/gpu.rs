@@ -4,7 +4,8 @@
 //! `__dlpack__(stream=S)` makes the consumer's stream `S` (torch passes its current stream)
 //! wait on the batch's `ready` event on the device, so the host never synchronises; the first
 //! of a batch's tensors exported also times the consumer's wait for it on the GPU
-//! ([`HandoverClock`]), which `auto` reads instead of the thread's wait. The
+//! ([`HandoverClock`], from the moment the consumer asked for it), which `auto` reads instead
+//! of the thread's wait. The
 //! exported tensor shares the `DeviceTensor`: its buffer goes back to zarrpipe's pool when the
 //! last holder (this object or the consumer's tensor, through the DLPack deleter) lets go, and
 //! the next batch writes into it only after the kernels the consumer queued on `S` by then
@@ -75,6 +76,17 @@ pub(crate) async fn build(
         .collate_on_gpu()
         .build()
         .await
+}
+
+/// The consumer asks for its next batch: `clock` marks where its stream stands. A mark that
+/// fails costs this batch's timing, not the batch.
+pub(crate) fn consumer_asks(clock: &HandoverClock) {
+    // SAFETY: the stream of the last hand-over is the consumer's, which outlives the tensors
+    // it read (as for `read_on` below), and those of the last batch are still held: a training
+    // loop asks for the next batch before it lets go of the last.
+    if let Err(error) = unsafe { clock.asked() } {
+        tracing::debug!(target: "zarrpipe", "the consumer's wait not timed: {error}");
+    }
 }
 
 /// A GPU batch as a dict of `CudaTensor`s, plus their device addresses (`pointers`); `clock`

@@ -377,6 +377,8 @@ impl NativeEpoch {
         let Some(batches) = state.batches.as_mut() else {
             return Ok(None);
         };
+        #[cfg(feature = "cuda")]
+        crate::gpu::consumer_asks(&self.clock);
         loop {
             let next = block_on(py, async {
                 tokio::time::timeout(SIGNAL_CHECK, batches.next()).await

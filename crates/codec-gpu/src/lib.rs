@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+mod auto_reads;
 mod auto_share;
 mod auto_trial;
 mod backlog;

@@ -20,6 +20,7 @@
 //! decodes a tenth.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,7 @@ use futures::FutureExt;
 use zarrpipe_core::{BatchStats, Pace};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
+use crate::auto_reads::AutoReads;
 use crate::auto_share::{AutoShare, CpuSide};
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
@@ -93,6 +95,8 @@ pub struct SplitDecoder {
     /// The CPU side's threads.
     cpu_threads: usize,
     pace: Arc<Pace>,
+    /// Under auto: whether the batches shared out now give the GPU no part (`AutoReads`).
+    cpu_alone: Arc<AtomicBool>,
     state: Mutex<SplitState>,
 }
 
@@ -225,6 +229,7 @@ impl SplitDecoder {
             prior: prior_rates(PRIOR_CPU_THREADS),
             cpu_threads: PRIOR_CPU_THREADS,
             pace: Arc::new(Pace::default()),
+            cpu_alone: Arc::new(true.into()),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
                 busy: [BusyTime::new(Instant::now()), BusyTime::new(Instant::now())],
@@ -334,6 +339,8 @@ impl SplitDecoder {
                     state.auto.scale_down(0.75);
                 }
             }
+            let cpu_alone = state.auto.share() < AUTO_SMALLEST_GPU_SHARE;
+            self.cpu_alone.store(cpu_alone, Ordering::Relaxed);
         }
         let mut shares = Shares {
             cpu: Vec::new(),
@@ -484,11 +491,15 @@ impl SplitDecoder {
             return None;
         }
         let kinds: Vec<Kind> = chunks.iter().map(kind).collect();
-        let decoder = match side {
-            Side::Cpu => self.cpu.clone(),
-            Side::Gpu => self.gpu.clone(),
+        let decoding = match side {
+            Side::Cpu => self.cpu.clone().decode_chunks(chunks),
+            Side::Gpu if chunks.iter().any(EncodedChunk::is_read_at_decode) => {
+                let gpu = self.gpu.clone();
+                async move { gpu.decode_chunks(read_now(chunks).await?).await }.boxed()
+            }
+            Side::Gpu => self.gpu.clone().decode_chunks(chunks),
         };
-        Some((kinds, decoder.decode_chunks(chunks)))
+        Some((kinds, decoding))
     }
 
     /// Finishes one side's part; returns what it decoded and when it finished (`None`: it
@@ -526,6 +537,23 @@ impl SplitDecoder {
         drop(queued);
         Ok(Some((decoded, Some(Instant::now()))))
     }
+}
+
+/// `chunks` with the files of those handed on unread read now, on rayon's pool: a GPU part
+/// of a batch fetched while auto kept every batch on the CPU (`auto_reads.rs`).
+async fn read_now(chunks: Vec<EncodedChunk>) -> Result<Vec<EncodedChunk>> {
+    use rayon::prelude::*;
+    let read = tokio::task::spawn_blocking(move || {
+        chunks
+            .into_par_iter()
+            .map(EncodedChunk::read_now)
+            .collect::<std::result::Result<Vec<_>, _>>()
+    });
+    let read = read.await.map_err(|source| crate::Error::StageTask {
+        stage: "reading a GPU part's chunks",
+        source,
+    })?;
+    Ok(read?)
 }
 
 /// A part counted in its side's busy time until it is learnt from, or, failed or cancelled
@@ -808,8 +836,15 @@ impl BatchDecoder for SplitDecoder {
     /// needs it as much as split does where it sends the GPU most chunks: without it, auto
     /// with every chunk on the GPU delivered W1 of 64 steps at 22.5 / 26.6 GB/s where GPU
     /// decoding delivered 35.9 / 32.4 (H100, 2026-11-27; docs/benchmarks.md).
+    /// Under auto, none while it keeps every batch on the CPU (`auto_reads.rs`).
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
-        self.gpu.read_memory()
+        match self.policy {
+            SplitPolicy::Balanced => self.gpu.read_memory(),
+            SplitPolicy::Auto { .. } => Some(Arc::new(AutoReads::new(
+                self.gpu.read_memory(),
+                self.cpu_alone.clone(),
+            ))),
+        }
     }
 
     /// Auto's: it shares batches out by the consumer's waits.
@@ -835,6 +870,41 @@ mod tests {
     fn split(policy: SplitPolicy) -> SplitDecoder {
         let cpu: Arc<dyn BatchDecoder> = Arc::new(CpuDecoder::default());
         SplitDecoder::new(cpu.clone(), cpu, policy)
+    }
+
+    /// Auto's fetch stage hands local chunk files on unread while every batch stays on the
+    /// CPU, and reads into the GPU side's memory once the GPU takes a part; a GPU part of a
+    /// batch handed on unread is read before the GPU side takes it, the same bytes.
+    #[test]
+    fn auto_reads_at_decode_while_the_cpu_decodes_alone() {
+        use zarrpipe_store::{fetch_chunk_into, Dataset};
+        let dir = tempfile::tempdir().unwrap();
+        crate::testing::write_cases(dir.path(), &crate::testing::cases(), 3);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let split = split(SplitPolicy::Auto { gpu_share: None });
+            let memory = split.read_memory().expect("auto's read memory");
+            assert!(memory.reads_at_decode());
+            let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+            let read = crate::testing::fetch_all(&dataset).await;
+            let mut handed_on = Vec::new();
+            for chunk in &read {
+                let fetched = fetch_chunk_into(chunk.request.clone(), Some(memory.clone()));
+                handed_on.push(fetched.await.unwrap());
+            }
+            let unread = handed_on.iter().filter(|c| c.is_read_at_decode()).count();
+            assert!(unread > read.len() / 2, "{unread} of {}", read.len());
+            let read_for_the_gpu = read_now(handed_on).await.unwrap();
+            for (chunk, expected) in read_for_the_gpu.iter().zip(&read) {
+                assert!(!chunk.is_read_at_decode());
+                assert_eq!(chunk.bytes, expected.bytes, "{}", chunk.request.key());
+            }
+            split.cpu_alone.store(false, Ordering::Relaxed);
+            assert!(!memory.reads_at_decode());
+        });
     }
 
     #[test]

@@ -3,16 +3,21 @@
 //! run, and a wait on the thread says little of whether its GPU waited for data: beside setup
 //! B's model the thread waited 43% of its time for batches that were always there before the
 //! GPU needed them (CPU decoding, the GPU's wait 0.0%; H200, 2026-11-29, docs/training.md).
-//! So at each hand-over an event marks where the consumer's stream stands, and once it and the
-//! batch's `ready` event have completed, the time from the first to the second (nought where
-//! the batch came first) is the consumer's wait, recorded in the batch's [`Pace`].
+//!
+//! So events on the consumer's stream mark when it asked for a batch (`asked`: complete once
+//! the kernels it had queued by then have run, or at once where they had) and when it was
+//! handed the batch (`handed`). The GPU waited for data from the first until both the second
+//! and the batch's `ready` event had completed: nought where the batch and the hand-over came
+//! while the consumer's kernels still ran. An event recorded only at the hand-over would miss
+//! the time the stream stood idle before it. The wait is recorded in the batch's [`Pace`] once
+//! the events have completed, a batch or two later.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use zarrpipe_core::Pace;
 use zarrpipe_cuda::cudarc::driver::sys::{CUevent_flags, CUstream};
-use zarrpipe_cuda::cudarc::driver::{result, CudaEvent, DriverError};
+use zarrpipe_cuda::cudarc::driver::{result, CudaContext, CudaEvent, DriverError};
 
 /// Hand-overs kept waiting for their events: a consumer whose stream stops (or a batch never
 /// completed) drops its oldest instead of holding events without end.
@@ -20,8 +25,10 @@ const MOST_PENDING: usize = 32;
 
 /// A hand-over whose wait is not known yet.
 struct Pending {
-    /// Recorded on the consumer's stream at the hand-over.
-    reached: CudaEvent,
+    /// Recorded on the consumer's stream when it asked for the batch, and when it was handed
+    /// it.
+    asked: CudaEvent,
+    handed: CudaEvent,
     /// The batch's, recorded after its last kernel.
     ready: Arc<CudaEvent>,
     pace: Arc<Pace>,
@@ -30,12 +37,21 @@ struct Pending {
 /// Hand-overs of one consumer's batches, timed on the GPU; see the module's documentation.
 #[derive(Default)]
 pub struct HandoverClock {
-    pending: Mutex<VecDeque<Pending>>,
+    state: Mutex<ClockState>,
+}
+
+#[derive(Default)]
+struct ClockState {
+    pending: VecDeque<Pending>,
+    /// The consumer's stream at its last hand-over (an address), and its context.
+    stream: Option<(Arc<CudaContext>, usize)>,
+    /// Recorded on that stream when the consumer asked for its next batch.
+    asked: Option<CudaEvent>,
 }
 
 impl std::fmt::Debug for HandoverClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pending = self.pending.lock().map_or(0, |pending| pending.len());
+        let pending = self.state.lock().map_or(0, |state| state.pending.len());
         f.debug_struct("HandoverClock")
             .field("pending", &pending)
             .finish()
@@ -43,31 +59,51 @@ impl std::fmt::Debug for HandoverClock {
 }
 
 impl HandoverClock {
+    /// The consumer asks for its next batch: marks where its stream (the one of its last
+    /// hand-over) stands. Before its first hand-over, nothing is known to mark.
+    ///
+    /// # Safety
+    /// The stream of the last [`handed_over`](Self::handed_over) is still alive.
+    pub unsafe fn asked(&self) -> Result<(), DriverError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((context, stream)) = state.stream.clone() else {
+            return Ok(());
+        };
+        // SAFETY: the caller's contract for the stream.
+        let asked = unsafe { marked(&context, stream as CUstream) }?;
+        state.asked = Some(asked);
+        Ok(())
+    }
+
     /// The consumer's `stream` is about to wait for a batch complete at `ready` (a timed
     /// event), whose consumer's pace is `pace`: marks where the stream stands, and records the
-    /// waits of earlier hand-overs whose events have completed since.
+    /// waits of earlier hand-overs whose events have completed since. A hand-over the
+    /// consumer did not ask for first ([`asked`](Self::asked)) is not timed.
     ///
     /// # Safety
     /// `stream` is a live stream of `ready`'s context, or a default-stream sentinel, for the
-    /// call.
+    /// call, and until the next hand-over's [`asked`](Self::asked).
     pub unsafe fn handed_over(
         &self,
         stream: CUstream,
         ready: &Arc<CudaEvent>,
         pace: &Arc<Pace>,
     ) -> Result<(), DriverError> {
-        let reached = ready
-            .context()
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        // SAFETY: the caller's contract for `stream`; the event is alive for the call.
-        unsafe { result::event::record(reached.cu_event(), stream) }?;
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        record_resolved(&mut pending)?;
-        if pending.len() >= MOST_PENDING {
-            pending.pop_front();
+        let context = ready.context();
+        // SAFETY: the caller's contract for `stream`.
+        let handed = unsafe { marked(context, stream) }?;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.stream = Some((context.clone(), stream as usize));
+        record_resolved(&mut state.pending)?;
+        let Some(asked) = state.asked.take() else {
+            return Ok(());
+        };
+        if state.pending.len() >= MOST_PENDING {
+            state.pending.pop_front();
         }
-        pending.push_back(Pending {
-            reached,
+        state.pending.push_back(Pending {
+            asked,
+            handed,
             ready: ready.clone(),
             pace: pace.clone(),
         });
@@ -76,18 +112,36 @@ impl HandoverClock {
 
     /// Records the waits of the hand-overs whose events have completed, oldest first.
     pub fn record_resolved(&self) -> Result<(), DriverError> {
-        record_resolved(&mut self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        record_resolved(&mut state.pending)
     }
+}
+
+/// A timed event recorded on `stream` of `context`.
+///
+/// # Safety
+/// `stream` is a live stream of `context`, or a default-stream sentinel.
+unsafe fn marked(context: &Arc<CudaContext>, stream: CUstream) -> Result<CudaEvent, DriverError> {
+    let event = context.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    // SAFETY: the caller's contract for `stream`; the event is alive for the call.
+    unsafe { result::event::record(event.cu_event(), stream) }?;
+    Ok(event)
 }
 
 /// Records, in order, the waits of `pending`'s first hand-overs whose events have completed.
 fn record_resolved(pending: &mut VecDeque<Pending>) -> Result<(), DriverError> {
     while let Some(first) = pending.front() {
-        if !first.reached.try_is_complete()? || !first.ready.try_is_complete()? {
-            break;
+        let events = [&first.asked, &first.handed, &*first.ready];
+        for event in events {
+            if !event.try_is_complete()? {
+                return Ok(());
+            }
         }
-        // Both complete: no wait for either.
-        let ms = first.reached.elapsed_ms(&first.ready)?;
+        // Complete, all of them: none of these waits.
+        let ms = first
+            .asked
+            .elapsed_ms(&first.ready)?
+            .max(first.asked.elapsed_ms(&first.handed)?);
         let wait = std::time::Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
         first.pace.record_device_wait(wait);
         pending.pop_front();
