@@ -47,6 +47,13 @@ const MOST_WAIT_SHARE: f64 = 0.005;
 /// docs/training.md), while setup A's bf16 model, where the CPU alone takes 1.3-1.5 times the
 /// model's step, trains fastest with most of each batch on the GPU.
 const CPU_ALONE_MARGIN: f64 = 1.2;
+/// The GPU is called in before a wait only where the CPU side alone decodes a batch in more
+/// than this many times the consumer's compute per batch. Its first batches decode slower than
+/// later ones (125-165 ms against 95-110 beside setup B's model on its advised layout, where
+/// the model computes about 112): read off them, a CPU side that keeps up looked short, and
+/// the GPU's first parts beside the model then cost the consumer 2 s of waits (H200,
+/// 2026-11-29; docs/training.md). A wait, timed on the GPU, still calls the GPU in at once.
+const FORESEEN_PAST: f64 = 1.5;
 /// Waits and the CPU side's load are averaged over about this many seconds of steps.
 const WINDOW_SECONDS: f64 = 2.0;
 /// A batch shared out this long ago and still not delivered never will be (its stream was
@@ -203,21 +210,22 @@ impl AutoShare {
         let wanted = (1.0 - cpu_part).clamp(0.0, 1.0);
         // Batches with every chunk on the GPU say nothing of what the CPU side would take.
         let cpu_measured = given < 1.0;
+        let compute_seconds = compute_per_batch(&self.compute);
         // The CPU side alone, in place, decodes a batch within (or nearly within) the
-        // consumer's compute: no call-in before a wait, and every batch on the CPU is tried.
-        let cpu_alone_keeps_up =
-            match (compute_per_batch(&self.compute), cpu.alone_in_place_seconds) {
-                (Some(compute), Some(alone)) => alone <= compute * CPU_ALONE_MARGIN,
-                _ => false,
-            };
+        // consumer's compute: every batch on the CPU is tried.
+        let cpu_alone_within = |margin: f64| match (compute_seconds, cpu.alone_in_place_seconds) {
+            (Some(compute), Some(alone)) => alone <= compute * margin,
+            _ => false,
+        };
+        let cpu_alone_keeps_up = cpu_alone_within(CPU_ALONE_MARGIN);
         // The share the CPU side's measured rate leaves the GPU, the consumer computing as it
         // did over its last batches: called in before the consumer has eaten the batches in
-        // the pipe and waits, where the CPU side alone would not keep up. Waited for, beside
+        // the pipe and waits, where the CPU side alone falls clearly short. Waited for, beside
         // setup B's model the first 23 batches went to the CPU alone (the pipe held 14 when
         // the model started), where the CPU decodes a batch in 345 ms and the model takes one
         // every 184 (H100, 2026-11-27; docs/training.md).
-        let foreseen = match (compute_per_batch(&self.compute), cpu.batch_seconds) {
-            _ if cpu_alone_keeps_up => 0.0,
+        let foreseen = match (compute_seconds, cpu.batch_seconds) {
+            _ if cpu_alone_within(FORESEEN_PAST) => 0.0,
             (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
                 (1.0 - HEADROOM * compute / cpu_batch).clamp(0.0, 1.0)
             }
