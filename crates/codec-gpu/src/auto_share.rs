@@ -39,14 +39,6 @@ const HEADROOM: f64 = 0.9;
 /// in two runs of four, against 0.6% in the others (H200, 2026-11-26: docs/benchmarks.md,
 /// "Defaults and the measurements behind them").
 const MOST_WAIT_SHARE: f64 = 0.005;
-/// The CPU side alone keeps up, or nearly, where it decodes a batch in place within this many
-/// times the consumer's compute per batch. Then only a wait calls the GPU in, and every batch
-/// on the CPU is tried against the mix (kept where the steps come no slower): beside setup B's
-/// model on its advised layout a GPU part cost the model more than the CPU alone's few percent
-/// of wait (steps of 184-480 ms at mixes, 128-137 on the CPU alone; H200, 2026-11-29,
-/// docs/training.md), while setup A's bf16 model, where the CPU alone takes 1.3-1.5 times the
-/// model's step, trains fastest with most of each batch on the GPU.
-const CPU_ALONE_MARGIN: f64 = 1.2;
 /// The GPU is called in before a wait only where the CPU side alone decodes a batch in more
 /// than this many times the consumer's compute per batch. Its first batches decode slower than
 /// later ones (125-165 ms against 95-110 beside setup B's model on its advised layout, where
@@ -211,13 +203,13 @@ impl AutoShare {
         // Batches with every chunk on the GPU say nothing of what the CPU side would take.
         let cpu_measured = given < 1.0;
         let compute_seconds = compute_per_batch(&self.compute);
-        // The CPU side alone, in place, decodes a batch within (or nearly within) the
-        // consumer's compute: every batch on the CPU is tried.
-        let cpu_alone_within = |margin: f64| match (compute_seconds, cpu.alone_in_place_seconds) {
-            (Some(compute), Some(alone)) => alone <= compute * margin,
+        // Whether the CPU side alone, in place, decodes a batch within `times` the consumer's
+        // compute: within it, every batch on the CPU is tried.
+        let cpu_alone_within = |times: f64| match (compute_seconds, cpu.alone_in_place_seconds) {
+            (Some(compute), Some(alone)) => alone <= compute * times,
             _ => false,
         };
-        let cpu_alone_keeps_up = cpu_alone_within(CPU_ALONE_MARGIN);
+        let cpu_alone_keeps_up = cpu_alone_within(1.0);
         // The share the CPU side's measured rate leaves the GPU, the consumer computing as it
         // did over its last batches: called in before the consumer has eaten the batches in
         // the pipe and waits, where the CPU side alone falls clearly short. Waited for, beside
