@@ -372,7 +372,8 @@ class Pipeline:
       build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
       ``"split"`` (both, by their measured rates, the CPU only while it adds to what the GPU
       decodes alone) or ``"auto"`` (the GPU only while training
-      waits, at most ``gpu_share`` of its time); ``cpu_decode_threads``: threads decoding on
+      waits, at most ``gpu_share`` of its time; the wait is read on the GPU, from when the loop
+      asks for a batch to when the batch is there for its stream); ``cpu_decode_threads``: threads decoding on
       the CPU there, at a low priority so the training loop keeps its cores (default: every
       core but two; a quarter of them for ``"split"``; under ``torchrun``, the host's cores
       are first shared among its ``LOCAL_WORLD_SIZE`` ranks, each rank's threads kept to a
