@@ -41,7 +41,7 @@ const HEADROOM: f64 = 0.9;
 const MOST_WAIT_SHARE: f64 = 0.005;
 /// The GPU is called in before a wait only where the CPU side alone decodes a batch in more
 /// than this many times the consumer's compute per batch. Its first batches decode slower than
-/// later ones (125-165 ms against 95-110 beside setup B's model on its advised layout, where
+/// later ones (125-163 ms against 95-110 beside setup B's model on its advised layout, where
 /// the model computes about 112): read off them, a CPU side that keeps up looked short, and
 /// the GPU's first parts beside the model then cost the consumer 2 s of waits (H200,
 /// 2026-11-29; docs/training.md). A wait, timed on the GPU, still calls the GPU in at once.
