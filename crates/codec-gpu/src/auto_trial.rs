@@ -455,6 +455,17 @@ mod tests {
         assert_eq!(trials.ceiling(now + HOLD_DOWN, 0.0), 1.0);
     }
 
+    /// A trial of every batch on the CPU starts at `at` from every batch on the GPU, where
+    /// the consumer stepped as `from` says, and goes back on steps 3% slower than 100 ms.
+    fn a_cpu_alone_trial_goes_back(trials: &mut Trials, from: &Waits, at: Instant) {
+        assert_eq!(trials.start_cpu_alone(1.0, true, from, at), Some(0.0));
+        assert_eq!(
+            trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), at),
+            Some(1.0)
+        );
+        observe_a_judgement(trials, 1.0);
+    }
+
     #[test]
     fn every_batch_on_the_cpu_goes_back_where_the_steps_come_slower() {
         let mut trials = Trials::default();
@@ -462,15 +473,7 @@ mod tests {
         observe_a_judgement(&mut trials, 1.0);
         // From every batch on the GPU too.
         let at_one_share = steps(BATCHES_TO_JUDGE_PACE, 100);
-        assert_eq!(
-            trials.start_cpu_alone(1.0, true, &at_one_share, now),
-            Some(0.0)
-        );
-        assert_eq!(
-            trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), now),
-            Some(1.0)
-        );
-        observe_a_judgement(&mut trials, 1.0);
+        a_cpu_alone_trial_goes_back(&mut trials, &at_one_share, now);
         assert_eq!(trials.start_cpu_alone(1.0, true, &at_one_share, now), None);
         // Each trial that goes back in a row waits twice as long before the next.
         let mut from = now;
@@ -482,15 +485,7 @@ mod tests {
                 None
             );
             from += pause;
-            assert_eq!(
-                trials.start_cpu_alone(1.0, true, &at_one_share, from),
-                Some(0.0)
-            );
-            assert_eq!(
-                trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 103), from),
-                Some(1.0)
-            );
-            observe_a_judgement(&mut trials, 1.0);
+            a_cpu_alone_trial_goes_back(&mut trials, &at_one_share, from);
         }
         // One kept starts the count again.
         from += PAUSE * (1 << CPU_ALONE_MOST_BACKOFF);
