@@ -46,12 +46,6 @@ const MOST_WAIT_SHARE: f64 = 0.005;
 /// the GPU's first parts beside the model then cost the consumer 2 s of waits (H200,
 /// 2026-11-29; docs/training.md). A wait, timed on the GPU, still calls the GPU in at once.
 const FORESEEN_PAST: f64 = 1.5;
-/// Every batch is tried on the CPU where the CPU side alone would step at least this much
-/// faster than the consumer steps: a tie is not worth the trial's cost.
-const CPU_ALONE_FASTER: f64 = 0.03;
-/// Batches delivered at a new share before the consumer's waits and steps count for it: the
-/// first come while the other side still finishes the batches shared out before.
-const SETTLING_BATCHES: u64 = 2;
 /// Waits and the CPU side's load are averaged over about this many seconds of steps.
 const WINDOW_SECONDS: f64 = 2.0;
 /// A batch shared out this long ago and still not delivered never will be (its stream was
@@ -90,12 +84,6 @@ fn compute_per_batch(steps: &ComputeSteps) -> Option<f64> {
     Some(total.steps.saturating_sub(total.wait).as_secs_f64() / total.delivered as f64)
 }
 
-/// Seconds of the consumer's steps (its compute and its waits) per batch over `steps`.
-fn step_per_batch(steps: &ComputeSteps) -> Option<f64> {
-    let total = steps.total()?;
-    Some(total.steps.as_secs_f64() / total.delivered as f64)
-}
-
 /// The GPU's share of each batch under auto, and what it is computed from.
 #[derive(Debug)]
 pub(crate) struct AutoShare {
@@ -122,9 +110,6 @@ pub(crate) struct AutoShare {
     /// A trial's share went back, and the batches given it are still being delivered.
     after_trial: bool,
     compute: ComputeSteps,
-    /// The consumer's last batches with no GPU part: its compute where the GPU decodes
-    /// nothing beside its model.
-    compute_alone: ComputeSteps,
 }
 
 impl AutoShare {
@@ -142,7 +127,6 @@ impl AutoShare {
             trials: Trials::default(),
             after_trial: false,
             compute: ComputeSteps::default(),
-            compute_alone: ComputeSteps::default(),
         }
     }
 
@@ -190,16 +174,11 @@ impl AutoShare {
         self.cpu_load += (load - self.cpu_load) * weight(wall);
         let passed_before = self.passed();
         let given = self.delivered(delta.delivered, now);
-        // The first batches at a share come while the other side still finishes the
-        // batches before them, faster or slower than the share delivers.
-        if passed_before >= self.since + SETTLING_BATCHES {
+        if passed_before >= self.since {
             self.carried.add(delta);
         }
         self.trials.observe(delta, given);
         self.compute.add(delta, given);
-        if given <= 0.0 {
-            self.compute_alone.add(delta, given);
-        }
         if let Some(back) = self.trials.judge(&self.carried, now) {
             self.set_share(back);
             self.after_trial = true;
@@ -230,35 +209,19 @@ impl AutoShare {
             (Some(compute), Some(alone)) => alone <= compute * times,
             _ => false,
         };
-        // Whether the consumer would step clearly faster with every batch on the CPU than it
-        // steps now: the CPU side alone, in place, against its steps, and against its compute
-        // where the GPU decoded nothing beside it (read where it is no more than its compute
-        // now: the first batches hold the model's set-up). Read against its compute beside GPU
-        // parts, slowed by them, the CPU alone was tried beside setup A's bf16 model and went
-        // back, 120 ms a step against 94 (H200, 2026-11-29; docs/training.md).
-        let compute_alone = compute_per_batch(&self.compute_alone)
-            .filter(|&alone| compute_seconds.is_some_and(|compute| alone <= compute));
-        let cpu_alone_keeps_up = match (cpu.alone_in_place_seconds, step_per_batch(&self.compute)) {
-            (Some(alone), Some(step)) => {
-                alone.max(compute_alone.unwrap_or(0.0)) <= step * (1.0 - CPU_ALONE_FASTER)
-            }
-            _ => false,
-        };
+        let cpu_alone_keeps_up = cpu_alone_within(1.0);
         // The share the CPU side's measured rate leaves the GPU, the consumer computing as it
         // did over its last batches: called in before the consumer has eaten the batches in
         // the pipe and waits, where the CPU side alone falls clearly short. Waited for, beside
         // setup B's model the first 23 batches went to the CPU alone (the pipe held 14 when
         // the model started), where the CPU decodes a batch in 345 ms and the model takes one
         // every 184 (H100, 2026-11-27; docs/training.md).
-        let by_rate = match (compute_seconds, cpu.batch_seconds) {
-            (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
-                Some((1.0 - HEADROOM * compute / cpu_batch).clamp(0.0, 1.0))
-            }
-            _ => None,
-        };
-        let foreseen = match by_rate {
+        let foreseen = match (compute_seconds, cpu.batch_seconds) {
             _ if cpu_alone_within(FORESEEN_PAST) => 0.0,
-            by_rate => by_rate.unwrap_or(0.0),
+            (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
+                (1.0 - HEADROOM * compute / cpu_batch).clamp(0.0, 1.0)
+            }
+            _ => 0.0,
         };
         let floor = self.trials.floor(now).max(foreseen);
         // The least share the CPU side's load or rate asks of the GPU: what trials of a
@@ -267,17 +230,9 @@ impl AutoShare {
         // A smaller share under trial, or kept, holds against call-ins (`auto_trial.rs`).
         let ceiling = self.trials.ceiling(now, self.wait_share);
         let share = if waiting && wanted > self.share && cpu_measured && self.share < ceiling {
-            // Called in: at once, what the CPU side's rate leaves the GPU, or where the GPU
-            // has that already (something else slows the CPU side), as much as the wait asks
-            // for. A wait's size says how far the pipe has drained, not how short the CPU
-            // side falls: beside setup A's bf16 model one long wait called every batch to the
-            // GPU where the CPU side's rate left it a third (H200, 2026-11-29).
+            // Called in: at once, as much as the wait asks for.
             self.trials.cancel();
-            let called = match by_rate {
-                Some(by_rate) if by_rate > self.share => by_rate.min(room),
-                _ => room,
-            };
-            called.min(ceiling)
+            room.min(ceiling)
         } else if foreseen > self.share && self.share < ceiling {
             foreseen.min(ceiling)
         } else if let Some(alone) =
@@ -584,16 +539,16 @@ mod tests {
 
     #[test]
     fn one_batch_without_a_wait_among_waits_gives_nothing_back() {
-        // The CPU side alone would step slower (150 ms a batch for 100 of compute) than
-        // what else feeds the consumer (120), so the share is not tried at nought.
+        // The CPU side alone would not keep up (150 ms a batch for 100 of compute), so the
+        // share is not tried at nought.
         let mut simulation = Simulation::new(6);
         for _ in 0..40 {
-            simulation.step_beside(0.1, 0.15, |_| 0.12);
+            simulation.step_beside(0.1, 0.15, |_| 0.3);
         }
         let before = simulation.auto.share();
         assert!(before > 0.0);
         // A batch the consumer did not wait for, its step longer than the pipe's.
-        let (after, wait) = simulation.step_beside(0.4, 0.15, |_| 0.12);
+        let (after, wait) = simulation.step_beside(0.4, 0.15, |_| 0.3);
         assert_eq!(wait, 0.0);
         assert_eq!(after, before);
     }
@@ -679,35 +634,5 @@ mod tests {
         );
         let late_waits = steps[100..].iter().map(|&(_, wait)| wait).sum::<f64>() / 800.0;
         assert!(late_waits < 0.01, "{late_waits}");
-    }
-
-    #[test]
-    fn beside_a_model_slowed_by_gpu_parts_auto_steps_as_every_batch_on_the_gpu_does() {
-        // Setup A's bf16 model: 75 ms of compute a batch alone, up to a quarter more beside
-        // GPU parts; the CPU side decodes a batch in 100 ms. The GPU side's first parts,
-        // beside the model, take 400 ms: the consumer waits most of those steps.
-        let mut simulation = Simulation::new(6);
-        simulation.ready = 6;
-        let compute = |share: f64| 0.075 * (1.0 + 0.25 * (share / 0.3).min(1.0));
-        let first_parts = std::cell::Cell::new(0);
-        let elsewhere = |share: f64| match share > 0.0 && first_parts.get() < 3 {
-            true => {
-                first_parts.set(first_parts.get() + 1);
-                0.4
-            }
-            false => 0.0,
-        };
-        let mut steps = Vec::new();
-        for _ in 0..120 {
-            let (share, wait) = simulation.step_with(compute, 0.1, elsewhere);
-            steps.push((share, wait, compute(share) / (1.0 - wait)));
-        }
-        // Called in for no more than the CPU side's rate asks (a quarter, with headroom).
-        let called_in = steps.iter().find(|&&(share, _, _)| share > 0.0).unwrap().0;
-        assert!(called_in < 0.4, "{steps:?}");
-        // Within 3% of every batch on the GPU (94 ms a step; the CPU alone: 100).
-        let late = &steps[30..];
-        let mean = late.iter().map(|&(_, _, period)| period).sum::<f64>() / late.len() as f64;
-        assert!(mean < 1.03 * 0.094, "a batch every {mean} s: {steps:?}");
     }
 }
