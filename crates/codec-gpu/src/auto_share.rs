@@ -178,6 +178,7 @@ impl AutoShare {
             self.carried.add(delta);
         }
         self.trials.observe(delta, given);
+        self.trials.cpu_side_busy(cpu_busy, now);
         self.compute.add(delta, given);
         if let Some(back) = self.trials.judge(&self.carried, now) {
             self.set_share(back);

@@ -65,6 +65,18 @@ const HOLD: Duration = Duration::from_secs(20);
 /// batch; it is kept if the consumer's steps come no more than `NOT_SLOWER` later.
 const LEAST_STEP_DOWN: f64 = 0.1;
 const NOT_SLOWER: f64 = 0.01;
+/// A smaller share under which the consumer waits at least this share of its time, while the
+/// CPU side is busy at least `CPU_BUSY` of the wall clock, is not kept: the CPU side cannot
+/// keep up at it, and the consumer's steps come no slower only while what the larger share
+/// decoded lasts. Beside setup A's bf16 model, every batch on the CPU was kept four times on
+/// steps no slower than a mix the GPU's first parts had slowed, the consumer waiting 16-28%
+/// of its time there, and held while it went on waiting 25-35% (H200, 2026-11-29;
+/// docs/training.md). Where the CPU side is idle much of the time, the wait has another cause,
+/// which the GPU does not cure. The side's busy time counts its threads' decoding, not their
+/// reading (about an eighth of a zstd chunk's time from the page cache), so a side that cannot
+/// keep up reads well above this.
+const SMALLER_MOST_WAIT: f64 = 0.1;
+const CPU_BUSY: f64 = 0.6;
 /// Trials of every batch on the CPU that go back in a row pause twice as long each time, up
 /// to `PAUSE` times two to this power: where the CPU side alone reads as keeping up and does
 /// not, each costs the consumer its batches.
@@ -146,6 +158,8 @@ struct Trial {
     from_wait: f64,
     from_step: f64,
     to: f64,
+    /// The CPU side's busy seconds so far, and when, as the trial started.
+    cpu_from: Option<(f64, Instant)>,
 }
 
 impl Trial {
@@ -167,13 +181,14 @@ impl Trial {
 
     /// Whether the consumer did better at the tried share: a larger share, by waiting clearly
     /// less; every batch on the GPU, by stepping clearly faster (what it is tried for); a
-    /// smaller one, by stepping no slower (the GPU's time spared). A step time over four
-    /// batches is too noisy to keep a larger share by.
-    fn helped(&self, wait: f64, step: f64) -> bool {
+    /// smaller one, by stepping no slower (the GPU's time spared) without waiting much. A
+    /// step time over four batches is too noisy to keep a larger share by.
+    /// `cpu_short`: the consumer waited while the CPU side was busy (`SMALLER_MOST_WAIT`).
+    fn helped(&self, wait: f64, step: f64, cpu_short: bool) -> bool {
         match self.kind() {
             Kind::Larger => wait < self.from_wait * HELPED,
             Kind::EveryBatch => step < self.from_step * (1.0 - FASTER),
-            Kind::Smaller => step <= self.from_step * (1.0 + NOT_SLOWER),
+            Kind::Smaller => step <= self.from_step * (1.0 + NOT_SLOWER) && !cpu_short,
         }
     }
 }
@@ -195,12 +210,28 @@ pub(crate) struct Trials {
     /// waits twice as long as the last before the next.
     cpu_alone_failed: u32,
     recent: Recent,
+    /// The CPU side's busy seconds so far (its threads' decoding seconds over their count),
+    /// and when, as last told.
+    cpu_busy: Option<(f64, Instant)>,
 }
 
 impl Trials {
     /// The consumer took batches with `delta`, `given` the GPU's mean share of them.
     pub(crate) fn observe(&mut self, delta: PaceDelta, given: f64) {
         self.recent.add(delta, given);
+    }
+
+    /// The CPU side had been busy `busy` seconds so far at `now`.
+    pub(crate) fn cpu_side_busy(&mut self, busy: f64, now: Instant) {
+        self.cpu_busy = Some((busy, now));
+    }
+
+    /// The share of the wall clock the CPU side was busy since `from`; `None` where either
+    /// read is missing.
+    fn cpu_load_since(&self, from: Option<(f64, Instant)>) -> Option<f64> {
+        let ((busy_then, then), (busy, now)) = (from?, self.cpu_busy?);
+        let wall = now.saturating_duration_since(then).as_secs_f64();
+        (wall > 0.0).then(|| (busy - busy_then) / wall)
     }
 
     /// Judges a trial under way by the consumer's `waits` at its share: the share to go back
@@ -210,7 +241,10 @@ impl Trials {
         let (wait, step) = waits.judged_over(trial.batches())?;
         self.running = None;
         self.recent = Recent::default();
-        let helped = trial.helped(wait, step);
+        // Unknown, the CPU side's load is taken as busy.
+        let cpu_load = self.cpu_load_since(trial.cpu_from);
+        let cpu_short = wait >= SMALLER_MOST_WAIT && cpu_load.is_none_or(|load| load >= CPU_BUSY);
+        let helped = trial.helped(wait, step, cpu_short);
         tracing::debug!(
             trial.from,
             trial.to,
@@ -218,6 +252,7 @@ impl Trials {
             wait,
             from_step_ms = 1e3 * trial.from_step,
             step_ms = 1e3 * step,
+            cpu_load,
             helped,
             "auto: another GPU share judged"
         );
@@ -337,6 +372,7 @@ impl Trials {
             from_wait,
             from_step,
             to,
+            cpu_from: self.cpu_busy,
         });
         to
     }
@@ -453,6 +489,28 @@ mod tests {
         assert_eq!(trials.judge(&steps(BATCHES_TO_JUDGE_PACE, 131), now), None);
         assert_eq!(trials.ceiling(now + HOLD_DOWN / 2, 0.0), 0.0);
         assert_eq!(trials.ceiling(now + HOLD_DOWN, 0.0), 1.0);
+    }
+
+    #[test]
+    fn every_batch_on_the_cpu_is_not_kept_where_the_consumer_waits_on_a_busy_cpu_side() {
+        // Steps of 100 ms with 20 ms waits at every batch on the CPU, no slower than the mix
+        // before (130 ms): kept only where the CPU side was idle part of the time.
+        let kept_at_load = |load: f64| {
+            let mut trials = Trials::default();
+            let start = Instant::now();
+            for n in 0..BATCHES_TO_JUDGE_PACE {
+                trials.observe(batch(130), 0.5 + 0.05 * (n % 3) as f64);
+            }
+            trials.cpu_side_busy(10.0, start);
+            let few = steps(2, 130);
+            assert_eq!(trials.start_cpu_alone(0.6, true, &few, start), Some(0.0));
+            let judged_at = start + Duration::from_secs(1);
+            trials.cpu_side_busy(10.0 + load, judged_at);
+            let waits = waiting(BATCHES_TO_JUDGE_PACE, 100, 20);
+            trials.judge(&waits, judged_at).is_none()
+        };
+        assert!(!kept_at_load(0.95));
+        assert!(kept_at_load(0.5));
     }
 
     /// A trial of every batch on the CPU starts at `at` from every batch on the GPU, where
