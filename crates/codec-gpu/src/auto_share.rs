@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use zarrpipe_core::PaceDelta;
 
-use crate::auto_trial::{Trials, Waits};
+use crate::auto_trial::{Trials, Waits, SMALLER_MOST_WAIT};
 use crate::last_batches::LastBatches;
 
 /// The CPU side is given at most this share of its busy time, so small changes in the
@@ -110,6 +110,9 @@ pub(crate) struct AutoShare {
     /// A trial's share went back, and the batches given it are still being delivered.
     after_trial: bool,
     compute: ComputeSteps,
+    /// The consumer's last batches with no GPU part: its compute where the GPU decodes
+    /// nothing beside it, as it would compute with every batch on the CPU.
+    compute_alone: ComputeSteps,
 }
 
 impl AutoShare {
@@ -127,6 +130,7 @@ impl AutoShare {
             trials: Trials::default(),
             after_trial: false,
             compute: ComputeSteps::default(),
+            compute_alone: ComputeSteps::default(),
         }
     }
 
@@ -180,6 +184,9 @@ impl AutoShare {
         self.trials.observe(delta, given);
         self.trials.cpu_side_busy(cpu_busy, now);
         self.compute.add(delta, given);
+        if given <= 0.0 {
+            self.compute_alone.add(delta, given);
+        }
         if let Some(back) = self.trials.judge(&self.carried, now) {
             self.set_share(back);
             self.after_trial = true;
@@ -210,7 +217,23 @@ impl AutoShare {
             (Some(compute), Some(alone)) => alone <= compute * times,
             _ => false,
         };
-        let cpu_alone_keeps_up = cpu_alone_within(1.0);
+        // Whether the CPU side alone would keep up: against the consumer's compute where the
+        // GPU decoded nothing beside it, where that was read (no more than its compute now: the
+        // first batches hold the model's set-up). The compute read beside GPU parts is the
+        // model's slowed by them: beside setup A's bf16 model it read 89-94 ms a batch with
+        // every batch on the GPU, where the model computes 75 alone, and every batch on the
+        // CPU (90-108 ms a batch) was tried from there in nine runs of sixteen, which trained
+        // at 127-169 samples/s against 173-180 without (H200, 2026-11-29; docs/training.md).
+        let compute_alone = compute_per_batch(&self.compute_alone)
+            .filter(|&alone| compute_seconds.is_some_and(|compute| alone <= compute));
+        let cpu_alone_keeps_up = match (compute_alone, cpu.alone_in_place_seconds) {
+            // Short enough that the consumer would wait less than a smaller share is kept at:
+            // it may still train faster than beside GPU parts that slow its model.
+            (Some(compute_alone), Some(alone)) => {
+                alone * (1.0 - SMALLER_MOST_WAIT) <= compute_alone
+            }
+            _ => cpu_alone_within(1.0),
+        };
         // The share the CPU side's measured rate leaves the GPU, the consumer computing as it
         // did over its last batches: called in before the consumer has eaten the batches in
         // the pipe and waits, where the CPU side alone falls clearly short. Waited for, beside
@@ -321,6 +344,9 @@ mod tests {
         /// Batches in the pipe decoded already (while the consumer set up): the next this
         /// many deliveries cost the CPU nothing.
         ready: usize,
+        /// What auto reads of the CPU side's time for a batch alone, where it reads other than
+        /// the side takes.
+        alone_read: Option<f64>,
     }
 
     impl Simulation {
@@ -340,6 +366,7 @@ mod tests {
                 gpu_batch: None,
                 cpu_measured: true,
                 ready: 0,
+                alone_read: None,
             }
         }
 
@@ -393,7 +420,9 @@ mod tests {
             let cpu = CpuSide {
                 busy: self.cpu_busy,
                 batch_seconds: self.cpu_measured.then_some(cpu_batch),
-                alone_in_place_seconds: self.cpu_measured.then_some(cpu_batch),
+                alone_in_place_seconds: self
+                    .cpu_measured
+                    .then_some(self.alone_read.unwrap_or(cpu_batch)),
             };
             self.auto.update(self.pace, cpu, queued, self.clock);
             let share = self.auto.share();
@@ -635,5 +664,24 @@ mod tests {
         );
         let late_waits = steps[100..].iter().map(|&(_, wait)| wait).sum::<f64>() / 800.0;
         assert!(late_waits < 0.01, "{late_waits}");
+    }
+
+    #[test]
+    fn the_cpu_alone_is_not_tried_where_it_falls_short_of_the_models_own_compute() {
+        // Setup A's bf16 model: 75 ms of compute a batch with no GPU part beside it, up to a
+        // quarter more beside GPU parts; the CPU side decodes a batch in 100 ms and reads as
+        // 85. Against the compute beside GPU parts it would read as keeping up.
+        let mut simulation = Simulation::new(6);
+        simulation.ready = 6;
+        simulation.alone_read = Some(0.085);
+        let compute = |share: f64| 0.075 * (1.0 + 0.25 * (share / 0.3).min(1.0));
+        let steps: Vec<_> = (0..900)
+            .map(|_| simulation.step_with(compute, 0.1, |_| 0.0))
+            .collect();
+        let called_in = steps.iter().position(|&(share, _)| share > 0.0).unwrap();
+        assert!(
+            steps[called_in..].iter().all(|&(share, _)| share > 0.0),
+            "{steps:?}"
+        );
     }
 }

@@ -75,7 +75,7 @@ const NOT_SLOWER: f64 = 0.01;
 /// which the GPU does not cure. The side's busy time counts its threads' decoding, not their
 /// reading (about an eighth of a zstd chunk's time from the page cache), so a side that cannot
 /// keep up reads well above this.
-const SMALLER_MOST_WAIT: f64 = 0.1;
+pub(crate) const SMALLER_MOST_WAIT: f64 = 0.1;
 const CPU_BUSY: f64 = 0.6;
 /// Trials of every batch on the CPU that go back in a row pause twice as long each time, up
 /// to `PAUSE` times two to this power: where the CPU side alone reads as keeping up and does

@@ -125,7 +125,11 @@ struct Rates {
     gpu: Throughput,
     cpu_pool: Throughput,
     /// The CPU side's batches decoded alone, in place (where the collator places them): each
-    /// part's lesser of its pool time and its busy time. What the CPU side alone would take.
+    /// part's busy time (its pool time for the first, whose busy time is not read). What the
+    /// CPU side alone would take. Its threads' decoding seconds leave out their reads: read by
+    /// the lesser of the two, the CPU alone was tried beside setup A's bf16 model from every
+    /// batch on the GPU (89-94 ms a step), where it took 90-108 ms a batch (H200, 2026-11-29;
+    /// docs/training.md).
     cpu_in_place: Throughput,
 }
 
@@ -447,7 +451,7 @@ impl SplitDecoder {
                 state.cpu_pool_seconds += pool;
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
                 if in_place {
-                    let seconds = cost.map_or(pool, |cost| pool.min(cost.as_secs_f64()));
+                    let seconds = cost.map_or(pool, |cost| cost.as_secs_f64());
                     record(&mut state.rates, chunks, seconds, |rates| {
                         &mut rates.cpu_in_place
                     });
