@@ -181,9 +181,9 @@ impl Trial {
 
     /// Whether the consumer did better at the tried share: a larger share, by waiting clearly
     /// less; every batch on the GPU, by stepping clearly faster (what it is tried for); a
-    /// smaller one, by stepping no slower (the GPU's time spared) without waiting much. A
-    /// step time over four batches is too noisy to keep a larger share by.
-    /// `cpu_short`: the consumer waited while the CPU side was busy (`SMALLER_MOST_WAIT`).
+    /// smaller one, by stepping no slower (the GPU's time spared), unless `cpu_short` (the
+    /// consumer waited on a busy CPU side: `SMALLER_MOST_WAIT`). A step time over four batches
+    /// is too noisy to keep a larger share by.
     fn helped(&self, wait: f64, step: f64, cpu_short: bool) -> bool {
         match self.kind() {
             Kind::Larger => wait < self.from_wait * HELPED,
