@@ -212,7 +212,7 @@ impl AutoShare {
         let cpu_measured = given < 1.0;
         let compute_seconds = compute_per_batch(&self.compute);
         // Whether the CPU side alone, in place, decodes a batch within `times` the consumer's
-        // compute: within it, every batch on the CPU is tried.
+        // compute now.
         let cpu_alone_within = |times: f64| match (compute_seconds, cpu.alone_in_place_seconds) {
             (Some(compute), Some(alone)) => alone <= compute * times,
             _ => false,

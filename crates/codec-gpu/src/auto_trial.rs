@@ -22,8 +22,9 @@
 //! again and the trial repeats.
 //!
 //! Where the CPU side alone, decoding in place, took no longer for a batch than the consumer
-//! computes, a share of any size is tried at nought, and kept where the consumer's steps come
-//! no slower. Beside setup B's model on its advised layout, where CPU decoding alone trains
+//! computes with no GPU part beside it (`auto_share.rs`), a share of any size is tried at
+//! nought, and kept where the consumer's steps come no slower and it does not wait on a busy
+//! CPU side. Beside setup B's model on its advised layout, where CPU decoding alone trains
 //! fastest, the rule's mixes put 72-92% of the chunks on the GPU; with this trial auto put
 //! 8-10% there and trained at 56.8 / 57.3 samples/s against 42.9-53.9 (H200, 2026-11-29;
 //! docs/training.md).
