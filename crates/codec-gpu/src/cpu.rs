@@ -85,10 +85,12 @@ impl CpuDecoder {
             })
     }
 
+    /// Queues `task` on the decoder's pool behind the tasks queued before it (first in, first
+    /// out, even from one of the pool's threads), so chunks decode in the order they came.
     pub(crate) fn spawn(&self, task: impl FnOnce() + Send + 'static) {
         match &self.pool {
-            Some(pool) => pool.spawn(task),
-            None => rayon::spawn(task),
+            Some(pool) => pool.spawn_fifo(task),
+            None => rayon::spawn_fifo(task),
         }
     }
 
@@ -121,5 +123,37 @@ impl ChunkDecoder for CpuDecoder {
                 })
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{mpsc, Arc, Mutex};
+
+    use super::CpuDecoder;
+
+    /// Tasks queued from one of the pool's own threads run in the order they were queued,
+    /// not last first (rayon's `spawn` from a worker).
+    #[test]
+    fn tasks_run_in_the_order_they_were_queued() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build();
+        let decoder = CpuDecoder::with_pool(Arc::new(pool.unwrap()));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (done, finished) = mpsc::channel();
+        let queuing = decoder.clone();
+        let (order_in, done_in) = (order.clone(), done.clone());
+        decoder.spawn(move || {
+            for task in 0..8 {
+                let (order, done) = (order_in.clone(), done_in.clone());
+                queuing.spawn(move || {
+                    order.lock().unwrap().push(task);
+                    done.send(()).unwrap();
+                });
+            }
+        });
+        for _ in 0..8 {
+            finished.recv().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
     }
 }
