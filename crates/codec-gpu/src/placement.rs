@@ -159,7 +159,7 @@ impl PendingChunks {
     /// one after another decode in that order, the next one's chunks taking the threads as
     /// the last of the one before finish. Decoded as one parallel task each, parts handed in
     /// together (a split's backlog when auto first gives the GPU a share) took the threads
-    /// side by side and finished together: seven CPU parts of setup A's batches in 520-750 ms
+    /// side by side and finished together: seven CPU parts of setup A's batches in 520-970 ms
     /// where one decodes in 100 (H200, 2026-11-29; docs/training.md).
     pub fn decode(self) -> BoxFuture<'static, Result<Vec<DecodedChunk>>> {
         use crate::ChunkDecoder;
