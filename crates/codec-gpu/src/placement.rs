@@ -18,7 +18,7 @@ use zarrpipe_core::BatchStats;
 use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
 use crate::chunk_decode::{decode_on_cpu, direct_decoder, write_chunk, DirectDecoder};
-use crate::{CpuDecoder, DecodedChunk, Error, Result};
+use crate::{ChunkDecoder, CpuDecoder, DecodedChunk, Error, Result};
 
 /// Where the chunks of a batch go, as the collator planned them.
 pub trait ChunkPlacement: Sync {
@@ -162,7 +162,6 @@ impl PendingChunks {
     /// side by side and finished together: seven CPU parts of setup A's batches in 520-970 ms
     /// where one decodes in 100 (H200, 2026-11-29; docs/training.md).
     pub fn decode(self) -> BoxFuture<'static, Result<Vec<DecodedChunk>>> {
-        use crate::ChunkDecoder;
         let Self {
             chunks,
             decoder,
