@@ -31,6 +31,8 @@ mod error;
 mod kernels;
 #[cfg(feature = "runtime")]
 mod memory;
+#[cfg(feature = "runtime")]
+mod pinned;
 
 #[cfg(feature = "runtime")]
 pub use buffer::DeviceBuffer;
@@ -45,3 +47,5 @@ pub use error::{CudaError, Result};
 pub use kernels::{kernel, load_module};
 #[cfg(feature = "runtime")]
 pub use memory::{device_total_memory, keep_freed_memory_pooled, trim_memory_pool, DeviceMemory};
+#[cfg(feature = "runtime")]
+pub use pinned::alloc_pinned_host;

@@ -16,6 +16,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 
+use zarrpipe_cuda::alloc_pinned_host;
 use zarrpipe_cuda::cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
 use zarrpipe_store::{ReadBuffer, ReadMemory};
 
@@ -151,10 +152,9 @@ impl PinnedReadMemory {
     }
 
     fn new_slab(&self) -> Result<Arc<Slab>, DriverError> {
-        // SAFETY: bytes are read by the host or the device only after a read wrote them.
-        // Not write-combined (cudarc's default): the host reads chunks too (frame checks, CPU
-        // decoding), and reading write-combined memory is uncached.
-        let mut memory = unsafe { self.context.alloc_pinned_with_flags::<u8>(SLAB_BYTES, 0) }?;
+        // SAFETY: bytes are read by the host or the device only after a read wrote them. The
+        // host reads chunks too (frame checks, CPU decoding).
+        let mut memory = unsafe { alloc_pinned_host(&self.context, SLAB_BYTES) }?;
         let base = memory.as_mut_ptr()? as usize;
         Ok(Arc::new(Slab {
             _memory: memory,

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use zarrpipe_cuda::cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
-use zarrpipe_cuda::During;
+use zarrpipe_cuda::{alloc_pinned_host, During};
 
 use super::tables::Tables;
 use crate::batch::Prepared;
@@ -86,8 +86,8 @@ pub(super) fn grow_pinned<'a>(
         *slot = None;
         let capacity = (len + len / 4).max(1 << 20);
         tracing::debug!(target: "zarrpipe::gpu", "a pinned staging buffer grows to {capacity} bytes");
-        // SAFETY: host staging memory; every byte uploaded is written first.
-        let buffer = unsafe { context.alloc_pinned::<u8>(capacity) }
+        // SAFETY: host staging memory; every byte uploaded or read is written first.
+        let buffer = unsafe { alloc_pinned_host(context, capacity) }
             .during_with(|| format!("allocating {capacity} bytes of pinned memory"))?;
         *slot = Some(buffer);
     }

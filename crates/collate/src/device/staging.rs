@@ -10,7 +10,7 @@ use zarrpipe_cuda::cudarc::driver::{
 
 use rayon::prelude::*;
 
-use zarrpipe_cuda::During;
+use zarrpipe_cuda::{alloc_pinned_host, During};
 
 /// Alignment of each part of [`Staging::upload_parts`] in its buffer.
 pub(super) const PART_ALIGN: usize = 256;
@@ -159,9 +159,10 @@ impl Staging {
         drop(buffers);
         let size = pinned_size(len);
         let started = std::time::Instant::now();
-        // SAFETY: host memory; every byte uploaded is written first.
+        // SAFETY: host memory; every byte uploaded is written first. Cached, not
+        // write-combined: a CPU decoder writes chunks into it and reads them back as it goes.
         let pinned =
-            unsafe { self.context.alloc_pinned::<u8>(size) }.during("allocating pinned memory")?;
+            unsafe { alloc_pinned_host(&self.context, size) }.during("allocating pinned memory")?;
         tracing::debug!(
             target: "zarrpipe::timeline",
             "pinned upload buffer of {size} bytes allocated in {:?}",
