@@ -156,6 +156,8 @@ class ZarrpipeBatches:
                 options["gpu_share"] = args.gpu_share
             if args.cpu_decode_threads is not None:
                 options["cpu_decode_threads"] = args.cpu_decode_threads
+            if args.gpu_read_memory is not None:
+                options["gpu_read_memory"] = int(args.gpu_read_memory * 2**30)
         self.pipe = zarrpipe.Pipeline(args.store, **options)
         self.pipe_batch_size = args.batch_size
         self.finished: dict[str, float] = {}
@@ -400,6 +402,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--gpu-share", type=float, help="zarrpipe auto: the GPU time it may take")
     p.add_argument("--cpu-decode-threads", type=int,
                    help="zarrpipe on a GPU: threads decoding on the CPU (cpu, split, auto)")
+    p.add_argument("--gpu-read-memory", type=float,
+                   help="zarrpipe on a GPU: GiB of pinned memory that chunk reads land in")
     p.add_argument("--variables", default=",".join(SETUP_A),
                    help="comma-separated, or 'all' (every data variable, levels as channels)")
     p.add_argument("--stats", help="per-channel mean and std (zarrpipe stats --json); "

@@ -41,10 +41,11 @@ pub struct RunArgs {
     /// memory), e.g. 2G; past it the next batch waits for older ones.
     #[arg(long, default_value = "8G", value_name = "SIZE")]
     gpu_pinned_memory: String,
-    /// On the GPU, pinned host memory that reads of a local store land in, so chunks upload
-    /// without a staging copy (0: none; past it, reads go to ordinary memory).
-    #[arg(long, default_value = "4G", value_name = "SIZE")]
-    gpu_read_memory: String,
+    /// On the GPU, most pinned host memory that reads of a local store land in, so chunks
+    /// upload without a staging copy (0: none; past it, reads go to ordinary memory). Default:
+    /// 16G, at most a quarter of the host's memory.
+    #[arg(long, value_name = "SIZE")]
+    gpu_read_memory: Option<String>,
     /// On the GPU, most of its memory the pipeline takes (decoded chunks not yet collated,
     /// stored bytes being decoded, batch tensors), e.g. 16G; under it fewer batches decode at
     /// once. Default: a quarter of the device's memory, leaving a model the rest.
@@ -342,7 +343,10 @@ async fn gpu_passes(
         chunks_in_flight: args.gpu_chunks_in_flight,
         group_bytes: super::store::parse_size(&args.gpu_group_bytes)? as usize,
         pinned_memory: super::store::parse_size(&args.gpu_pinned_memory)? as usize,
-        read_memory: super::store::parse_size(&args.gpu_read_memory)? as usize,
+        read_memory: match &args.gpu_read_memory {
+            Some(size) => super::store::parse_size(size)? as usize,
+            None => GpuOptions::default().read_memory,
+        },
         ..Default::default()
     };
     let budget = match &args.gpu_memory {

@@ -101,10 +101,11 @@ pub struct GpuOptions {
     /// Most stored bytes of the batches being decoded at once, which sit in pinned host
     /// memory until their batch is decoded (one batch always goes through, however large).
     pub pinned_memory: usize,
-    /// Pinned host memory that a pipeline's chunk reads of a local store land in (in slabs
-    /// of 64 MiB; 0: none), so those chunks upload without a staging copy; with all of it in
-    /// use, reads go to ordinary memory. A pipeline has the slabs it will hold allocated
-    /// ahead, on a thread of their own, from when it is built.
+    /// Most pinned host memory that a pipeline's chunk reads of a local store land in (in
+    /// slabs of 64 MiB; 0: none), so those chunks upload without a staging copy; with all of
+    /// it in use, reads go to ordinary memory. A pipeline has the slabs it will hold (its
+    /// batches read ahead and decoding) allocated ahead, on a thread of their own, from when
+    /// it is built. Default: 16 GiB, at most a quarter of the host's memory.
     pub read_memory: usize,
 }
 
@@ -120,9 +121,35 @@ impl Default for GpuOptions {
             decode_streams: 6,
             chunks_in_flight: 16384,
             pinned_memory: 8 << 30,
-            read_memory: 4 << 30,
+            read_memory: default_read_memory(),
         }
     }
+}
+
+/// The default [`GpuOptions::read_memory`]: room for the reads of setup B's batches (1 GB
+/// stored each, 12.8 GB with those a pipeline holds). With 4 GiB, most of its reads went to
+/// ordinary memory and were staged through pinned buffers that grew, a gigabyte at a time,
+/// while the model trained: each `cudaHostAlloc` held up its kernel launches for 0.3-0.7 s
+/// (H200, 2026-11-29; docs/training.md). At most a quarter of the host's memory is pinned.
+fn default_read_memory() -> usize {
+    const MOST: usize = 16 << 30;
+    host_memory().map_or(4 << 30, |host| MOST.min(host / 4))
+}
+
+/// The host's physical memory, in bytes.
+fn host_memory() -> Option<usize> {
+    // SAFETY: `sysconf` only reads the system's configuration.
+    let (pages, page_size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let (pages, page_size) = (
+        usize::try_from(pages).ok()?,
+        usize::try_from(page_size).ok()?,
+    );
+    (pages > 0).then(|| pages.saturating_mul(page_size))
 }
 
 impl GpuOptions {
@@ -196,7 +223,28 @@ pub struct BatchTimings {
 
 #[cfg(test)]
 mod tests {
-    use super::GpuOptions;
+    use super::{host_memory, GpuOptions};
+
+    #[test]
+    fn the_default_read_memory_holds_setup_bs_reads_within_a_quarter_of_the_host() {
+        let options = GpuOptions::default();
+        let host = host_memory().expect("the host's memory");
+        assert!(
+            options.read_memory <= host / 4,
+            "{} of {host}",
+            options.read_memory
+        );
+        // Setup B's batches, 1.02 GB stored: two read ahead and those the decoder holds (its
+        // streams and two), a quarter more as the slabs ask for.
+        let held = (2 + options.decode_streams + 2) * 1_020_000_000;
+        if host >= 64 << 30 {
+            assert!(
+                options.read_memory >= held + held / 4,
+                "{}",
+                options.read_memory
+            );
+        }
+    }
 
     #[test]
     fn batches_of_fewer_chunks_decode_more_at_once() {
