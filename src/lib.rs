@@ -109,6 +109,6 @@ pub mod prelude {
     pub use zarrpipe_pipeline::CandleBatch;
     pub use zarrpipe_pipeline::{Batch, BatchStream, DecodeOn, Host, Pipeline, PipelineExt};
     #[cfg(feature = "cuda")]
-    pub use zarrpipe_pipeline::{Gpu, GpuBatch, GpuDevice};
+    pub use zarrpipe_pipeline::{ConsumerStream, Gpu, GpuBatch, GpuDevice};
     pub use zarrpipe_store::{ChunkRequest, Dataset, FetchBatchesExt, FetchExt};
 }

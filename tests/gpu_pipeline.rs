@@ -1098,6 +1098,70 @@ mod on_gpu {
         assert!(late > 10.0, "{late} ms");
         assert!(consumer_busy < 0.5, "{consumer_busy} ms");
     }
+
+    /// A Rust consumer's waits through `ConsumerStream`, timed on the GPU: a batch handed over
+    /// 30 ms after an idle stream asked for it is waited for; one handed over while the
+    /// consumer's own kernels still run is not, though its thread waited the same.
+    #[test]
+    fn a_rust_consumers_wait_is_timed_on_the_gpu() {
+        use futures::StreamExt;
+        use std::time::Duration;
+        use zarrpipe::pipeline::ConsumerStream;
+        let Some(_gpu) = own_gpu() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        runtime().block_on(async {
+            let url = store(&dir.path().join("zstd"), Compression::Zstd, None);
+            let batches = patches(&url)
+                .epochs(2)
+                .decode_on(DecodeOn::Auto { gpu_share: None })
+                .collate_on_gpu()
+                .build()
+                .await
+                .unwrap();
+            // Each batch comes 30 ms after the consumer asks for it.
+            let mut late = Box::pin(batches.then(|batch| async {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                batch
+            }));
+            let context = CudaContext::new(0).unwrap();
+            let consumer = ConsumerStream::new(context.new_stream().unwrap());
+            let mut busy_buffer = consumer.stream().alloc_zeros::<u8>(1 << 30).unwrap();
+            let first = consumer.next(&mut late).await.unwrap().unwrap();
+            let pace = first.pace.clone().expect("auto attaches its pace");
+            // Asks for the next batch with the consumer's stream idle, or with about 100 ms
+            // of its kernels queued.
+            let mut take = async |queue_work: bool| {
+                if queue_work {
+                    for _ in 0..250 {
+                        consumer.stream().memset_zeros(&mut busy_buffer).unwrap();
+                    }
+                } else {
+                    consumer.stream().synchronize().unwrap();
+                }
+                consumer.next(&mut late).await.unwrap().unwrap()
+            };
+            let start = pace.counts().wait;
+            for _ in 0..4 {
+                take(false).await;
+            }
+            // The four idle asks' waits are resolved by the next hand-over; its own is not,
+            // its kernels still running.
+            take(true).await;
+            let idle = pace.counts().wait - start;
+            for _ in 0..4 {
+                take(true).await;
+            }
+            context.synchronize().unwrap();
+            take(false).await;
+            let busy = pace.counts().wait - start - idle;
+            eprintln!("waited {idle:?} over 4 idle asks, {busy:?} over 5 busy ones");
+            assert!(pace.waits_on_device());
+            assert!(idle >= Duration::from_millis(4 * 20), "{idle:?}");
+            assert!(busy <= Duration::from_millis(5), "{busy:?}");
+        });
+    }
 }
 
 #[cfg(not(feature = "cuda"))]

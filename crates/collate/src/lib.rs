@@ -65,7 +65,9 @@ pub use derived::{Coordinate, DerivedChannels, DerivedJob, DerivedPlan};
 #[cfg(feature = "candle")]
 pub use device::Candle;
 #[cfg(feature = "cuda")]
-pub use device::{DeviceCollator, DeviceTensor, Gpu, HandoverClock, TensorPool, TensorRoom};
+pub use device::{
+    ConsumerStream, DeviceCollator, DeviceTensor, Gpu, HandoverClock, TensorPool, TensorRoom,
+};
 pub use error::{Error, Result};
 pub use gather::{GatherPlan, Piece, MAX_AXES};
 pub use host::HostCollator;

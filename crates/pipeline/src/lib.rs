@@ -93,9 +93,9 @@ pub use stage_gpu::StageGpu;
 pub use stream::BatchStream;
 #[cfg(feature = "candle")]
 pub use zarrpipe_collate::Candle;
-#[cfg(feature = "cuda")]
-pub use zarrpipe_collate::Gpu;
 pub use zarrpipe_collate::{Batch, CollateOptions, Host, Normalization, Place, TensorDType};
+#[cfg(feature = "cuda")]
+pub use zarrpipe_collate::{ConsumerStream, Gpu};
 
 /// A batch handed to candle (feature `candle`, see `GpuBatch::into_candle`).
 #[cfg(feature = "candle")]

@@ -7,6 +7,7 @@
 #[cfg(feature = "candle")]
 mod candle;
 mod collate_stage;
+mod consumer_stream;
 mod gpu_place;
 mod handover_clock;
 mod pool;
@@ -26,6 +27,7 @@ use zarrpipe_store::ChunkRequest;
 
 #[cfg(feature = "candle")]
 pub use candle::Candle;
+pub use consumer_stream::ConsumerStream;
 pub use gpu_place::Gpu;
 pub use handover_clock::HandoverClock;
 pub use pool::{DeviceTensor, TensorPool, TensorRoom};
