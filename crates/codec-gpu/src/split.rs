@@ -499,7 +499,8 @@ impl SplitDecoder {
             Side::Cpu => self.cpu.clone().decode_chunks(chunks),
             Side::Gpu if chunks.iter().any(EncodedChunk::is_read_at_decode) => {
                 let gpu = self.gpu.clone();
-                async move { gpu.decode_chunks(read_now(chunks).await?).await }.boxed()
+                let memory = gpu.read_memory();
+                async move { gpu.decode_chunks(read_now(chunks, memory).await?).await }.boxed()
             }
             Side::Gpu => self.gpu.clone().decode_chunks(chunks),
         };
@@ -543,14 +544,23 @@ impl SplitDecoder {
     }
 }
 
-/// `chunks` with the files of those handed on unread read now, on rayon's pool: a GPU part
-/// of a batch fetched while auto kept every batch on the CPU (`auto_reads.rs`).
-async fn read_now(chunks: Vec<EncodedChunk>) -> Result<Vec<EncodedChunk>> {
+/// `chunks` with the files of those handed on unread read now, on rayon's pool, into the GPU
+/// side's `memory` where it has room (there they upload without a staging copy): a GPU part
+/// of a batch fetched while auto kept every batch on the CPU (`auto_reads.rs`). Read into
+/// ordinary memory, the first such parts beside setup B's model were staged through pinned
+/// buffers that grew by `cudaHostAlloc`, 0.3-0.75 s each (H200, 2026-11-29; docs/training.md).
+async fn read_now(
+    chunks: Vec<EncodedChunk>,
+    memory: Option<Arc<dyn ReadMemory>>,
+) -> Result<Vec<EncodedChunk>> {
     use rayon::prelude::*;
     let read = tokio::task::spawn_blocking(move || {
         chunks
             .into_par_iter()
-            .map(EncodedChunk::read_now)
+            .map(|chunk| match &memory {
+                Some(memory) => chunk.read_now_into(memory.as_ref()),
+                None => chunk.read_now(),
+            })
             .collect::<std::result::Result<Vec<_>, _>>()
     });
     let read = read.await.map_err(|source| crate::Error::StageTask {
@@ -901,14 +911,53 @@ mod tests {
             }
             let unread = handed_on.iter().filter(|c| c.is_read_at_decode()).count();
             assert!(unread > read.len() / 2, "{unread} of {}", read.len());
-            let read_for_the_gpu = read_now(handed_on).await.unwrap();
-            for (chunk, expected) in read_for_the_gpu.iter().zip(&read) {
+            // Read for the GPU side into its memory: every unread chunk takes a buffer there.
+            let gpu_memory = Arc::new(CountingMemory::default());
+            let read_for_the_gpu = read_now(handed_on.clone(), Some(gpu_memory.clone()))
+                .await
+                .unwrap();
+            assert_eq!(gpu_memory.buffers.load(Ordering::Relaxed), unread);
+            // And without memory of its own, into ordinary memory: the same bytes either way.
+            let read_plainly = read_now(handed_on, None).await.unwrap();
+            for ((chunk, plainly), expected) in
+                read_for_the_gpu.iter().zip(&read_plainly).zip(&read)
+            {
                 assert!(!chunk.is_read_at_decode());
                 assert_eq!(chunk.bytes, expected.bytes, "{}", chunk.request.key());
+                assert_eq!(plainly.bytes, expected.bytes, "{}", chunk.request.key());
             }
             split.cpu_alone.store(false, Ordering::Relaxed);
             assert!(!memory.reads_at_decode());
         });
+    }
+
+    /// Read memory that hands out ordinary buffers and counts them.
+    #[derive(Debug, Default)]
+    struct CountingMemory {
+        buffers: std::sync::atomic::AtomicUsize,
+    }
+
+    struct Owned(Vec<u8>);
+
+    impl AsRef<[u8]> for Owned {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    impl AsMut<[u8]> for Owned {
+        fn as_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+
+    impl zarrpipe_store::ReadBuffer for Owned {}
+
+    impl ReadMemory for CountingMemory {
+        fn buffer(&self, len: usize) -> Option<Box<dyn zarrpipe_store::ReadBuffer>> {
+            self.buffers.fetch_add(1, Ordering::Relaxed);
+            Some(Box::new(Owned(vec![0; len])))
+        }
     }
 
     #[test]

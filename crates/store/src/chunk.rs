@@ -6,7 +6,7 @@ use bytes::Bytes;
 
 use crate::local_read::local_error;
 use crate::read_at_decode::{ChunkFile, Stored};
-use crate::{Error, Result, Variable};
+use crate::{Error, ReadMemory, Result, Variable};
 
 /// One chunk of one variable to read.
 #[derive(Clone, Debug)]
@@ -125,12 +125,9 @@ impl EncodedChunk {
             });
         };
         let started = Instant::now();
-        let read = file.read_into(buffer).map_err(|source| Error::Fetch {
-            url: file.url().to_string(),
-            variable: self.request.variable.name().to_string(),
-            key: self.request.key(),
-            source: local_error(source),
-        })?;
+        let read = file
+            .read_into(buffer)
+            .map_err(|source| self.read_error(file, source))?;
         let bytes = read.map(|len| &buffer[..len]);
         Ok(Stored {
             bytes,
@@ -157,5 +154,33 @@ impl EncodedChunk {
             at_decode: None,
             ..self
         })
+    }
+
+    /// As [`read_now`](Self::read_now), into a buffer from `memory` where it has one to give:
+    /// a GPU decoder's pinned memory, from which the chunk uploads without a staging copy.
+    pub fn read_now_into(self, memory: &dyn ReadMemory) -> Result<Self> {
+        let Some(file) = &self.at_decode else {
+            return Ok(self);
+        };
+        let started = Instant::now();
+        let bytes = file
+            .read_into_memory(memory)
+            .map_err(|source| self.read_error(file, source))?;
+        Ok(Self {
+            bytes,
+            fetch_time: started.elapsed(),
+            at_decode: None,
+            ..self
+        })
+    }
+
+    /// The error of a failed read of this chunk's `file`.
+    fn read_error(&self, file: &ChunkFile, source: std::io::Error) -> Error {
+        Error::Fetch {
+            url: file.url().to_string(),
+            variable: self.request.variable.name().to_string(),
+            key: self.request.key(),
+            source: local_error(source),
+        }
     }
 }

@@ -12,8 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::io::StoreIo;
-use crate::local_read::{probe_and_read_ahead, read_whole_into, Probe};
+use crate::local_read::{probe_and_read_ahead, read_local, read_whole_into, LocalRead, Probe};
+use crate::ReadMemory;
 
 /// A chunk's file, read when the chunk is decoded.
 #[derive(Clone, Debug)]
@@ -46,6 +49,29 @@ impl ChunkFile {
     pub(crate) fn read_into(&self, buffer: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
         let read = read_whole_into(&self.path, buffer)?;
         self.io.count_local_read(read.map_or(0, |len| len as u64));
+        Ok(read)
+    }
+
+    /// Reads the whole file into a buffer from `memory`, or into ordinary memory where it has
+    /// none to give; `None` when the file is not there. Counted as the fetch stage counts its
+    /// reads.
+    pub(crate) fn read_into_memory(
+        &self,
+        memory: &dyn ReadMemory,
+    ) -> std::io::Result<Option<Bytes>> {
+        let read = match read_local(&self.path, None, memory)? {
+            LocalRead::Read(bytes) => Some(bytes),
+            LocalRead::Missing => None,
+            LocalRead::Declined => {
+                let mut buffer = Vec::new();
+                read_whole_into(&self.path, &mut buffer)?.map(|len| {
+                    buffer.truncate(len);
+                    Bytes::from(buffer)
+                })
+            }
+        };
+        self.io
+            .count_local_read(read.as_ref().map_or(0, |bytes| bytes.len() as u64));
         Ok(read)
     }
 
