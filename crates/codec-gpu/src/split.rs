@@ -557,10 +557,7 @@ async fn read_now(
     let read = tokio::task::spawn_blocking(move || {
         chunks
             .into_par_iter()
-            .map(|chunk| match &memory {
-                Some(memory) => chunk.read_now_into(memory.as_ref()),
-                None => chunk.read_now(),
-            })
+            .map(|chunk| chunk.read_now_into(memory.as_deref()))
             .collect::<std::result::Result<Vec<_>, _>>()
     });
     let read = read.await.map_err(|source| crate::Error::StageTask {

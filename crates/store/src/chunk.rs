@@ -138,27 +138,12 @@ impl EncodedChunk {
     /// The chunk with its stored bytes in memory of their own, read now if it was handed on
     /// unread: for decoders that do not read it themselves.
     pub fn read_now(self) -> Result<Self> {
-        if self.at_decode.is_none() {
-            return Ok(self);
-        }
-        let mut buffer = Vec::new();
-        let stored = self.stored(&mut buffer)?;
-        let (len, read_time) = (stored.bytes.map(<[u8]>::len), stored.read_time);
-        let bytes = len.map(|len| {
-            buffer.truncate(len);
-            Bytes::from(buffer)
-        });
-        Ok(Self {
-            bytes,
-            fetch_time: read_time,
-            at_decode: None,
-            ..self
-        })
+        self.read_now_into(None)
     }
 
     /// As [`read_now`](Self::read_now), into a buffer from `memory` where it has one to give:
     /// a GPU decoder's pinned memory, from which the chunk uploads without a staging copy.
-    pub fn read_now_into(self, memory: &dyn ReadMemory) -> Result<Self> {
+    pub fn read_now_into(self, memory: Option<&dyn ReadMemory>) -> Result<Self> {
         let Some(file) = &self.at_decode else {
             return Ok(self);
         };

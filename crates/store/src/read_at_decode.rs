@@ -52,14 +52,18 @@ impl ChunkFile {
         Ok(read)
     }
 
-    /// Reads the whole file into a buffer from `memory`, or into ordinary memory where it has
-    /// none to give; `None` when the file is not there. Counted as the fetch stage counts its
-    /// reads.
+    /// Reads the whole file into a buffer from `memory`, or into ordinary memory where there
+    /// is none or it has none to give; `None` when the file is not there. Counted as the fetch
+    /// stage counts its reads.
     pub(crate) fn read_into_memory(
         &self,
-        memory: &dyn ReadMemory,
+        memory: Option<&dyn ReadMemory>,
     ) -> std::io::Result<Option<Bytes>> {
-        let read = match read_local(&self.path, None, memory)? {
+        let direct = match memory {
+            Some(memory) => read_local(&self.path, None, memory)?,
+            None => LocalRead::Declined,
+        };
+        let read = match direct {
             LocalRead::Read(bytes) => Some(bytes),
             LocalRead::Missing => None,
             LocalRead::Declined => {
