@@ -196,6 +196,10 @@ mod on_gpu {
                 "auto decode, GPU collate",
                 gpu_batches(builder(), auto).await,
             ),
+            (
+                "a fixed split (0.4 on the GPU), GPU collate",
+                gpu_batches(builder(), DecodeOn::SplitFixed { gpu_chunks: 0.4 }).await,
+            ),
         ];
         if builder().collate_options_ref().dtype == TensorDType::F32 {
             let decoded_on_gpu = cpu_batches(host(DecodeOn::Gpu), |v| v).await;

@@ -661,6 +661,25 @@ async fn a_rank_past_the_processes_on_the_host_is_refused() {
     assert!(batches.try_next().await.unwrap().is_some());
 }
 
+/// A fixed split's GPU share is a fraction of the chunks: anything else is refused before a
+/// GPU is opened, naming the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_splits_share_must_be_a_fraction() {
+    for gpu_chunks in [1.5, -0.1, f64::NAN] {
+        let built = Pipeline::builder(common::store_path("xr_v3"))
+            .variables(["t2m"])
+            .batch_size(2)
+            .decode_on(zarrpipe::pipeline::DecodeOn::SplitFixed { gpu_chunks })
+            .build()
+            .await;
+        let error = built.map(|_| ()).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("gpu_chunks = {gpu_chunks}")) && error.contains("from 0 to 1"),
+            "{error}"
+        );
+    }
+}
+
 /// Ranks that share their waits (`share_waits_on_host`) must say which rank they are (a
 /// table slot taken by guess would mix two ranks' waits) and name the job so that it can name
 /// a file. A rank that does builds (on a host without a GPU, `auto` into host tensors decodes

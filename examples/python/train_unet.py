@@ -154,6 +154,8 @@ class ZarrpipeBatches:
             options["decode_on"] = args.mode
             if args.mode == "auto" and args.gpu_share is not None:
                 options["gpu_share"] = args.gpu_share
+            if args.mode == "split" and args.gpu_chunks is not None:
+                options["gpu_chunks"] = args.gpu_chunks
             if args.cpu_decode_threads is not None:
                 options["cpu_decode_threads"] = args.cpu_decode_threads
             if args.gpu_read_memory is not None:
@@ -400,6 +402,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mode", choices=["gpu", "cpu", "split", "auto"], default="gpu",
                    help="zarrpipe on a GPU: where chunks are decoded (cpu: CPU decode, GPU collate)")
     p.add_argument("--gpu-share", type=float, help="zarrpipe auto: the GPU time it may take")
+    p.add_argument("--gpu-chunks", type=float,
+                   help="zarrpipe split: a fixed fraction of each batch's chunks on the GPU")
     p.add_argument("--cpu-decode-threads", type=int,
                    help="zarrpipe on a GPU: threads decoding on the CPU (cpu, split, auto)")
     p.add_argument("--gpu-read-memory", type=float,

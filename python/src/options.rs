@@ -123,16 +123,34 @@ fn gpu_settings(
     };
     let decode_on: String = get(options, "decode_on")?.unwrap_or_else(|| "gpu".into());
     let gpu_share: Option<f64> = get(options, "gpu_share")?;
+    let gpu_chunks: Option<f64> = get(options, "gpu_chunks")?;
+    let split = match gpu_chunks {
+        Some(gpu_chunks) if (0.0..=1.0).contains(&gpu_chunks) => {
+            DecodeOn::SplitFixed { gpu_chunks }
+        }
+        Some(gpu_chunks) => {
+            return Err(PyValueError::new_err(format!(
+                "`gpu_chunks` = {gpu_chunks}: the fraction of each batch's chunks decoded on \
+                 the GPU must be from 0 to 1"
+            )))
+        }
+        None => DecodeOn::Split,
+    };
     let decode_on = choice(
         "decode_on",
         &decode_on,
         &[
             ("gpu", DecodeOn::Gpu),
             ("cpu", DecodeOn::Cpu),
-            ("split", DecodeOn::Split),
+            ("split", split),
             ("auto", DecodeOn::Auto { gpu_share }),
         ],
     )?;
+    if gpu_chunks.is_some() && !matches!(decode_on, DecodeOn::SplitFixed { .. }) {
+        return Err(PyValueError::new_err(
+            "`gpu_chunks` is a share of split decoding: give it with decode_on=\"split\"",
+        ));
+    }
     let memory = get(options, "gpu_memory")?;
     let tensor_memory = get(options, "gpu_tensor_memory")?;
     Ok((decoder, memory, tensor_memory, decode_on))
@@ -184,6 +202,7 @@ const KEYS: &[&str] = &[
     "gpu_decode_streams",
     "decode_on",
     "gpu_share",
+    "gpu_chunks",
     "mask_and_scale",
     "time_dim",
 ];

@@ -51,7 +51,7 @@ def cpu_batches(path, **options):
     return [b for b in zarrpipe.Pipeline(path, tensors="raw", **{**OPTIONS, **options})]
 
 
-@pytest.mark.parametrize("decode_on", ["gpu", "cpu", "split", "auto"])
+@pytest.mark.parametrize("decode_on", ["gpu", "cpu", "split", "split:0.5", "auto"])
 @pytest.mark.parametrize("name", ["xr_v2", "xr_v3"])
 @pytest.mark.parametrize("streams", [None, 1])
 def test_gpu_batches_equal_the_cpu_path_bit_for_bit(torch, name, decode_on, streams):
@@ -59,7 +59,9 @@ def test_gpu_batches_equal_the_cpu_path_bit_for_bit(torch, name, decode_on, stre
     stats = zarrpipe.stats(path, OPTIONS["variables"])
     extra = dict(normalize=stats, nan_mask=True, latitude_weights="latitude")
     want = cpu_batches(path, **extra)
+    decode_on, _, gpu_chunks = decode_on.partition(":")
     pipe = zarrpipe.Pipeline(path, device="cuda:0", decode_on=decode_on, gpu_decode_streams=streams,
+                             gpu_chunks=float(gpu_chunks) if gpu_chunks else None,
                              **OPTIONS, **extra)
     got = list(pipe)
     assert len(got) == len(want) == len(pipe)

@@ -371,7 +371,8 @@ class Pipeline:
     - ``device``: ``"cpu"`` or ``"cuda:N"`` (batches collated in that GPU's memory; needs a
       build with the ``cuda`` feature), ``decode_on``: ``"gpu"`` (default there), ``"cpu"``,
       ``"split"`` (both, by their measured rates, the CPU only while it adds to what the GPU
-      decodes alone) or ``"auto"`` (the GPU only while training
+      decodes alone; with ``gpu_chunks``, that fixed fraction of each batch's chunks on the
+      GPU and the rest on the CPU) or ``"auto"`` (the GPU only while training
       waits, at most ``gpu_share`` of its time; the wait is read on the GPU, from when the loop
       asks for a batch to when the batch is there for its stream); ``cpu_decode_threads``: threads decoding on
       the CPU there, at a low priority so the training loop keeps its cores (default: every
@@ -461,6 +462,7 @@ class Pipeline:
         gpu_decode_streams: int | None = None,
         decode_on: str | None = None,
         gpu_share: float | None = None,
+        gpu_chunks: float | None = None,
         mask_and_scale: bool = True,
         time_dim: str | None = None,
         tensors: str = "auto",
@@ -540,6 +542,7 @@ class Pipeline:
             "gpu_decode_streams": gpu_decode_streams,
             "decode_on": decode_on,
             "gpu_share": gpu_share,
+            "gpu_chunks": gpu_chunks,
             "mask_and_scale": mask_and_scale,
             "time_dim": time_dim,
         }

@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// much as the consumer's pace asks for).
     #[arg(long, default_value = "auto", value_name = "SHARE")]
     gpu_share: String,
+    /// With --decode split: a fixed fraction of each batch's chunks decoded on the GPU, e.g.
+    /// 0.4, the rest on the CPU, instead of the share the sides' measured rates give.
+    #[arg(long, value_name = "FRACTION")]
+    gpu_chunks: Option<f64>,
     /// On a GPU device with --decode cpu, split or auto: threads decoding on the CPU, at a low
     /// priority (0: one per core; default: a quarter of the cores for split, leaving the
     /// others to feed the GPU; every core for cpu; every core but two for auto).
@@ -595,6 +599,9 @@ fn pipeline(
     decode: Decode,
     layout: Option<Arc<SampleLayout>>,
 ) -> anyhow::Result<PipelineBuilder> {
+    if args.gpu_chunks.is_some() && !matches!(decode, Decode::Split) {
+        anyhow::bail!("--gpu-chunks is a share of split decoding: give it with --decode split");
+    }
     let mut builder = Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())
         .epoch_options(args.windows.epoch_options()?)
@@ -607,7 +614,10 @@ fn pipeline(
         .decode_on(match decode {
             Decode::Cpu => DecodeOn::Cpu,
             Decode::Gpu => DecodeOn::Gpu,
-            Decode::Split => DecodeOn::Split,
+            Decode::Split => match args.gpu_chunks {
+                Some(gpu_chunks) => DecodeOn::SplitFixed { gpu_chunks },
+                None => DecodeOn::Split,
+            },
             Decode::Auto => DecodeOn::Auto {
                 gpu_share: gpu_share(&args.gpu_share)?,
             },

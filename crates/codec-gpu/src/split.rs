@@ -83,6 +83,12 @@ pub enum SplitPolicy {
         /// consumer's pace asks for.
         gpu_share: Option<f64>,
     },
+    /// A fixed fraction of each batch's chunks of a kind on the GPU, the rest on the CPU, with
+    /// no measurement: for a mix found by hand, or to measure what a mix gives.
+    Fixed {
+        /// The fraction of the chunks on the GPU, from 0 to 1.
+        gpu_chunks: f64,
+    },
 }
 
 /// Decodes each batch on both sides at once; see the documentation of `split.rs`.
@@ -293,6 +299,7 @@ impl SplitDecoder {
             SplitPolicy::Balanced if state.trials.way_now() == Way::GpuAlone => 1.0,
             SplitPolicy::Balanced => lean(rates.balanced_gpu_share(self.prior), state.cpu_weight),
             SplitPolicy::Auto { .. } => state.auto.share(),
+            SplitPolicy::Fixed { gpu_chunks } => gpu_chunks,
         }
     }
 
@@ -304,7 +311,7 @@ impl SplitDecoder {
     fn backlog_to_share_by(&self, state: &SplitState) -> Backlog {
         match self.policy {
             SplitPolicy::Balanced => state.backlog,
-            SplitPolicy::Auto { .. } => Backlog::default(),
+            SplitPolicy::Auto { .. } | SplitPolicy::Fixed { .. } => Backlog::default(),
         }
     }
 
@@ -377,6 +384,10 @@ impl SplitDecoder {
                     let count = chunks.len();
                     let share = (count as f64 * state.auto.share()).round() as usize;
                     worth_a_gpu_part(share.min(count), count)
+                }
+                SplitPolicy::Fixed { gpu_chunks } => {
+                    let count = chunks.len();
+                    ((count as f64 * gpu_chunks).round() as usize).min(count)
                 }
             };
             let to_cpu = chunks.len() - to_gpu;
@@ -850,7 +861,7 @@ impl BatchDecoder for SplitDecoder {
     /// Under auto, none while it keeps every batch on the CPU (`auto_reads.rs`).
     fn read_memory(&self) -> Option<Arc<dyn ReadMemory>> {
         match self.policy {
-            SplitPolicy::Balanced => self.gpu.read_memory(),
+            SplitPolicy::Balanced | SplitPolicy::Fixed { .. } => self.gpu.read_memory(),
             SplitPolicy::Auto { .. } => Some(Arc::new(AutoReads::new(
                 self.gpu.read_memory(),
                 self.cpu_alone.clone(),
@@ -861,7 +872,7 @@ impl BatchDecoder for SplitDecoder {
     /// Auto's: it shares batches out by the consumer's waits.
     fn consumer_pace(&self) -> Option<Arc<Pace>> {
         match self.policy {
-            SplitPolicy::Balanced => None,
+            SplitPolicy::Balanced | SplitPolicy::Fixed { .. } => None,
             SplitPolicy::Auto { .. } => Some(self.pace.clone()),
         }
     }
@@ -1292,6 +1303,35 @@ mod tests {
         assert!(alone.cpu.is_empty(), "{} to the CPU", alone.cpu.len());
         assert_eq!(alone.gpu.len(), chunks.len());
         assert_eq!(split.gpu_share_now(), Some(1.0));
+    }
+
+    #[test]
+    fn a_fixed_split_gives_the_gpu_its_fraction_of_each_kind_whatever_was_measured() {
+        let (_dir, runtime, chunks) = fixture_chunks(5);
+        let mut kinds: HashMap<Kind, usize> = HashMap::new();
+        for chunk in &chunks {
+            *kinds.entry(kind(chunk)).or_default() += 1;
+        }
+        let expected_gpu: usize = (kinds.values())
+            .map(|&count| (count as f64 * 0.25).round() as usize)
+            .sum();
+        assert!(expected_gpu > 0 && expected_gpu < chunks.len(), "{kinds:?}");
+        let fixed = Arc::new(split(SplitPolicy::Fixed { gpu_chunks: 0.25 }));
+        for _ in 0..3 {
+            let shares = fixed.share(chunks.clone());
+            assert_eq!(shares.gpu.len(), expected_gpu);
+            assert_eq!(shares.cpu.len(), chunks.len() - expected_gpu);
+            assert!(shares.trial.is_none());
+            // Decoded, a part on each side (both CPU decoders here); what the sides learn
+            // moves nothing.
+            let decoded = runtime.block_on(fixed.clone().decode_chunks(chunks.clone()));
+            assert!(matches!(decoded.unwrap(), DecodedChunks::Split(_)));
+        }
+        assert_eq!(fixed.gpu_share_now(), Some(0.25));
+        let none = Arc::new(split(SplitPolicy::Fixed { gpu_chunks: 0.0 }));
+        assert!(none.share(chunks.clone()).gpu.is_empty());
+        let all = Arc::new(split(SplitPolicy::Fixed { gpu_chunks: 1.0 }));
+        assert!(all.share(chunks.clone()).cpu.is_empty());
     }
 
     #[test]

@@ -50,6 +50,13 @@ pub enum DecodeOn {
         /// the consumer's pace asks for.
         gpu_share: Option<f64>,
     },
+    /// Each batch on both at once, a fixed fraction of its chunks (of each kind) on the GPU
+    /// and the rest on the CPU, measured by nothing: a mix found by hand, or a way to measure
+    /// what a mix gives ([`SplitPolicy::Fixed`]; feature `cuda`).
+    SplitFixed {
+        /// The fraction of the chunks decoded on the GPU, from 0 to 1.
+        gpu_chunks: f64,
+    },
 }
 
 /// Configures a pipeline; [`build`](PipelineBuilder::build) opens the dataset and returns the
@@ -529,6 +536,11 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// `collate_batches` and `prefetch`, the chain a user can also compose by hand. Must be
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
+        if let DecodeOn::SplitFixed { gpu_chunks } = self.config.decode_on {
+            if !(0.0..=1.0).contains(&gpu_chunks) {
+                return Err(Error::GpuChunks { gpu_chunks });
+            }
+        }
         share_the_global_pool(self.config.processes_on_host);
         let waits = self.host_waits()?;
         let gpu = self.open_gpu_if_used()?;
@@ -637,6 +649,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
                 DecodeOn::Cpu => Ok(gpu.cpu_decoder(threads.clone())?),
                 DecodeOn::Gpu => Ok(gpu.decoder()),
                 DecodeOn::Split => split(SplitPolicy::Balanced),
+                DecodeOn::SplitFixed { gpu_chunks } => split(SplitPolicy::Fixed { gpu_chunks }),
                 DecodeOn::Auto { gpu_share } => {
                     let split = gpu.split_decoder(SplitPolicy::Auto { gpu_share }, threads)?;
                     if let Some(waits) = waits {
@@ -716,8 +729,8 @@ fn share_the_global_pool(processes: usize) {
 ///   host trained at 160 samples/s (155-168) with 16 threads against 143 (129-158) with 14,
 ///   four and five runs, two calls (2026-11-26; docs/benchmarks.md, "Defaults and the
 ///   measurements behind them");
-/// - auto decoding: the process's share of every core but two (at least one); two stay for
-///   the consumers and the GPU's feeders, which auto keeps busy.
+/// - auto and a fixed split: the process's share of every core but two (at least one); two
+///   stay for the consumers and the GPU's feeders, which these keep busy.
 pub fn default_cpu_decode_threads(on: DecodeOn, processes: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     cpu_decode_threads_of(cores, on, processes)
@@ -729,7 +742,9 @@ fn cpu_decode_threads_of(cores: usize, on: DecodeOn, processes: usize) -> usize 
     match on {
         DecodeOn::Split => (cores / processes / 4).max(1),
         DecodeOn::Cpu => (cores / processes).max(1),
-        DecodeOn::Gpu | DecodeOn::Auto { .. } => (cores.saturating_sub(2) / processes).max(1),
+        DecodeOn::Gpu | DecodeOn::Auto { .. } | DecodeOn::SplitFixed { .. } => {
+            (cores.saturating_sub(2) / processes).max(1)
+        }
     }
 }
 
@@ -864,6 +879,8 @@ mod tests {
         assert_eq!(cpu_decode_threads_of(16, DecodeOn::Cpu, 1), 16);
         assert_eq!(cpu_decode_threads_of(16, auto, 1), 14);
         assert_eq!(cpu_decode_threads_of(16, DecodeOn::Split, 1), 4);
+        let fixed = DecodeOn::SplitFixed { gpu_chunks: 0.5 };
+        assert_eq!(cpu_decode_threads_of(16, fixed, 1), 14);
         // Two ranks on 32 cores: 16 threads each (15 for auto, 4 for split), not 32.
         assert_eq!(cpu_decode_threads_of(32, DecodeOn::Cpu, 2), 16);
         assert_eq!(cpu_decode_threads_of(32, auto, 2), 15);

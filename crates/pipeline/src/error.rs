@@ -91,6 +91,13 @@ pub enum Error {
         reason: String,
     },
 
+    /// A fixed split's share of the chunks on the GPU that is not a fraction.
+    #[error("decode_on split with gpu_chunks = {gpu_chunks}: the fraction of each batch's chunks decoded on the GPU must be from 0 to 1")]
+    GpuChunks {
+        /// The share asked for.
+        gpu_chunks: f64,
+    },
+
     /// A device this build cannot use.
     #[error("device {device} is not supported by this build: {reason}")]
     UnsupportedDevice {
