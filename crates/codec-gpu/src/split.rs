@@ -344,6 +344,11 @@ impl SplitDecoder {
         if let SplitPolicy::Auto { gpu_share } = self.policy {
             let counts = by_kind.iter().map(|(kind, chunks)| (kind, chunks.len()));
             let cpu = Self::cpu_side(&state, counts);
+            tracing::debug!(
+                batch_ms = cpu.batch_seconds.map(|seconds| 1e3 * seconds),
+                alone_in_place_ms = cpu.alone_in_place_seconds.map(|seconds| 1e3 * seconds),
+                "auto: the CPU side's batch as read"
+            );
             state.auto.update(self.pace.counts(), cpu, ahead, now);
             if let Some(share) = gpu_share {
                 if state.gpu_time.as_secs_f64() > share * started.elapsed().as_secs_f64() {
@@ -474,6 +479,8 @@ impl SplitDecoder {
             chunks = chunks.len(),
             wall_ms = 1e3 * start.wall().as_secs_f64(),
             cost_ms = cost.map(|cost| 1e3 * cost.as_secs_f64()),
+            threads_ms = 1e3 * spent.decode_busy.as_secs_f64(),
+            in_place,
             "split: a part decoded"
         );
         if let Some(cost) = cost {
