@@ -56,7 +56,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "auto")]
     device: String,
     /// Where chunks are decoded: cpu, gpu, split (each batch on both, shared out by their
-    /// measured rates) or auto (the CPU first, the GPU only while the consumer waits, within
+    /// measured rates, or by --gpu-chunks) or auto (the CPU first, the GPU only while the consumer waits, within
     /// --gpu-share). Default: the device's side.
     #[arg(long, value_name = "WHERE")]
     decode: Option<Decode>,
