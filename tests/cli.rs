@@ -969,3 +969,10 @@ fn decode_auto_without_a_gpu_decodes_on_the_cpu_and_says_why() {
     ]));
     assert!(text.contains("decode on the CPU (auto: "), "{text}");
 }
+
+#[test]
+fn a_gpu_chunks_share_needs_split_decoding() {
+    let store = store_path("xr_v3");
+    let error = fails(&["run", &store, "--device", "cpu", "--gpu-chunks", "0.3"]);
+    assert!(error.contains("--decode split"), "{error}");
+}
