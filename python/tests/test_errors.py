@@ -48,8 +48,9 @@ def test_missing_variable_names_the_variable_and_the_choices():
         (dict(device="tpu:0"), ValueError, "device"),
         (dict(history=2), ValueError, "leads"),
         (dict(gpu_decode_streams=0), ValueError, "gpu_decode_streams"),
-        (dict(decode_on="split", gpu_chunks=1.5), ValueError, "gpu_chunks.*from 0 to 1"),
-        (dict(decode_on="auto", gpu_chunks=0.5), ValueError, "gpu_chunks.*split"),
+        (dict(device="cuda:0", decode_on="split", gpu_chunks=1.5), ValueError,
+         "gpu_chunks.*from 0 to 1"),
+        (dict(device="cuda:0", decode_on="auto", gpu_chunks=0.5), ValueError, "gpu_chunks.*split"),
         (dict(batch_size="eight"), TypeError, "batch_size"),
     ],
 )
