@@ -125,15 +125,7 @@ fn gpu_settings(
     let gpu_share: Option<f64> = get(options, "gpu_share")?;
     let gpu_chunks: Option<f64> = get(options, "gpu_chunks")?;
     let split = match gpu_chunks {
-        Some(gpu_chunks) if (0.0..=1.0).contains(&gpu_chunks) => {
-            DecodeOn::SplitFixed { gpu_chunks }
-        }
-        Some(gpu_chunks) => {
-            return Err(PyValueError::new_err(format!(
-                "`gpu_chunks` = {gpu_chunks}: the fraction of each batch's chunks decoded on \
-                 the GPU must be from 0 to 1"
-            )))
-        }
+        Some(gpu_chunks) => DecodeOn::SplitFixed { gpu_chunks },
         None => DecodeOn::Split,
     };
     let decode_on = choice(
@@ -151,6 +143,10 @@ fn gpu_settings(
             "`gpu_chunks` is a share of split decoding: give it with decode_on=\"split\"",
         ));
     }
+    // Refused when the pipeline is made, not when its first batch is asked for.
+    decode_on
+        .check()
+        .map_err(|error| PyValueError::new_err(error.to_string()))?;
     let memory = get(options, "gpu_memory")?;
     let tensor_memory = get(options, "gpu_tensor_memory")?;
     Ok((decoder, memory, tensor_memory, decode_on))

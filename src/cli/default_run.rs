@@ -599,14 +599,8 @@ fn pipeline(
     decode: Decode,
     layout: Option<Arc<SampleLayout>>,
 ) -> anyhow::Result<PipelineBuilder> {
-    match args.gpu_chunks {
-        Some(_) if !matches!(decode, Decode::Split) => {
-            anyhow::bail!("--gpu-chunks is a share of split decoding: give it with --decode split")
-        }
-        Some(share) if !(0.0..=1.0).contains(&share) => anyhow::bail!(
-            "--gpu-chunks {share}: give the fraction of each batch's chunks decoded on the GPU, from 0 to 1"
-        ),
-        _ => {}
+    if args.gpu_chunks.is_some() && !matches!(decode, Decode::Split) {
+        anyhow::bail!("--gpu-chunks is a share of split decoding: give it with --decode split");
     }
     let mut builder = Pipeline::from_dataset(dataset)
         .variables(args.windows.variables.clone())

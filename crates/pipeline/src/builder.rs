@@ -59,6 +59,19 @@ pub enum DecodeOn {
     },
 }
 
+impl DecodeOn {
+    /// Refuses a setting that cannot be: a fixed split's share of the chunks outside 0..1.
+    /// [`PipelineBuilder::build`] checks it; a front end may check it sooner.
+    pub fn check(&self) -> Result<()> {
+        match *self {
+            DecodeOn::SplitFixed { gpu_chunks } if !(0.0..=1.0).contains(&gpu_chunks) => {
+                Err(Error::GpuChunks { gpu_chunks })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Configures a pipeline; [`build`](PipelineBuilder::build) opens the dataset and returns the
 /// stream of batches. `P` is where the batches' tensors are made: [`Host`] by default,
 /// [`Gpu`](zarrpipe_collate::Gpu) after [`collate_on_gpu`](PipelineBuilder::collate_on_gpu).
@@ -536,11 +549,7 @@ impl<P: CollateOn> PipelineBuilder<P> {
     /// `collate_batches` and `prefetch`, the chain a user can also compose by hand. Must be
     /// called inside a Tokio runtime.
     pub async fn build(mut self) -> Result<BatchStream<P>> {
-        if let DecodeOn::SplitFixed { gpu_chunks } = self.config.decode_on {
-            if !(0.0..=1.0).contains(&gpu_chunks) {
-                return Err(Error::GpuChunks { gpu_chunks });
-            }
-        }
+        self.config.decode_on.check()?;
         share_the_global_pool(self.config.processes_on_host);
         let waits = self.host_waits()?;
         let gpu = self.open_gpu_if_used()?;
