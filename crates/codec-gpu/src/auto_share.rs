@@ -253,39 +253,47 @@ impl AutoShare {
         let room = wanted.max(foreseen);
         // A smaller share under trial, or kept, holds against call-ins (`auto_trial.rs`).
         let ceiling = self.trials.ceiling(now, self.wait_share);
-        let share = if waiting && wanted > self.share && cpu_measured && self.share < ceiling {
-            // Called in: at once, as much as the wait asks for.
-            self.trials.cancel();
-            room.min(ceiling)
-        } else if foreseen > self.share && self.share < ceiling {
-            foreseen.min(ceiling)
-        } else if let Some(alone) =
-            (self.trials).start_cpu_alone(self.share, cpu_alone_keeps_up, &self.carried, now)
-        {
-            // The CPU side alone would keep up: try it, kept where steps come no slower.
-            alone
-        } else if let Some(every) = self.trials.start_every_batch(self.share, room, now) {
-            // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
-            every
-        } else if waiting && queued[1] > queued[0] {
-            // The batches wait for the GPU side while the CPU side is idle part of the time:
-            // work goes back to the CPU, halfway to the share that keeps it busy, not below a
-            // share under trial or kept. Beside setup B's model the GPU, shared with the
-            // model, fell up to a second behind at 94% of the chunks while the CPU side had
-            // 30-60 ms queued (H100, 2026-11-27; docs/training.md).
-            ((self.share + wanted) / 2.0).max(floor)
-        } else if keeping_up {
-            // Give back, halfway each batch, so that a moment's quiet does not send
-            // everything back to the CPU; not below a share a trial showed to help or the
-            // CPU side's rate calls for.
-            let back = ((self.share + wanted) / 2.0).max(floor);
-            self.share.min(back)
-        } else {
-            // Still waiting, with the batches in the pipe carrying the share or neither side
-            // behind: keep the share, or try a larger one, or a smaller one where the CPU side
-            // has room for it.
-            self.trials.start(self.share, room, &self.carried, now)
-        };
+        // The consumer waits on the CPU side only where it has at least as much queued as the
+        // GPU side. Beside setup A's bf16 model the GPU side's first parts (its set-up beside
+        // the model's kernels) took 210-380 ms each, and the waits they caused called the GPU
+        // in for 93% of each batch, where 30% trains fastest (H200, 2026-11-29;
+        // docs/training.md).
+        let cpu_behind = queued[0] >= queued[1];
+        let share =
+            if waiting && cpu_behind && wanted > self.share && cpu_measured && self.share < ceiling
+            {
+                // Called in: at once, as much as the wait asks for.
+                self.trials.cancel();
+                room.min(ceiling)
+            } else if foreseen > self.share && self.share < ceiling {
+                foreseen.min(ceiling)
+            } else if let Some(alone) =
+                (self.trials).start_cpu_alone(self.share, cpu_alone_keeps_up, &self.carried, now)
+            {
+                // The CPU side alone would keep up: try it, kept where steps come no slower.
+                alone
+            } else if let Some(every) = self.trials.start_every_batch(self.share, room, now) {
+                // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
+                every
+            } else if !keeping_up && !cpu_behind {
+                // The batches wait for the GPU side (or did over the window): work goes back to
+                // the CPU, halfway to the share that keeps it busy, not below a share under trial
+                // or kept, and never forward: no larger share is tried. Beside setup B's model the GPU, shared with the model, fell up to a
+                // second behind at 94% of the chunks while the CPU side had 30-60 ms queued
+                // (H100, 2026-11-27; docs/training.md).
+                self.share.min(((self.share + wanted) / 2.0).max(floor))
+            } else if keeping_up {
+                // Give back, halfway each batch, so that a moment's quiet does not send
+                // everything back to the CPU; not below a share a trial showed to help or the
+                // CPU side's rate calls for.
+                let back = ((self.share + wanted) / 2.0).max(floor);
+                self.share.min(back)
+            } else {
+                // Still waiting, with the batches in the pipe carrying the share or neither side
+                // behind: keep the share, or try a larger one, or a smaller one where the CPU side
+                // has room for it.
+                self.trials.start(self.share, room, &self.carried, now)
+            };
         self.set_share(share);
     }
 
@@ -473,6 +481,37 @@ mod tests {
             steps[40..].iter().all(|&(share, _)| share < 0.9),
             "{steps:?}"
         );
+    }
+
+    #[test]
+    fn waits_on_the_gpu_sides_first_parts_do_not_call_the_gpu_in() {
+        // The CPU side decodes a batch in 120 ms for a consumer computing 100: about a third
+        // of each batch on the GPU keeps up. The GPU side's first four parts pay its set-up,
+        // 400 ms each, and its rate, measured over its last parts, reads slow for four more.
+        let mut simulation = Simulation::new(6);
+        let gpu_parts = std::cell::Cell::new(0);
+        let mut shares = Vec::new();
+        for _ in 0..120 {
+            let setting_up = gpu_parts.get() < 4;
+            simulation.gpu_batch = Some(if gpu_parts.get() < 8 { 1.0 } else { 0.1 });
+            let elsewhere = |share: f64| match share > 0.0 {
+                true => {
+                    gpu_parts.set(gpu_parts.get() + 1);
+                    if setting_up {
+                        0.4
+                    } else {
+                        0.1 * share
+                    }
+                }
+                false => 0.0,
+            };
+            shares.push(simulation.step_beside(0.1, 0.12, elsewhere).0);
+        }
+        assert!(
+            shares.iter().all(|&share| share < 0.6),
+            "called in for the GPU side's set-up: {shares:?}"
+        );
+        assert!(shares[119] > 0.1, "{shares:?}");
     }
 
     #[test]

@@ -5,7 +5,6 @@
 
 use std::borrow::Cow;
 use std::mem::MaybeUninit;
-use std::time::Instant;
 
 use rayon::prelude::*;
 use zarrpipe_core::panic_message;
@@ -13,6 +12,7 @@ use zarrpipe_store::{EncodedChunk, Variable};
 use zarrs::array::{ArrayBytes, ArrayToBytesCodecTraits, CodecOptions};
 
 use crate::chain::{GpuChain, Step};
+use crate::decode_clock::DecodeClock;
 use crate::direct::{fill, CodecFailure, DirectChain};
 use crate::direct_shard::{DirectShard, ShardFailure};
 use crate::frame_check::check_chunk;
@@ -98,7 +98,7 @@ fn decode_unguarded(chunk: EncodedChunk) -> Result<DecodedChunk> {
 /// Decodes a chunk with zarrs' codecs into memory of its own, after checking its frames.
 fn decode_through_zarrs(chunk: EncodedChunk, chain: Option<&GpuChain>) -> Result<DecodedChunk> {
     check_frames(&chunk, chain)?;
-    let started = Instant::now();
+    let clock = DecodeClock::start();
     let EncodedChunk {
         request,
         bytes,
@@ -147,13 +147,15 @@ fn decode_through_zarrs(chunk: EncodedChunk, chain: Option<&GpuChain>) -> Result
             actual: decoded.len(),
         });
     }
+    let (decode_time, decode_cpu_time) = clock.read();
     Ok(DecodedChunk {
         bytes: decoded.into_owned(),
         stored_len,
         missing: bytes.is_none(),
         request,
         fetch_time,
-        decode_time: started.elapsed(),
+        decode_time,
+        decode_cpu_time,
     })
 }
 
@@ -196,22 +198,24 @@ pub(crate) fn direct_decoder(variable: &Variable) -> Option<DirectDecoder> {
 /// the chunk's (or inner chunk's) size, whatever a frame header declares, and a shard's index
 /// is bounded before it is read, so no frame check is needed first.
 fn decode_direct(chunk: EncodedChunk, decoder: &DirectDecoder) -> Result<DecodedChunk> {
-    let started = Instant::now();
+    let clock = DecodeClock::start();
     let mut bytes = zeroed(chunk.request.variable.decoded_chunk_bytes() as usize);
     write_chunk(&chunk, chunk.bytes.as_deref(), decoder, &mut bytes, true)?;
+    let (decode_time, decode_cpu_time) = clock.read();
     Ok(DecodedChunk {
         bytes,
         stored_len: chunk.stored_len(),
         missing: chunk.bytes.is_none(),
         request: chunk.request,
         fetch_time: chunk.fetch_time,
-        decode_time: started.elapsed(),
+        decode_time,
+        decode_cpu_time,
     })
 }
 
 /// `len` zero bytes. Not `vec![0; len]`: a zeroed allocation is fresh memory, each page faulted
 /// in and zeroed by the kernel, where a plain one may reuse a block the program's allocator
-/// kept (`RetainingAllocator` keeps blocks of batch and shard size). Zeroed on the calling
+/// kept (`RetainingAllocator` keeps blocks of batch, shard and chunk size). Zeroed on the calling
 /// rayon pool's threads, a megabyte at a time, so that fresh pages fault in on all of them.
 fn zeroed(len: usize) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(len);

@@ -19,6 +19,9 @@ pub struct DecodedChunk {
     pub fetch_time: Duration,
     /// Time spent decoding it.
     pub decode_time: Duration,
+    /// CPU time its decoding thread ran while decoding it (`decode_time` where the GPU
+    /// decoded it).
+    pub decode_cpu_time: Duration,
 }
 
 impl DecodedChunk {
@@ -38,6 +41,7 @@ impl DecodedChunk {
         for chunk in chunks {
             stats.decoded_bytes += chunk.bytes.len() as u64;
             stats.decode_busy += chunk.decode_time;
+            stats.decode_cpu += chunk.decode_cpu_time;
             stats.cpu_decoded_chunks += 1;
         }
         stats

@@ -263,6 +263,7 @@ fn host_chunks(
                 request: chunk.request,
                 fetch_time: chunk.fetch_time,
                 decode_time: std::time::Duration::ZERO,
+                decode_cpu_time: std::time::Duration::ZERO,
             })
         })
         .collect()

@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rayon::prelude::*;
@@ -18,6 +18,7 @@ use zarrpipe_core::BatchStats;
 use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
 use crate::chunk_decode::{decode_on_cpu, direct_decoder, write_chunk, DirectDecoder};
+use crate::decode_clock::DecodeClock;
 use crate::{ChunkDecoder, CpuDecoder, DecodedChunk, Error, Result};
 
 /// Where the chunks of a batch go, as the collator planned them.
@@ -292,21 +293,21 @@ fn decode_stored(
         if read_now {
             count_read(chunk.bytes.as_deref(), chunk.fetch_time, stats);
         }
-        let started = Instant::now();
+        let clock = DecodeClock::start();
         let decoded = decode_on_cpu(chunk)?;
         match placement.whole(index, len) {
             Some(out) => out.copy_from_slice(&decoded.bytes),
             None => placement.put(index, &decoded.bytes),
         }
         stats.cpu_copied_chunks = 1;
-        stats.decode_busy = started.elapsed().max(Duration::from_nanos(1));
+        (stats.decode_busy, stats.decode_cpu) = clock.read();
         return Ok(());
     };
     let stored = chunk.stored(reads)?;
     if chunk.is_read_at_decode() {
         count_read(stored.bytes, stored.read_time, stats);
     }
-    let started = Instant::now();
+    let clock = DecodeClock::start();
     match placement.whole(index, len) {
         Some(out) => write_chunk(chunk, stored.bytes, decoder, out, true)?,
         None => {
@@ -328,7 +329,7 @@ fn decode_stored(
             written?;
         }
     }
-    stats.decode_busy = started.elapsed().max(Duration::from_nanos(1));
+    (stats.decode_busy, stats.decode_cpu) = clock.read();
     Ok(())
 }
 

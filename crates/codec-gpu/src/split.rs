@@ -33,6 +33,7 @@ use crate::auto_reads::AutoReads;
 use crate::auto_share::{AutoShare, CpuSide};
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
+use crate::cpu_order::{CpuOrder, Turn};
 use crate::placement::DecodeWatch;
 use crate::split_trial::{SplitTrials, TrialBatch, Way};
 use crate::{BatchDecoder, DecodedChunks, Result};
@@ -103,6 +104,8 @@ pub struct SplitDecoder {
     pace: Arc<Pace>,
     /// Under auto: whether the batches shared out now give the GPU no part (`AutoReads`).
     cpu_alone: Arc<AtomicBool>,
+    /// Under auto: the order the CPU side begins batches in (`cpu_order.rs`).
+    cpu_order: Arc<CpuOrder>,
     state: Mutex<SplitState>,
 }
 
@@ -240,6 +243,7 @@ impl SplitDecoder {
             cpu_threads: PRIOR_CPU_THREADS,
             pace: Arc::new(Pace::default()),
             cpu_alone: Arc::new(true.into()),
+            cpu_order: Arc::default(),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
                 busy: [BusyTime::new(Instant::now()), BusyTime::new(Instant::now())],
@@ -463,7 +467,12 @@ impl SplitDecoder {
         match side {
             Side::Gpu => state.gpu_time += spent.gpu_busy,
             Side::Cpu => {
-                let pool = spent.decode_busy.as_secs_f64() / self.cpu_threads as f64;
+                // By its threads' CPU time: niced beside the consumer and the GPU side's
+                // feeding, they wait for cores, and their wall-clock time grows with the GPU's
+                // share. Read by it, the side looked short by two to four times beside setup A's
+                // bf16 model with most of each batch on the GPU, which kept it there, while 70%
+                // of each batch on the CPU trained 8% faster (H200, 2026-11-29; docs/training.md).
+                let pool = spent.decode_cpu.as_secs_f64() / self.cpu_threads as f64;
                 state.cpu_pool_seconds += pool;
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
                 if in_place {
@@ -480,6 +489,7 @@ impl SplitDecoder {
             wall_ms = 1e3 * start.wall().as_secs_f64(),
             cost_ms = cost.map(|cost| 1e3 * cost.as_secs_f64()),
             threads_ms = 1e3 * spent.decode_busy.as_secs_f64(),
+            threads_cpu_ms = 1e3 * spent.decode_cpu.as_secs_f64(),
             in_place,
             "split: a part decoded"
         );
@@ -532,19 +542,23 @@ impl SplitDecoder {
         side: Side,
         part: Option<SidePart>,
         queued: Queued,
-        placed_later: bool,
+        order: Order,
     ) -> Result<Option<(DecodedChunks, Option<Instant>)>> {
         let Some((kinds, decoding)) = part else {
             return Ok(None);
         };
+        if let Order::AtOnceAfter(ahead) = order {
+            self.cpu_order.after(ahead).await;
+        }
         let part = PartInFlight::start(self.clone(), side);
-        let decoded = match decoding.await? {
-            DecodedChunks::Pending(pending) if placed_later => {
+        let decoded = match (decoding.await?, order) {
+            (DecodedChunks::Pending(pending), Order::PlacedLater(turn)) => {
                 part.forget();
                 let watch = PendingPart {
                     split: self.clone(),
                     kinds,
                     part: None,
+                    turn,
                     _queued: queued,
                 };
                 return Ok(Some((
@@ -553,8 +567,8 @@ impl SplitDecoder {
                 )));
             }
             // The side's rate is learnt from when it finishes: decode now.
-            DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
-            decoded => decoded,
+            (DecodedChunks::Pending(pending), _) => DecodedChunks::Host(pending.decode().await?),
+            (decoded, _) => decoded,
         };
         self.learn(side, &kinds, part.into_start(), &decoded.stats(), false);
         drop(queued);
@@ -631,12 +645,14 @@ struct PendingPart {
     split: Arc<SplitDecoder>,
     kinds: Vec<Kind>,
     part: Option<PartInFlight>,
+    turn: Turn,
     _queued: Queued,
 }
 
 impl DecodeWatch for PendingPart {
     fn begun(&mut self) {
         self.part = Some(PartInFlight::start(self.split.clone(), Side::Cpu));
+        self.turn.begun();
     }
 
     fn ended(mut self: Box<Self>, spent: &BatchStats) {
@@ -788,6 +804,14 @@ fn lean(gpu_share: f64, cpu_weight: f64) -> f64 {
     }
 }
 
+/// Where a side's part stands in the CPU side's order (`cpu_order.rs`): a batch on the CPU
+/// side alone placed later, by the collator, or a part decoded at once, after the batches
+/// placed later that were shared out before it have begun.
+enum Order {
+    PlacedLater(Turn),
+    AtOnceAfter(u64),
+}
+
 /// One side's part of a batch: its chunks' kinds and their decoding, started.
 type SidePart = (Vec<Kind>, BoxFuture<'static, Result<DecodedChunks>>);
 
@@ -836,12 +860,17 @@ impl BatchDecoder for SplitDecoder {
         // GPU in (H200, 2026-11-29; docs/training.md). The CPU part of a mixed batch decodes
         // at once, beside the GPU part: handed on, it would begin only once the GPU part,
         // queued behind the model's kernels, had finished, and the cores would wait with it.
-        let cpu_placed_later =
-            gpu_part.is_none() && matches!(self.policy, SplitPolicy::Auto { .. });
+        let cpu_placed_later = cpu_part.is_some()
+            && gpu_part.is_none()
+            && matches!(self.policy, SplitPolicy::Auto { .. });
+        let cpu_order = match cpu_placed_later {
+            true => Order::PlacedLater(self.cpu_order.placed_later()),
+            false => Order::AtOnceAfter(self.cpu_order.ahead()),
+        };
         async move {
             let (cpu, gpu) = futures::try_join!(
-                self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_placed_later),
-                self.decode_side(Side::Gpu, gpu_part, gpu_queued, false)
+                self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_order),
+                self.decode_side(Side::Gpu, gpu_part, gpu_queued, Order::AtOnceAfter(0))
             )?;
             in_trial.decoded();
             if !gpu_alone {
@@ -1223,6 +1252,7 @@ mod tests {
         std::thread::sleep(in_flight);
         let spent = BatchStats {
             decode_busy: threads_busy,
+            decode_cpu: threads_busy,
             ..BatchStats::default()
         };
         split.learn(Side::Cpu, kinds, start, &spent, in_place);
@@ -1246,6 +1276,26 @@ mod tests {
         cpu_part_learnt(&split, &kinds, in_flight, threads_busy, false);
         let state = split.lock();
         // 10 MB in 5 ms of the pool's time: a batch of 100 such chunks takes 50 ms.
+        let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
+        assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
+        let batch = cpu.batch_seconds.unwrap();
+        assert!((batch - 0.05).abs() < 1e-9, "{batch}");
+    }
+
+    #[test]
+    fn auto_reads_the_cpu_side_by_its_threads_cpu_time_not_their_waits_for_a_core() {
+        // Threads on cores shared with others: 20 ms each on the wall clock, 5 ms running.
+        let split = split(SplitPolicy::Auto { gpu_share: None });
+        let megabyte = megabyte_zstd();
+        let kinds = vec![megabyte.clone(); 10];
+        let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
+        let spent = BatchStats {
+            decode_busy: Duration::from_millis(20) * 16,
+            decode_cpu: Duration::from_millis(5) * 16,
+            ..BatchStats::default()
+        };
+        split.learn(Side::Cpu, &kinds, start, &spent, false);
+        let state = split.lock();
         let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
         assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
         let batch = cpu.batch_seconds.unwrap();
@@ -1376,6 +1426,46 @@ mod tests {
         let third = pending(&split);
         assert_eq!(third.into_host().unwrap().len(), chunks.len());
         assert!(split.lock().cpu_pool_seconds > learnt);
+    }
+
+    #[test]
+    fn a_mixed_batchs_cpu_part_begins_after_the_batch_placed_later_before_it() {
+        let (_dir, runtime, chunks) = fixture_chunks(12);
+        let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
+        // On the CPU alone: handed on for the collator to place.
+        let placed_later = match runtime.block_on(split.clone().decode_chunks(chunks.clone())) {
+            Ok(DecodedChunks::Pending(pending)) => pending,
+            other => panic!("not pending: {other:?}"),
+        };
+        // The consumer waits: the GPU is called in for part of the next batch.
+        let ms = Duration::from_millis;
+        for _ in 0..10 {
+            split.pace().record(Duration::ZERO, ms(175));
+            split.share(Vec::new());
+        }
+        cpu_part_decoded(&split, ms(300) * 16);
+        split.pace().record(ms(100), ms(300));
+        split.share(Vec::new());
+        let learnt = split.lock().cpu_pool_seconds;
+        let mut mixed = split.clone().decode_chunks(chunks.clone());
+        for _ in 0..50 {
+            let polled = runtime.block_on(async { futures::poll!(&mut mixed) });
+            assert!(
+                polled.is_pending(),
+                "decoded before the batch placed earlier"
+            );
+            std::thread::sleep(ms(10));
+        }
+        // Its CPU part not begun, nothing learnt from it.
+        assert_eq!(split.lock().busy[Side::Cpu as usize].in_flight(), 0);
+        assert_eq!(split.lock().cpu_pool_seconds, learnt);
+        // The collator places the earlier batch: the mixed batch's CPU part follows.
+        let (_, stats) = crate::testing::decode_into_own_buffers(placed_later);
+        assert_eq!(stats.cpu_decoded_chunks, chunks.len() as u64);
+        match runtime.block_on(mixed) {
+            Ok(DecodedChunks::Split(parts)) => assert_eq!(parts.len(), 2),
+            other => panic!("not split: {other:?}"),
+        }
     }
 
     #[test]

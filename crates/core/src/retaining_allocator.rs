@@ -1,21 +1,40 @@
-//! A global allocator that keeps a few freed blocks of batch-tensor size for the next
+//! A global allocator that keeps freed blocks of batch-tensor and chunk size for the next
 //! allocation of the same size. Host batches are hundreds of megabytes each, made and
 //! dropped every few milliseconds; the allocators beneath hand such blocks back to the
 //! kernel at once, and every page of the next batch is then faulted in and zeroed again (a
-//! third of the host path's time in `perf` on W1). Blocks asked for zeroed are not served
-//! from here: only the host collator's tensors, which it writes whole, skip the zeroing.
+//! third of the host path's time in `perf` on W1). Decoded chunks of a split batch's CPU part
+//! (megabytes each, hundreds a batch) go the same way: beside setup A's bf16 model their
+//! threads spent 8-15 ms of CPU time a chunk where the same chunks decoded in place took 7
+//! (H200, 2026-11-29; docs/training.md). Blocks asked for zeroed are not served from here:
+//! only memory its user writes whole (the host collator's tensors, a chunk decoded into a
+//! buffer it filled first) skips the zeroing.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
 
-/// Blocks at least this large are kept when freed.
-const MIN_KEPT: usize = 32 << 20;
-/// At most this many blocks, and this many bytes, are kept at once.
-const MAX_BLOCKS: usize = 8;
-const MAX_BYTES: usize = 4 << 30;
+/// Batch tensors: blocks of at least 32 MiB, at most 8 of them and 4 GiB kept at once.
+const BATCHES: Class = Class {
+    least: 32 << 20,
+    most_bytes: 4 << 30,
+};
+const BATCH_BLOCKS: usize = 8;
+/// Decoded chunks: blocks of at least 1 MiB (and under a batch's), at most 512 of them and
+/// 1 GiB kept at once: a few batches' worth of chunks where a chunk is a few megabytes.
+const CHUNKS: Class = Class {
+    least: 1 << 20,
+    most_bytes: 1 << 30,
+};
+const CHUNK_BLOCKS: usize = 512;
 
-/// Wraps allocator `A`, keeping up to [`MAX_BLOCKS`] freed blocks of 32 MiB or more (4 GiB
-/// in all) for reuse by allocations of exactly their size and alignment.
+/// The sizes of block one set of kept blocks holds, and how many bytes it keeps at most.
+struct Class {
+    least: usize,
+    most_bytes: usize,
+}
+
+/// Wraps allocator `A`, keeping freed blocks of 32 MiB or more (up to 8, 4 GiB in all) and
+/// of 1 to 32 MiB (up to 512, 1 GiB in all) for reuse by allocations of exactly their size
+/// and alignment.
 ///
 /// ```no_run
 /// #[global_allocator]
@@ -24,13 +43,70 @@ const MAX_BYTES: usize = 4 << 30;
 /// ```
 pub struct RetainingAllocator<A> {
     inner: A,
-    kept: Mutex<Kept>,
+    batches: Mutex<Kept<BATCH_BLOCKS>>,
+    chunks: Mutex<Kept<CHUNK_BLOCKS>>,
 }
 
-struct Kept {
-    /// Each kept block: its address, size and alignment.
-    blocks: [Option<(usize, usize, usize)>; MAX_BLOCKS],
+/// One class's kept blocks: each its address, size and alignment.
+struct Kept<const N: usize> {
+    blocks: [Option<(usize, usize, usize)>; N],
     bytes: usize,
+}
+
+impl<const N: usize> Kept<N> {
+    const fn new() -> Self {
+        Self {
+            blocks: [None; N],
+            bytes: 0,
+        }
+    }
+
+    // Out of line: inlined into the allocator shims, it crashes rustc 1.95's LLVM.
+    #[inline(never)]
+    fn take(&mut self, layout: Layout) -> Option<*mut u8> {
+        let slot = self.blocks.iter().position(|block| {
+            matches!(block, Some((_, size, align)) if *size == layout.size() && *align == layout.align())
+        })?;
+        let (address, _, _) = self.blocks[slot].take()?;
+        self.bytes -= layout.size();
+        Some(address as *mut u8)
+    }
+
+    /// Keeps the block, making room by letting the largest kept one go; returns the blocks
+    /// to free (the one let go, and this one when it still does not fit `most_bytes`).
+    // Out of line, as `take`.
+    #[inline(never)]
+    fn keep(
+        &mut self,
+        ptr: *mut u8,
+        layout: Layout,
+        most_bytes: usize,
+    ) -> [Option<(*mut u8, Layout)>; 2] {
+        let full = |kept: &Self| {
+            kept.bytes + layout.size() > most_bytes || kept.blocks.iter().all(Option::is_some)
+        };
+        let mut let_go = None;
+        if full(self) {
+            let largest = (0..N).max_by_key(|&i| self.blocks[i].map_or(0, |b| b.1));
+            if let Some((address, size, align)) = largest.and_then(|i| self.blocks[i].take()) {
+                self.bytes -= size;
+                // SAFETY: the layout the block was allocated with.
+                let old = unsafe { Layout::from_size_align_unchecked(size, align) };
+                let_go = Some((address as *mut u8, old));
+            }
+        }
+        if full(self) {
+            return [let_go, Some((ptr, layout))];
+        }
+        let slot = self
+            .blocks
+            .iter()
+            .position(Option::is_none)
+            .expect("not full");
+        self.blocks[slot] = Some((ptr as usize, layout.size(), layout.align()));
+        self.bytes += layout.size();
+        [let_go, None]
+    }
 }
 
 impl<A> RetainingAllocator<A> {
@@ -38,69 +114,45 @@ impl<A> RetainingAllocator<A> {
     pub const fn new(inner: A) -> Self {
         Self {
             inner,
-            kept: Mutex::new(Kept {
-                blocks: [None; MAX_BLOCKS],
-                bytes: 0,
-            }),
+            batches: Mutex::new(Kept::new()),
+            chunks: Mutex::new(Kept::new()),
         }
     }
 
-    // Out of line: inlined into the allocator shims, it crashes rustc 1.95's LLVM.
-    #[inline(never)]
     fn take(&self, layout: Layout) -> Option<*mut u8> {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = kept
-            .blocks
-            .iter()
-            .position(|block| {
-                matches!(block, Some((_, size, align)) if *size == layout.size() && *align == layout.align())
-            })?;
-        let (address, _, _) = kept.blocks[slot].take()?;
-        kept.bytes -= layout.size();
-        Some(address as *mut u8)
+        let size = layout.size();
+        if size >= BATCHES.least {
+            lock(&self.batches).take(layout)
+        } else if size >= CHUNKS.least {
+            lock(&self.chunks).take(layout)
+        } else {
+            None
+        }
     }
 
-    /// Keeps the block, making room by letting the largest kept one go; returns the blocks
-    /// to free (the one let go, and this one when it still does not fit).
-    // Out of line, as `take`.
-    #[inline(never)]
+    /// The blocks to free after keeping this one where its class has room.
     fn keep(&self, ptr: *mut u8, layout: Layout) -> [Option<(*mut u8, Layout)>; 2] {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let full = |kept: &Kept| {
-            kept.bytes + layout.size() > MAX_BYTES || kept.blocks.iter().all(Option::is_some)
-        };
-        let mut let_go = None;
-        if full(&kept) {
-            let largest = (0..MAX_BLOCKS).max_by_key(|&i| kept.blocks[i].map_or(0, |b| b.1));
-            if let Some((address, size, align)) = largest.and_then(|i| kept.blocks[i].take()) {
-                kept.bytes -= size;
-                // SAFETY: the layout the block was allocated with.
-                let old = unsafe { Layout::from_size_align_unchecked(size, align) };
-                let_go = Some((address as *mut u8, old));
-            }
+        let size = layout.size();
+        if size >= BATCHES.least {
+            lock(&self.batches).keep(ptr, layout, BATCHES.most_bytes)
+        } else if size >= CHUNKS.least {
+            lock(&self.chunks).keep(ptr, layout, CHUNKS.most_bytes)
+        } else {
+            [None, Some((ptr, layout))]
         }
-        if full(&kept) {
-            return [let_go, Some((ptr, layout))];
-        }
-        let slot = kept
-            .blocks
-            .iter()
-            .position(Option::is_none)
-            .expect("not full");
-        kept.blocks[slot] = Some((ptr as usize, layout.size(), layout.align()));
-        kept.bytes += layout.size();
-        [let_go, None]
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 // SAFETY: blocks come from `inner` and go back to it with the layout they were allocated
 // with; a kept block is handed out once, to an allocation of exactly its layout.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for RetainingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() >= MIN_KEPT {
-            if let Some(ptr) = self.take(layout) {
-                return ptr;
-            }
+        if let Some(ptr) = self.take(layout) {
+            return ptr;
         }
         // SAFETY: the caller's layout, passed on.
         unsafe { self.inner.alloc(layout) }
@@ -112,10 +164,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for RetainingAllocator<A> {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if layout.size() < MIN_KEPT {
-            // SAFETY: allocated by `inner` with this layout.
-            return unsafe { self.inner.dealloc(ptr, layout) };
-        }
         for (ptr, layout) in self.keep(ptr, layout).into_iter().flatten() {
             // SAFETY: a block of `inner`'s with its own layout.
             unsafe { self.inner.dealloc(ptr, layout) }
@@ -135,36 +183,68 @@ mod tests {
     #[test]
     fn a_freed_large_block_serves_the_next_allocation_of_its_size() {
         let allocator = RetainingAllocator::new(std::alloc::System);
-        let layout = Layout::from_size_align(MIN_KEPT, 64).unwrap();
-        let other = Layout::from_size_align(MIN_KEPT + 4096, 64).unwrap();
-        unsafe {
-            let first = allocator.alloc(layout);
-            first.write(7);
-            allocator.dealloc(first, layout);
-            let different = allocator.alloc(other);
-            assert_ne!(different, first, "only a block of the same size is reused");
-            allocator.dealloc(different, other);
-            let again = allocator.alloc(layout);
-            assert_eq!(again, first, "the kept block is reused");
-            // Zeroed allocations never get a kept block.
-            allocator.dealloc(again, layout);
-            let zeroed = allocator.alloc_zeroed(layout);
-            assert_eq!(*zeroed, 0);
-            allocator.dealloc(zeroed, layout);
+        for least in [BATCHES.least, CHUNKS.least] {
+            let layout = Layout::from_size_align(least, 64).unwrap();
+            let other = Layout::from_size_align(least + 4096, 64).unwrap();
+            unsafe {
+                let first = allocator.alloc(layout);
+                first.write(7);
+                allocator.dealloc(first, layout);
+                let different = allocator.alloc(other);
+                assert_ne!(different, first, "only a block of the same size is reused");
+                allocator.dealloc(different, other);
+                let again = allocator.alloc(layout);
+                assert_eq!(again, first, "the kept block is reused");
+                // Zeroed allocations never get a kept block.
+                allocator.dealloc(again, layout);
+                let zeroed = allocator.alloc_zeroed(layout);
+                assert_eq!(*zeroed, 0);
+                allocator.dealloc(zeroed, layout);
+            }
         }
+    }
+
+    #[test]
+    fn small_blocks_are_not_kept() {
+        let allocator = RetainingAllocator::new(std::alloc::System);
+        let layout = Layout::from_size_align(CHUNKS.least - 1, 64).unwrap();
+        unsafe {
+            let block = allocator.alloc(layout);
+            allocator.dealloc(block, layout);
+        }
+        assert_eq!(lock(&allocator.chunks).bytes, 0);
+        assert_eq!(lock(&allocator.batches).bytes, 0);
     }
 
     #[test]
     fn keeps_at_most_its_bytes() {
         let allocator = RetainingAllocator::new(std::alloc::System);
-        let layout = Layout::from_size_align(MAX_BYTES / 2 + 1, 64).unwrap();
+        let layout = Layout::from_size_align(BATCHES.most_bytes / 2 + 1, 64).unwrap();
         unsafe {
             let (a, b) = (allocator.alloc(layout), allocator.alloc(layout));
             allocator.dealloc(a, layout);
             allocator.dealloc(b, layout);
-            let kept = allocator.kept.lock().unwrap();
-            assert!(kept.bytes <= MAX_BYTES);
+            let kept = lock(&allocator.batches);
+            assert!(kept.bytes <= BATCHES.most_bytes);
             assert_eq!(kept.blocks.iter().flatten().count(), 1);
+        }
+    }
+
+    #[test]
+    fn keeps_at_most_its_blocks_letting_the_largest_go() {
+        let allocator = RetainingAllocator::new(std::alloc::System);
+        let small = Layout::from_size_align(CHUNKS.least, 64).unwrap();
+        let large = Layout::from_size_align(CHUNKS.least * 2, 64).unwrap();
+        unsafe {
+            let first = allocator.alloc(large);
+            let rest: Vec<_> = (0..CHUNK_BLOCKS).map(|_| allocator.alloc(small)).collect();
+            allocator.dealloc(first, large);
+            for block in rest {
+                allocator.dealloc(block, small);
+            }
+            let kept = lock(&allocator.chunks);
+            assert_eq!(kept.blocks.iter().flatten().count(), CHUNK_BLOCKS);
+            assert_eq!(kept.bytes, CHUNK_BLOCKS * CHUNKS.least);
         }
     }
 }

@@ -86,6 +86,9 @@ pub struct BatchStats {
     pub fetch_busy: Duration,
     /// Time decoding chunks on the CPU, summed over chunks.
     pub decode_busy: Duration,
+    /// CPU time the threads decoding chunks ran, summed over chunks: less than `decode_busy`
+    /// where they waited for a core.
+    pub decode_cpu: Duration,
     /// Host time planning and staging chunks for the GPU.
     pub gpu_planning: Duration,
     /// Time collating the batch.
@@ -105,6 +108,7 @@ impl AddAssign for BatchStats {
         self.cpu_copied_chunks += other.cpu_copied_chunks;
         self.fetch_busy += other.fetch_busy;
         self.decode_busy += other.decode_busy;
+        self.decode_cpu += other.decode_cpu;
         self.gpu_planning += other.gpu_planning;
         self.collate_busy += other.collate_busy;
         self.gpu_busy += other.gpu_busy;

@@ -189,6 +189,7 @@ impl DeviceBatch {
                     request: chunk.request,
                     fetch_time: chunk.fetch_time,
                     decode_time,
+                    decode_cpu_time: decode_time,
                 })
             })
             .collect())
