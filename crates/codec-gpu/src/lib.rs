@@ -47,7 +47,6 @@ mod busy_time;
 mod chain;
 mod chunk_decode;
 mod cpu;
-mod cpu_order;
 mod decode;
 mod decode_batches;
 mod decode_clock;

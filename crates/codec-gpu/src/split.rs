@@ -33,7 +33,6 @@ use crate::auto_reads::AutoReads;
 use crate::auto_share::{AutoShare, CpuSide};
 use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
-use crate::cpu_order::{CpuOrder, Turn};
 use crate::placement::DecodeWatch;
 use crate::split_trial::{SplitTrials, TrialBatch, Way};
 use crate::{BatchDecoder, DecodedChunks, Result};
@@ -104,8 +103,6 @@ pub struct SplitDecoder {
     pace: Arc<Pace>,
     /// Under auto: whether the batches shared out now give the GPU no part (`AutoReads`).
     cpu_alone: Arc<AtomicBool>,
-    /// Under auto: the order the CPU side begins batches in (`cpu_order.rs`).
-    cpu_order: Arc<CpuOrder>,
     state: Mutex<SplitState>,
 }
 
@@ -243,7 +240,6 @@ impl SplitDecoder {
             cpu_threads: PRIOR_CPU_THREADS,
             pace: Arc::new(Pace::default()),
             cpu_alone: Arc::new(true.into()),
-            cpu_order: Arc::default(),
             state: Mutex::new(SplitState {
                 rates: HashMap::new(),
                 busy: [BusyTime::new(Instant::now()), BusyTime::new(Instant::now())],
@@ -476,12 +472,12 @@ impl SplitDecoder {
                 state.cpu_pool_seconds += pool;
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
                 if in_place {
-                    // The greater of its busy time and its threads' time: begun beside other
-                    // parts (mixed batches' CPU parts follow it at once, `cpu_order.rs`), its
-                    // busy time is shared with theirs. Beside setup B's model, batches that
-                    // took the threads 295 ms read as 180-192 ms by busy time alone, and every
-                    // batch on the CPU was tried where it trains at a third of the GPU's pace
-                    // (H200, 2026-11-29; docs/training.md).
+                    // The greater of its busy time and its threads' time: decoded beside other
+                    // parts (mixed batches' CPU parts, decoded at once), its busy time is
+                    // shared with theirs. Beside setup B's model, batches that took the
+                    // threads 295 ms read as 180-192 ms by busy time alone, and every batch on
+                    // the CPU was tried where it trains at a third of the GPU's pace (H200,
+                    // 2026-11-29; docs/training.md).
                     let seconds = cost.map_or(pool, |cost| cost.as_secs_f64().max(pool));
                     record(&mut state.rates, chunks, seconds, |rates| {
                         &mut rates.cpu_in_place
@@ -548,23 +544,19 @@ impl SplitDecoder {
         side: Side,
         part: Option<SidePart>,
         queued: Queued,
-        order: Order,
+        placed_later: bool,
     ) -> Result<Option<(DecodedChunks, Option<Instant>)>> {
         let Some((kinds, decoding)) = part else {
             return Ok(None);
         };
-        if let Order::AtOnceAfter(ahead) = order {
-            self.cpu_order.after(ahead).await;
-        }
         let part = PartInFlight::start(self.clone(), side);
-        let decoded = match (decoding.await?, order) {
-            (DecodedChunks::Pending(pending), Order::PlacedLater(turn)) => {
+        let decoded = match decoding.await? {
+            DecodedChunks::Pending(pending) if placed_later => {
                 part.forget();
                 let watch = PendingPart {
                     split: self.clone(),
                     kinds,
                     part: None,
-                    turn,
                     _queued: queued,
                 };
                 return Ok(Some((
@@ -573,8 +565,8 @@ impl SplitDecoder {
                 )));
             }
             // The side's rate is learnt from when it finishes: decode now.
-            (DecodedChunks::Pending(pending), _) => DecodedChunks::Host(pending.decode().await?),
-            (decoded, _) => decoded,
+            DecodedChunks::Pending(pending) => DecodedChunks::Host(pending.decode().await?),
+            decoded => decoded,
         };
         self.learn(side, &kinds, part.into_start(), &decoded.stats(), false);
         drop(queued);
@@ -651,14 +643,12 @@ struct PendingPart {
     split: Arc<SplitDecoder>,
     kinds: Vec<Kind>,
     part: Option<PartInFlight>,
-    turn: Turn,
     _queued: Queued,
 }
 
 impl DecodeWatch for PendingPart {
     fn begun(&mut self) {
         self.part = Some(PartInFlight::start(self.split.clone(), Side::Cpu));
-        self.turn.begun();
     }
 
     fn ended(mut self: Box<Self>, spent: &BatchStats) {
@@ -810,14 +800,6 @@ fn lean(gpu_share: f64, cpu_weight: f64) -> f64 {
     }
 }
 
-/// Where a side's part stands in the CPU side's order (`cpu_order.rs`): a batch on the CPU
-/// side alone placed later, by the collator, or a part decoded at once, after the batches
-/// placed later that were shared out before it have begun.
-enum Order {
-    PlacedLater(Turn),
-    AtOnceAfter(u64),
-}
-
 /// One side's part of a batch: its chunks' kinds and their decoding, started.
 type SidePart = (Vec<Kind>, BoxFuture<'static, Result<DecodedChunks>>);
 
@@ -866,17 +848,12 @@ impl BatchDecoder for SplitDecoder {
         // GPU in (H200, 2026-11-29; docs/training.md). The CPU part of a mixed batch decodes
         // at once, beside the GPU part: handed on, it would begin only once the GPU part,
         // queued behind the model's kernels, had finished, and the cores would wait with it.
-        let cpu_placed_later = cpu_part.is_some()
-            && gpu_part.is_none()
-            && matches!(self.policy, SplitPolicy::Auto { .. });
-        let cpu_order = match cpu_placed_later {
-            true => Order::PlacedLater(self.cpu_order.placed_later()),
-            false => Order::AtOnceAfter(self.cpu_order.ahead()),
-        };
+        let cpu_placed_later =
+            gpu_part.is_none() && matches!(self.policy, SplitPolicy::Auto { .. });
         async move {
             let (cpu, gpu) = futures::try_join!(
-                self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_order),
-                self.decode_side(Side::Gpu, gpu_part, gpu_queued, Order::AtOnceAfter(0))
+                self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_placed_later),
+                self.decode_side(Side::Gpu, gpu_part, gpu_queued, false)
             )?;
             in_trial.decoded();
             if !gpu_alone {
@@ -1448,46 +1425,6 @@ mod tests {
         let third = pending(&split);
         assert_eq!(third.into_host().unwrap().len(), chunks.len());
         assert!(split.lock().cpu_pool_seconds > learnt);
-    }
-
-    #[test]
-    fn a_mixed_batchs_cpu_part_begins_after_the_batch_placed_later_before_it() {
-        let (_dir, runtime, chunks) = fixture_chunks(12);
-        let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
-        // On the CPU alone: handed on for the collator to place.
-        let placed_later = match runtime.block_on(split.clone().decode_chunks(chunks.clone())) {
-            Ok(DecodedChunks::Pending(pending)) => pending,
-            other => panic!("not pending: {other:?}"),
-        };
-        // The consumer waits: the GPU is called in for part of the next batch.
-        let ms = Duration::from_millis;
-        for _ in 0..10 {
-            split.pace().record(Duration::ZERO, ms(175));
-            split.share(Vec::new());
-        }
-        cpu_part_decoded(&split, ms(300) * 16);
-        split.pace().record(ms(100), ms(300));
-        split.share(Vec::new());
-        let learnt = split.lock().cpu_pool_seconds;
-        let mut mixed = split.clone().decode_chunks(chunks.clone());
-        for _ in 0..50 {
-            let polled = runtime.block_on(async { futures::poll!(&mut mixed) });
-            assert!(
-                polled.is_pending(),
-                "decoded before the batch placed earlier"
-            );
-            std::thread::sleep(ms(10));
-        }
-        // Its CPU part not begun, nothing learnt from it.
-        assert_eq!(split.lock().busy[Side::Cpu as usize].in_flight(), 0);
-        assert_eq!(split.lock().cpu_pool_seconds, learnt);
-        // The collator places the earlier batch: the mixed batch's CPU part follows.
-        let (_, stats) = crate::testing::decode_into_own_buffers(placed_later);
-        assert_eq!(stats.cpu_decoded_chunks, chunks.len() as u64);
-        match runtime.block_on(mixed) {
-            Ok(DecodedChunks::Split(parts)) => assert_eq!(parts.len(), 2),
-            other => panic!("not split: {other:?}"),
-        }
     }
 
     #[test]
