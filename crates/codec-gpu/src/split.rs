@@ -464,10 +464,10 @@ impl SplitDecoder {
             Side::Gpu => state.gpu_time += spent.gpu_busy,
             Side::Cpu => {
                 // By its threads' CPU time: niced beside the consumer and the GPU side's
-                // feeding, they wait for cores, and their wall-clock time grows with the GPU's
-                // share. Read by it, the side looked short by two to four times beside setup A's
-                // bf16 model with most of each batch on the GPU, which kept it there, while 70%
-                // of each batch on the CPU trained 8% faster (H200, 2026-11-29; docs/training.md).
+                // feeding, they wait for cores, and read by their wall-clock time the side
+                // looks slower the more the GPU takes. Beside setup A's bf16 model a mixed
+                // batch's CPU part took its threads 25-50% more wall-clock time than CPU time,
+                // a batch in place under 3% more (H200, 2026-11-29; docs/training.md).
                 let pool = spent.decode_cpu.as_secs_f64() / self.cpu_threads as f64;
                 state.cpu_pool_seconds += pool;
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
