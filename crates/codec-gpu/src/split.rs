@@ -1231,11 +1231,23 @@ mod tests {
         threads_busy: Duration,
         in_place: bool,
     ) {
+        let threads = (threads_busy, threads_busy);
+        cpu_part_learnt_waiting(split, kinds, in_flight, threads, in_place);
+    }
+
+    /// `cpu_part_learnt`, its threads busy for `threads.0` of which they ran `threads.1`.
+    fn cpu_part_learnt_waiting(
+        split: &SplitDecoder,
+        kinds: &[Kind],
+        in_flight: Duration,
+        (threads_busy, threads_ran): (Duration, Duration),
+        in_place: bool,
+    ) {
         let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
         std::thread::sleep(in_flight);
         let spent = BatchStats {
             decode_busy: threads_busy,
-            decode_cpu: threads_busy,
+            decode_cpu: threads_ran,
             ..BatchStats::default()
         };
         split.learn(Side::Cpu, kinds, start, &spent, in_place);
@@ -1249,40 +1261,26 @@ mod tests {
     }
 
     #[test]
-    fn auto_reads_the_cpu_side_by_its_threads_time_not_by_its_parts_in_flight() {
-        // On many cores, parts smaller than the pool: a part is in flight all the time while
-        // the threads decode a tenth of what they could.
-        let split = split(SplitPolicy::Auto { gpu_share: None });
-        let megabyte = megabyte_zstd();
-        let kinds = vec![megabyte.clone(); 10];
-        let (in_flight, threads_busy) = (Duration::from_millis(50), Duration::from_millis(5) * 16);
-        cpu_part_learnt(&split, &kinds, in_flight, threads_busy, false);
-        let state = split.lock();
-        // 10 MB in 5 ms of the pool's time: a batch of 100 such chunks takes 50 ms.
-        let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
-        assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
-        let batch = cpu.batch_seconds.unwrap();
-        assert!((batch - 0.05).abs() < 1e-9, "{batch}");
-    }
-
-    #[test]
-    fn auto_reads_the_cpu_side_by_its_threads_cpu_time_not_their_waits_for_a_core() {
-        // Threads on cores shared with others: 20 ms each on the wall clock, 5 ms running.
-        let split = split(SplitPolicy::Auto { gpu_share: None });
-        let megabyte = megabyte_zstd();
-        let kinds = vec![megabyte.clone(); 10];
-        let start = split.lock().busy[Side::Cpu as usize].start(Instant::now());
-        let spent = BatchStats {
-            decode_busy: Duration::from_millis(20) * 16,
-            decode_cpu: Duration::from_millis(5) * 16,
-            ..BatchStats::default()
-        };
-        split.learn(Side::Cpu, &kinds, start, &spent, false);
-        let state = split.lock();
-        let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
-        assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
-        let batch = cpu.batch_seconds.unwrap();
-        assert!((batch - 0.05).abs() < 1e-9, "{batch}");
+    fn auto_reads_the_cpu_side_by_its_threads_cpu_time_not_by_parts_in_flight_or_core_waits() {
+        let ms = Duration::from_millis;
+        for (in_flight, threads) in [
+            // On many cores, parts smaller than the pool: a part is in flight all the time
+            // while the threads decode a tenth of what they could.
+            (ms(50), (ms(5) * 16, ms(5) * 16)),
+            // Threads on cores shared with others: 20 ms each on the wall clock, 5 ms running.
+            (ms(0), (ms(20) * 16, ms(5) * 16)),
+        ] {
+            let split = split(SplitPolicy::Auto { gpu_share: None });
+            let megabyte = megabyte_zstd();
+            let kinds = vec![megabyte.clone(); 10];
+            cpu_part_learnt_waiting(&split, &kinds, in_flight, threads, false);
+            let state = split.lock();
+            // 10 MB in 5 ms of the pool's time: a batch of 100 such chunks takes 50 ms.
+            let cpu = SplitDecoder::cpu_side(&state, [(&megabyte, 100)]);
+            assert!((cpu.busy - 0.005).abs() < 1e-9, "{cpu:?}");
+            let batch = cpu.batch_seconds.unwrap();
+            assert!((batch - 0.05).abs() < 1e-9, "{batch}");
+        }
     }
 
     #[test]
