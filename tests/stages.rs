@@ -104,6 +104,10 @@ async fn a_chain_composed_by_hand_equals_the_builder_with_metrics_and_state() {
     );
     assert_eq!(metrics.cpu_decoded_chunks, metrics.chunks);
     assert!(metrics.decode_busy > Duration::ZERO && metrics.collate_busy > Duration::ZERO);
+    assert!(
+        metrics.decode_cpu > Duration::ZERO && metrics.decode_cpu <= metrics.decode_busy,
+        "{metrics:?}"
+    );
     drop(by_hand);
 
     // The rest of the epoch from the saved state, through a new chain.

@@ -441,6 +441,7 @@ impl NativeEpoch {
         let seconds = [
             ("fetch_busy_s", m.fetch_busy),
             ("decode_busy_s", m.decode_busy),
+            ("decode_cpu_s", m.decode_cpu),
             ("collate_busy_s", m.collate_busy),
             ("consumer_wait_s", m.consumer_wait),
             ("first_wait_s", m.first_wait),

@@ -228,6 +228,7 @@ def test_metrics_count_the_epoch():
     assert metrics["gpu_decoded_chunks"] == 0 and metrics["gpu_busy_s"] == 0.0
     assert metrics["cpu_decoded_chunks"] + metrics["missing_chunks"] == metrics["chunks"] > 0
     assert metrics["consumer_wait_s"] >= metrics["first_wait_s"] >= 0.0
+    assert 0.0 < metrics["decode_cpu_s"] <= metrics["decode_busy_s"]
     assert metrics["delivered_bytes"] == 54 * pipe.sample_shape[0] * 3 * 5 * 4
 
 

@@ -624,7 +624,9 @@ class Pipeline:
     def metrics(self) -> dict[str, Any]:
         """The counters of the epoch being iterated, or else of the last one: busy times of
         each stage and the consumer's wait (``*_s``, seconds; busy times add up over chunks
-        in flight), ``gpu_busy_s`` (GPU time the loader's kernels took, from CUDA events),
+        in flight), ``decode_cpu_s`` (the CPU time the decoding threads ran, below
+        ``decode_busy_s`` where they waited for a core), ``gpu_busy_s`` (GPU time the
+        loader's kernels took, from CUDA events),
         chunks decoded on each side (``cpu_decoded_chunks``, ``gpu_decoded_chunks``), bytes,
         samples and batches. Empty counters before the first epoch."""
         if self._current is not None:

@@ -708,6 +708,7 @@ fn print_json(url: &str, stages: Stages, report: &Report, io: IoStats, in_a_row:
         "decoded_gb_per_s": gb_per_s(metrics.decoded_bytes, seconds),
         "fetch_busy_s": metrics.fetch_busy.as_secs_f64(),
         "decode_busy_s": metrics.decode_busy.as_secs_f64(),
+        "decode_cpu_s": metrics.decode_cpu.as_secs_f64(),
         "collate_busy_s": metrics.collate_busy.as_secs_f64(),
         "gpu_planning_busy_s": metrics.gpu_planning_busy.as_secs_f64(),
         "gpu_busy_s": metrics.gpu_busy.as_secs_f64(),

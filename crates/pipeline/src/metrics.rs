@@ -11,6 +11,7 @@ use zarrpipe_core::BatchStats;
 pub struct Metrics {
     fetch_nanos: AtomicU64,
     decode_nanos: AtomicU64,
+    decode_cpu_nanos: AtomicU64,
     collate_nanos: AtomicU64,
     wait_nanos: AtomicU64,
     first_wait_nanos: AtomicU64,
@@ -35,6 +36,9 @@ pub struct MetricsSnapshot {
     pub fetch_busy: Duration,
     /// Time decoding chunks on the CPU, summed over chunks.
     pub decode_busy: Duration,
+    /// Of that, the CPU time the decoding threads ran: less where they waited for a core
+    /// (beside a training loop, or other work on the host).
+    pub decode_cpu: Duration,
     /// Time collating batches, summed over batches.
     pub collate_busy: Duration,
     /// Time the consumer spent waiting for the next batch.
@@ -89,6 +93,7 @@ impl MetricsSnapshot {
         MetricsSnapshot {
             fetch_busy: time(self.fetch_busy, earlier.fetch_busy),
             decode_busy: time(self.decode_busy, earlier.decode_busy),
+            decode_cpu: time(self.decode_cpu, earlier.decode_cpu),
             collate_busy: time(self.collate_busy, earlier.collate_busy),
             consumer_wait: time(self.consumer_wait, earlier.consumer_wait),
             first_wait: time(self.first_wait, earlier.first_wait),
@@ -142,6 +147,7 @@ impl Metrics {
         add(&self.stored_bytes, stats.stored_bytes);
         add(&self.missing_chunks, stats.missing_chunks);
         add(&self.decode_nanos, nanos(stats.decode_busy));
+        add(&self.decode_cpu_nanos, nanos(stats.decode_cpu));
         add(&self.decoded_bytes, stats.decoded_bytes);
         add(&self.collate_nanos, nanos(stats.collate_busy));
         add(&self.gpu_planning_nanos, nanos(stats.gpu_planning));
@@ -164,6 +170,7 @@ impl Metrics {
         MetricsSnapshot {
             fetch_busy: time(&self.fetch_nanos),
             decode_busy: time(&self.decode_nanos),
+            decode_cpu: time(&self.decode_cpu_nanos),
             collate_busy: time(&self.collate_nanos),
             consumer_wait: time(&self.wait_nanos),
             first_wait: time(&self.first_wait_nanos),
