@@ -278,9 +278,10 @@ impl AutoShare {
             } else if !keeping_up && !cpu_behind {
                 // The batches wait for the GPU side (or did over the window): work goes back to
                 // the CPU, halfway to the share that keeps it busy, not below a share under trial
-                // or kept, and never forward: no larger share is tried. Beside setup B's model the GPU, shared with the model, fell up to a
-                // second behind at 94% of the chunks while the CPU side had 30-60 ms queued
-                // (H100, 2026-11-27; docs/training.md).
+                // or kept, and never forward: no larger share is tried. Beside setup B's model
+                // the GPU, shared with the model, fell up to a second behind at 94% of the
+                // chunks while the CPU side had 30-60 ms queued (H100, 2026-11-27;
+                // docs/training.md).
                 self.share.min(((self.share + wanted) / 2.0).max(floor))
             } else if keeping_up {
                 // Give back, halfway each batch, so that a moment's quiet does not send

@@ -13,24 +13,14 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
 
 /// Batch tensors: blocks of at least 32 MiB, at most 8 of them and 4 GiB kept at once.
-const BATCHES: Class = Class {
-    least: 32 << 20,
-    most_bytes: 4 << 30,
-};
+const BATCH_LEAST: usize = 32 << 20;
 const BATCH_BLOCKS: usize = 8;
+const BATCH_BYTES: usize = 4 << 30;
 /// Decoded chunks: blocks of at least 1 MiB (and under a batch's), at most 512 of them and
 /// 1 GiB kept at once: a few batches' worth of chunks where a chunk is a few megabytes.
-const CHUNKS: Class = Class {
-    least: 1 << 20,
-    most_bytes: 1 << 30,
-};
+const CHUNK_LEAST: usize = 1 << 20;
 const CHUNK_BLOCKS: usize = 512;
-
-/// The sizes of block one set of kept blocks holds, and how many bytes it keeps at most.
-struct Class {
-    least: usize,
-    most_bytes: usize,
-}
+const CHUNK_BYTES: usize = 1 << 30;
 
 /// Wraps allocator `A`, keeping freed blocks of 32 MiB or more (up to 8, 4 GiB in all) and
 /// of 1 to 32 MiB (up to 512, 1 GiB in all) for reuse by allocations of exactly their size
@@ -47,17 +37,20 @@ pub struct RetainingAllocator<A> {
     chunks: Mutex<Kept<CHUNK_BLOCKS>>,
 }
 
-/// One class's kept blocks: each its address, size and alignment.
+/// One class's kept blocks: each its address, size and alignment; at most `most_bytes` of
+/// them.
 struct Kept<const N: usize> {
     blocks: [Option<(usize, usize, usize)>; N],
     bytes: usize,
+    most_bytes: usize,
 }
 
 impl<const N: usize> Kept<N> {
-    const fn new() -> Self {
+    const fn new(most_bytes: usize) -> Self {
         Self {
             blocks: [None; N],
             bytes: 0,
+            most_bytes,
         }
     }
 
@@ -73,17 +66,12 @@ impl<const N: usize> Kept<N> {
     }
 
     /// Keeps the block, making room by letting the largest kept one go; returns the blocks
-    /// to free (the one let go, and this one when it still does not fit `most_bytes`).
+    /// to free (the one let go, and this one when it still does not fit).
     // Out of line, as `take`.
     #[inline(never)]
-    fn keep(
-        &mut self,
-        ptr: *mut u8,
-        layout: Layout,
-        most_bytes: usize,
-    ) -> [Option<(*mut u8, Layout)>; 2] {
+    fn keep(&mut self, ptr: *mut u8, layout: Layout) -> [Option<(*mut u8, Layout)>; 2] {
         let full = |kept: &Self| {
-            kept.bytes + layout.size() > most_bytes || kept.blocks.iter().all(Option::is_some)
+            kept.bytes + layout.size() > kept.most_bytes || kept.blocks.iter().all(Option::is_some)
         };
         let mut let_go = None;
         if full(self) {
@@ -114,31 +102,25 @@ impl<A> RetainingAllocator<A> {
     pub const fn new(inner: A) -> Self {
         Self {
             inner,
-            batches: Mutex::new(Kept::new()),
-            chunks: Mutex::new(Kept::new()),
+            batches: Mutex::new(Kept::new(BATCH_BYTES)),
+            chunks: Mutex::new(Kept::new(CHUNK_BYTES)),
         }
     }
 
+    /// A kept block of `layout`'s size, which is at least [`CHUNK_LEAST`].
     fn take(&self, layout: Layout) -> Option<*mut u8> {
-        let size = layout.size();
-        if size >= BATCHES.least {
-            lock(&self.batches).take(layout)
-        } else if size >= CHUNKS.least {
-            lock(&self.chunks).take(layout)
-        } else {
-            None
+        match layout.size() >= BATCH_LEAST {
+            true => lock(&self.batches).take(layout),
+            false => lock(&self.chunks).take(layout),
         }
     }
 
-    /// The blocks to free after keeping this one where its class has room.
+    /// The blocks to free after keeping this one, of at least [`CHUNK_LEAST`], where its
+    /// class has room.
     fn keep(&self, ptr: *mut u8, layout: Layout) -> [Option<(*mut u8, Layout)>; 2] {
-        let size = layout.size();
-        if size >= BATCHES.least {
-            lock(&self.batches).keep(ptr, layout, BATCHES.most_bytes)
-        } else if size >= CHUNKS.least {
-            lock(&self.chunks).keep(ptr, layout, CHUNKS.most_bytes)
-        } else {
-            [None, Some((ptr, layout))]
+        match layout.size() >= BATCH_LEAST {
+            true => lock(&self.batches).keep(ptr, layout),
+            false => lock(&self.chunks).keep(ptr, layout),
         }
     }
 }
@@ -151,8 +133,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 // with; a kept block is handed out once, to an allocation of exactly its layout.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for RetainingAllocator<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if let Some(ptr) = self.take(layout) {
-            return ptr;
+        if layout.size() >= CHUNK_LEAST {
+            if let Some(ptr) = self.take(layout) {
+                return ptr;
+            }
         }
         // SAFETY: the caller's layout, passed on.
         unsafe { self.inner.alloc(layout) }
@@ -164,6 +148,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for RetainingAllocator<A> {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() < CHUNK_LEAST {
+            // SAFETY: allocated by `inner` with this layout.
+            return unsafe { self.inner.dealloc(ptr, layout) };
+        }
         for (ptr, layout) in self.keep(ptr, layout).into_iter().flatten() {
             // SAFETY: a block of `inner`'s with its own layout.
             unsafe { self.inner.dealloc(ptr, layout) }
@@ -183,7 +171,7 @@ mod tests {
     #[test]
     fn a_freed_large_block_serves_the_next_allocation_of_its_size() {
         let allocator = RetainingAllocator::new(std::alloc::System);
-        for least in [BATCHES.least, CHUNKS.least] {
+        for least in [BATCH_LEAST, CHUNK_LEAST] {
             let layout = Layout::from_size_align(least, 64).unwrap();
             let other = Layout::from_size_align(least + 4096, 64).unwrap();
             unsafe {
@@ -207,7 +195,7 @@ mod tests {
     #[test]
     fn small_blocks_are_not_kept() {
         let allocator = RetainingAllocator::new(std::alloc::System);
-        let layout = Layout::from_size_align(CHUNKS.least - 1, 64).unwrap();
+        let layout = Layout::from_size_align(CHUNK_LEAST - 1, 64).unwrap();
         unsafe {
             let block = allocator.alloc(layout);
             allocator.dealloc(block, layout);
@@ -219,13 +207,13 @@ mod tests {
     #[test]
     fn keeps_at_most_its_bytes() {
         let allocator = RetainingAllocator::new(std::alloc::System);
-        let layout = Layout::from_size_align(BATCHES.most_bytes / 2 + 1, 64).unwrap();
+        let layout = Layout::from_size_align(BATCH_BYTES / 2 + 1, 64).unwrap();
         unsafe {
             let (a, b) = (allocator.alloc(layout), allocator.alloc(layout));
             allocator.dealloc(a, layout);
             allocator.dealloc(b, layout);
             let kept = lock(&allocator.batches);
-            assert!(kept.bytes <= BATCHES.most_bytes);
+            assert!(kept.bytes <= BATCH_BYTES);
             assert_eq!(kept.blocks.iter().flatten().count(), 1);
         }
     }
@@ -233,8 +221,8 @@ mod tests {
     #[test]
     fn keeps_at_most_its_blocks_letting_the_largest_go() {
         let allocator = RetainingAllocator::new(std::alloc::System);
-        let small = Layout::from_size_align(CHUNKS.least, 64).unwrap();
-        let large = Layout::from_size_align(CHUNKS.least * 2, 64).unwrap();
+        let small = Layout::from_size_align(CHUNK_LEAST, 64).unwrap();
+        let large = Layout::from_size_align(CHUNK_LEAST * 2, 64).unwrap();
         unsafe {
             let first = allocator.alloc(large);
             let rest: Vec<_> = (0..CHUNK_BLOCKS).map(|_| allocator.alloc(small)).collect();
@@ -244,7 +232,7 @@ mod tests {
             }
             let kept = lock(&allocator.chunks);
             assert_eq!(kept.blocks.iter().flatten().count(), CHUNK_BLOCKS);
-            assert_eq!(kept.bytes, CHUNK_BLOCKS * CHUNKS.least);
+            assert_eq!(kept.bytes, CHUNK_BLOCKS * CHUNK_LEAST);
         }
     }
 }
