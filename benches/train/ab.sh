@@ -17,7 +17,8 @@
 #
 # Environment (all optional): LIMIT=seconds after which runs are skipped (default 540, a
 # device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
-# TRACE=1 (auto's shares in each run's log: ZARRPIPE_LOG=zarrpipe_codec_gpu=debug).
+# TRACE=1 (auto's shares in each run's log: ZARRPIPE_LOG=zarrpipe_codec_gpu=debug, or TRACE_LOG's
+# filter, e.g. TRACE_LOG=zarrpipe_codec_gpu=debug,zarrpipe::timeline=debug).
 # Every run's JSON line, with its `build`, goes to $OUT/ab.jsonl (WORKDIR/ab.jsonl without
 # $OUT) and each zarrpipe run's log to logs/ beside it (a variant's `+` written `_`).
 set -u
@@ -30,7 +31,7 @@ out=${OUT:-$work}
 mkdir -p "$work" "$out/logs"
 cd "$root"
 [ -n "${RUNS:-}" ] || { echo "RUNS is empty (BUILD:SETUP:MODE:PRECISION ...)" >&2; exit 2; }
-[ "${TRACE:-0}" = 1 ] && export ZARRPIPE_LOG=zarrpipe_codec_gpu=debug
+[ "${TRACE:-0}" = 1 ] && export ZARRPIPE_LOG=${TRACE_LOG:-zarrpipe_codec_gpu=debug}
 wheels=${WHEELS_AB:-.whl-ab}
 started=$SECONDS
 

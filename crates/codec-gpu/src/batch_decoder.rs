@@ -12,7 +12,8 @@ use zarrpipe_core::{BatchStats, Pace};
 use zarrpipe_store::{EncodedChunk, ReadMemory};
 
 use crate::{
-    ChunkDecoder, CpuDecoder, DecodePath, DecodedChunk, DeviceBatch, PendingChunks, Result,
+    ChunkDecoder, CpuDecoder, DecodePath, DecodedChunk, DecodingPart, DeviceBatch, PendingChunks,
+    Result,
 };
 
 /// One batch's decoded chunks, where the decoder left them.
@@ -29,6 +30,9 @@ pub enum DecodedChunks {
     /// Decoded by several decoders (a [`SplitDecoder`](crate::SplitDecoder)): each part
     /// where its decoder left it. Chunks are found by their request, so order does not matter.
     Split(Vec<DecodedChunks>),
+    /// Still decoding on a task of its own (a split decoder's GPU part beside a pending CPU
+    /// part): the collator waits for it once it has decoded the rest ([`DecodingPart`]).
+    Decoding(DecodingPart),
 }
 
 impl DecodedChunks {
@@ -38,6 +42,7 @@ impl DecodedChunks {
             Self::Host(chunks) => Ok(chunks),
             Self::Pending(pending) => pending.into_host(),
             Self::Device(batch) => batch.into_host()?.into_iter().collect(),
+            Self::Decoding(part) => part.wait()?.into_host(),
             Self::Split(parts) => {
                 let mut chunks = Vec::new();
                 for part in parts {
@@ -48,6 +53,25 @@ impl DecodedChunks {
         }
     }
 
+    /// The same chunks with every part still decoding ([`DecodedChunks::Decoding`]) waited
+    /// for, where it decoded them.
+    pub fn finished(self) -> BoxFuture<'static, Result<DecodedChunks>> {
+        async move {
+            Ok(match self {
+                Self::Decoding(part) => part.finished().await?.finished().await?,
+                Self::Split(parts) => {
+                    let mut finished = Vec::with_capacity(parts.len());
+                    for part in parts {
+                        finished.push(part.finished().await?);
+                    }
+                    Self::Split(finished)
+                }
+                done => done,
+            })
+        }
+        .boxed()
+    }
+
     /// Number of chunks.
     pub fn len(&self) -> usize {
         match self {
@@ -55,6 +79,7 @@ impl DecodedChunks {
             Self::Pending(pending) => pending.chunks().len(),
             Self::Device(batch) => batch.chunks.len(),
             Self::Split(parts) => parts.iter().map(Self::len).sum(),
+            Self::Decoding(part) => part.requests().len(),
         }
     }
 
@@ -64,12 +89,13 @@ impl DecodedChunks {
     }
 
     /// What decoding cost: decoded bytes, chunks per side, CPU and GPU time (nothing yet for
-    /// pending chunks: [`PendingChunks::decode_into`] tells).
+    /// pending chunks, [`PendingChunks::decode_into`] tells, nor for a part still decoding,
+    /// whose own `stats` tell once it is done).
     pub fn stats(&self) -> BatchStats {
         let mut stats = BatchStats::default();
         match self {
             Self::Host(chunks) => stats = DecodedChunk::stats_of(chunks),
-            Self::Pending(_) => {}
+            Self::Pending(_) | Self::Decoding(_) => {}
             Self::Device(batch) => {
                 for chunk in batch.chunks.iter().flatten() {
                     stats.decoded_bytes += chunk.len as u64;

@@ -52,6 +52,7 @@ mod decode_batches;
 mod decode_clock;
 mod decode_path;
 mod decoded;
+mod decoding_part;
 mod direct;
 mod direct_shard;
 mod error;
@@ -88,6 +89,7 @@ pub use decode::Decode;
 pub use decode_batches::DecodeBatches;
 pub use decode_path::DecodePath;
 pub use decoded::DecodedChunk;
+pub use decoding_part::DecodingPart;
 pub use error::{Error, Result};
 pub use frames::{enable_zstd_table_checks, FrameError};
 pub use gpu::{

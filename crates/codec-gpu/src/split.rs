@@ -35,7 +35,7 @@ use crate::backlog::{Backlog, QueuedWork};
 use crate::busy_time::{BusyTime, PartStart};
 use crate::placement::DecodeWatch;
 use crate::split_trial::{SplitTrials, TrialBatch, Way};
-use crate::{BatchDecoder, DecodedChunks, Result};
+use crate::{BatchDecoder, DecodedChunks, DecodingPart, Result};
 
 /// The rates a kind's GPU share starts from, before both sides have decoded some of it:
 /// nvCOMP's batched zstd on an H100 (about 20 GB/s) and one CPU thread's zstd (16 cores
@@ -835,21 +835,53 @@ impl BatchDecoder for SplitDecoder {
             work: shares.work[side as usize],
         };
         let (cpu_queued, gpu_queued) = (queued(Side::Cpu), queued(Side::Gpu));
+        // Under auto and a fixed split, a batch's CPU part is handed on undecoded, to be
+        // decoded straight into the collator's memory in the collator's turn, as CPU decoding
+        // alone does: a batch on the CPU side alone, and a mixed batch's CPU part, whose GPU part
+        // then decodes on a task of its own that the collator waits for after the CPU part
+        // ([`DecodingPart`]). So the cores take the batches' CPU work one batch after another,
+        // in the consumer's order, and the CPU part never waits behind the GPU part, queued
+        // behind a model's kernels. Decoded at once into memory of its own, a mixed batch's CPU
+        // part cost its threads 8-15 ms a chunk against 6-8.5 in place, and when auto first
+        // called the GPU in, the CPU parts of the seven batches shared out then took the
+        // threads before the batches on the CPU alone ahead of them, which the consumer waited
+        // for (up to 725 ms where one takes 105; setup A bf16, H200, 2026-11-29;
+        // docs/training.md). Balanced split decodes both parts at once: its trials time a
+        // batch from when both are done.
+        let cpu_placed_later = self.policy != SplitPolicy::Balanced;
+        let gpu_beside = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if cpu_placed_later && !shares.cpu.is_empty() && !shares.gpu.is_empty() => {
+                let requests = shares.gpu.iter().map(|chunk| chunk.request.clone());
+                Some((runtime, requests.collect::<Vec<_>>()))
+            }
+            _ => None,
+        };
         // Both sides are called now, as batches come, in order: the GPU side admits batches
         // to its memory budget in the order it was called.
         let (cpu_part, gpu_part) = (
             self.start_side(Side::Cpu, shares.cpu),
             self.start_side(Side::Gpu, shares.gpu),
         );
-        // Under auto, a batch on the CPU side alone decodes straight into the collator's
-        // memory, as CPU decoding alone does, timed from when it begins there. Decoded here
-        // into memory of its own and copied, it took the cores longer than the consumer's
-        // steps beside setup A in fp32, which CPU decoding alone keeps fed, and auto called the
-        // GPU in (H200, 2026-11-29; docs/training.md). The CPU part of a mixed batch decodes
-        // at once, beside the GPU part: handed on, it would begin only once the GPU part,
-        // queued behind the model's kernels, had finished, and the cores would wait with it.
-        let cpu_placed_later =
-            gpu_part.is_none() && matches!(self.policy, SplitPolicy::Auto { .. });
+        if let Some((runtime, requests)) = gpu_beside {
+            // Not in a balanced split's trials: nothing to end.
+            drop(in_trial);
+            let split = self.clone();
+            let gpu = runtime.spawn(async move {
+                let decoded = split.decode_side(Side::Gpu, gpu_part, gpu_queued, false);
+                Ok(decoded
+                    .await?
+                    .map_or_else(|| DecodedChunks::Host(Vec::new()), |(decoded, _)| decoded))
+            });
+            return async move {
+                let cpu = self.decode_side(Side::Cpu, cpu_part, cpu_queued, true);
+                let mut parts: Vec<DecodedChunks> =
+                    cpu.await?.into_iter().map(|(p, _)| p).collect();
+                parts.push(DecodedChunks::Decoding(DecodingPart::new(requests, gpu)));
+                Ok(DecodedChunks::Split(parts))
+            }
+            .boxed();
+        }
+        let cpu_placed_later = cpu_placed_later && gpu_part.is_none();
         async move {
             let (cpu, gpu) = futures::try_join!(
                 self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_placed_later),
@@ -1426,7 +1458,7 @@ mod tests {
     }
 
     #[test]
-    fn auto_decodes_a_mixed_batchs_cpu_part_at_once_beside_the_gpu_part() {
+    fn a_mixed_batchs_cpu_part_is_handed_on_to_be_placed_and_its_gpu_part_decodes_beside() {
         let (_dir, runtime, chunks) = fixture_chunks(12);
         let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
         // A consumer that kept up, then waits a third of each step, calls the GPU in for part
@@ -1441,27 +1473,46 @@ mod tests {
         split.share(Vec::new());
         let share = split.lock().auto.share();
         assert!(share > 0.3 && share < 1.0, "{share}");
-        // Neither part waits for the other: both come decoded, every chunk once and as
-        // decoded alone.
+        let key = |chunk: &crate::DecodedChunk| format!("{:?}", chunk.request);
+        let mut expected: Vec<(String, Vec<u8>)> = (chunks.iter().cloned())
+            .map(|chunk| crate::decode_on_cpu(chunk).unwrap())
+            .map(|chunk| (key(&chunk), chunk.bytes))
+            .collect();
+        expected.sort();
+        let decoded_parts = |parts: Vec<DecodedChunks>| {
+            let mut decoded: Vec<(String, Vec<u8>)> = Vec::new();
+            for part in parts {
+                let part = runtime.block_on(part.finished()).unwrap();
+                let part = part.into_host().unwrap();
+                decoded.extend(part.into_iter().map(|chunk| (key(&chunk), chunk.bytes)));
+            }
+            decoded.sort();
+            decoded
+        };
+        // On the runtime, as the decode stage calls it: the CPU part comes pending, to be
+        // decoded where the collator places it, and the GPU part still decoding, its chunks'
+        // requests known; every chunk once, as decoded alone.
+        let learnt = split.lock().cpu_pool_seconds;
+        let decoding =
+            runtime.block_on(async { split.clone().decode_chunks(chunks.clone()).await });
+        let Ok(DecodedChunks::Split(parts)) = decoding else {
+            panic!("not split: {decoding:?}");
+        };
+        let [DecodedChunks::Pending(cpu), DecodedChunks::Decoding(gpu)] = &parts[..] else {
+            panic!("not a pending CPU part and a GPU part decoding: {parts:?}");
+        };
+        assert_eq!(cpu.chunks().len() + gpu.requests().len(), chunks.len());
+        assert!(decoded_parts(parts) == expected);
+        // The CPU part is learnt from once decoded there.
+        assert!(split.lock().cpu_pool_seconds > learnt);
+        // Called off any runtime, both parts decode at once, into memory of their own.
         let parts = match runtime.block_on(split.clone().decode_chunks(chunks.clone())) {
             Ok(DecodedChunks::Split(parts)) => parts,
             other => panic!("not split: {other:?}"),
         };
-        assert_eq!(parts.len(), 2);
-        let key = |chunk: &crate::DecodedChunk| format!("{:?}", chunk.request);
-        let mut decoded: Vec<(String, Vec<u8>)> = Vec::new();
-        for part in parts {
-            let DecodedChunks::Host(part) = part else {
-                panic!("a part not decoded: {part:?}");
-            };
-            decoded.extend(part.into_iter().map(|chunk| (key(&chunk), chunk.bytes)));
-        }
-        let mut expected: Vec<(String, Vec<u8>)> = (chunks.into_iter())
-            .map(|chunk| crate::decode_on_cpu(chunk).unwrap())
-            .map(|chunk| (key(&chunk), chunk.bytes))
-            .collect();
-        decoded.sort();
-        expected.sort();
-        assert!(decoded == expected);
+        assert!(parts
+            .iter()
+            .all(|part| matches!(part, DecodedChunks::Host(_))));
+        assert!(decoded_parts(parts) == expected);
     }
 }

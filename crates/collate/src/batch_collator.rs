@@ -37,6 +37,10 @@ impl BatchCollator for HostCollator {
     fn collate_batch(self: Arc<Self>, batch: DecodedBatch) -> BoxFuture<'static, Result<Batch>> {
         async move {
             let started = Instant::now();
+            // A part still decoding (a split's GPU part) is waited for here, not on a rayon
+            // thread, which the part's own reading may need.
+            let mut batch = batch;
+            batch.payload = batch.payload.finished().await?;
             let mut batch = collate_on_rayon(self, batch).await?;
             batch.stats.collate_busy += started.elapsed();
             Ok(batch)

@@ -26,6 +26,15 @@ pub enum Error {
         indices: Vec<u64>,
     },
 
+    /// A chunk sent to be decoded with a part of the batch that did not hand it back.
+    #[error("chunk {indices:?} of variable `{variable}` went to a decoder that did not return it")]
+    ChunkNotReturned {
+        /// The variable's name.
+        variable: String,
+        /// The chunk's indices in the variable's chunk grid.
+        indices: Vec<u64>,
+    },
+
     /// A decoded chunk of a variable the layout does not read.
     #[error("decoded chunk {indices:?} of variable `{variable}` is not part of this layout")]
     UnknownVariable {

@@ -4,20 +4,23 @@
 //! stream, and the batch is handed on once its kernels have run, with the device time they
 //! took.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use zarrpipe_codec_gpu::{ChunkRuns, DecodedChunk, DecodedChunks, DeviceBatch, PendingChunks};
+use zarrpipe_codec_gpu::{
+    ChunkRuns, DecodedChunk, DecodedChunks, DecodingPart, DeviceBatch, PendingChunks,
+};
 use zarrpipe_core::{BatchStats, Staged};
-use zarrpipe_cuda::cudarc::driver::{CudaSlice, DevicePtr};
+use zarrpipe_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use zarrpipe_cuda::{CudaError, During};
 use zarrpipe_store::ChunkRequest;
 
 use super::turns::Ticket;
 use super::{timed_event, DeviceCollator, Gpu};
-use crate::{Batch, BatchCollator, DecodedBatch, Result};
+use crate::{Batch, BatchCollator, DecodedBatch, Error, Result};
 
 /// Batches collated at once (each on a blocking thread that waits for its kernels).
 const COLLATES_IN_FLIGHT: usize = 4;
@@ -72,39 +75,21 @@ impl DeviceCollator {
             mut stats,
             pace,
         } = batch;
-        let (mut decoded, mut host, mut pending) = (Vec::new(), Vec::new(), Vec::new());
-        sort_parts(payload, &mut decoded, &mut host, &mut pending);
+        let mut parts = Parts::default();
+        parts.sort(payload);
         // Chunks decoded on the GPU are complete (the decode stage waited for them). The
         // batch's work goes on the collator's own stream, of the highest priority: on the
         // stream that decoded them it queued behind the next batch's decoding, which takes the
         // stream once this one is done (W1 in batches of 4: gathers of 1-2 ms waited up to
         // 48 ms, and collation ran a batch every 22 ms).
         let stream = self.stream.clone();
-        let mut requests: Vec<ChunkRequest> = Vec::with_capacity(host.len());
-        let mut addresses: Vec<u64> = Vec::with_capacity(host.len());
-        let mut memory = Vec::with_capacity(decoded.len() + 1);
-        for mut part in decoded.drain(..) {
-            let base = part.buffer().read_on(&stream)?;
-            for chunk in std::mem::take(&mut part.chunks) {
-                let chunk = chunk?;
-                addresses.push(base + chunk.offset as u64);
-                requests.push(chunk.request);
-            }
-            memory.push(ChunkMemory::Decoded { _batch: part });
-        }
-        if !host.is_empty() {
-            let parts: Vec<&[u8]> = host.iter().map(|chunk| chunk.bytes.as_slice()).collect();
-            let (buffer, offsets) = self.staging().upload_parts(&parts, &stream)?;
-            let base = buffer.device_ptr(&stream).0;
-            addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
-            requests.extend(host.drain(..).map(|chunk| chunk.request));
-            memory.push(ChunkMemory::Uploaded { _buffer: buffer });
-        }
+        let mut placed = Placed::default();
+        self.place_decoded(&mut parts, &mut placed, &stream)?;
         // This batch's turn: its pending chunks decode and its tensors' room is reserved only
         // after the batches before it have done both.
         let turn = ticket.wait();
         tracing::debug!(target: "zarrpipe::timeline", "batch {index}: collator's turn");
-        for part in pending {
+        for part in std::mem::take(&mut parts.pending) {
             // Decoded on the CPU straight into the pinned buffer they upload from.
             let lens: Vec<usize> = (0..part.chunks().len())
                 .map(|i| part.decoded_len(i))
@@ -117,22 +102,53 @@ impl DeviceCollator {
             })?;
             stats += decoding;
             let base = buffer.device_ptr(&stream).0;
-            addresses.extend(offsets.iter().map(|&offset| base + offset as u64));
-            requests.extend(part_requests);
-            memory.push(ChunkMemory::Uploaded { _buffer: buffer });
+            placed.add(
+                part_requests,
+                offsets.iter().map(|&offset| base + offset as u64),
+            );
+            placed
+                .memory
+                .push(ChunkMemory::Uploaded { _buffer: buffer });
         }
-        let chunks: Vec<(&ChunkRequest, u64)> = requests.iter().zip(addresses).collect();
+        // The parts still decoding (a split's GPU part): planned by their requests now, their
+        // chunks' addresses taken once they are done, out of the turn, so that the next batch's
+        // CPU part decodes meanwhile.
+        let decoding = std::mem::take(&mut parts.decoding);
+        let later: Vec<ChunkRequest> = decoding
+            .iter()
+            .flat_map(|part| part.requests().iter().cloned())
+            .collect();
+        let requests: Vec<&ChunkRequest> = placed.requests.iter().chain(&later).collect();
+        let planned = self.plan(&samples, &requests)?;
+        drop(turn);
+        let mut addresses = std::mem::take(&mut placed.addresses);
+        if !decoding.is_empty() {
+            let mut done = Placed::default();
+            let mut decoding = decoding;
+            while let Some(part) = decoding.pop() {
+                let decoded = part.wait()?;
+                stats += decoded.stats();
+                let mut parts = Parts::default();
+                parts.sort(decoded);
+                self.place_decoded(&mut parts, &mut done, &stream)?;
+                for pending in parts.pending {
+                    self.upload(pending.into_host()?, &mut done, &stream)?;
+                }
+                decoding.append(&mut parts.decoding);
+            }
+            addresses.extend(done.addresses_of(&later)?);
+            placed.memory.append(&mut done.memory);
+        }
         // The GPU's work for this batch runs from `tensors.begun` (the upload above is the
         // copy engine's) to `ready`.
-        let tensors = self.enqueue(&samples, &chunks, &stream)?;
-        drop(turn);
+        let tensors = self.enqueue(&samples, planned, addresses, &stream)?;
         tracing::debug!(target: "zarrpipe::timeline", "batch {index}: kernels queued");
         let ready = timed_event(&stream)?;
         // The batch is handed on finished: its device time is known, and the chunks' memory
         // can go (in the stream's order, after the kernels that read it).
         ready.synchronize().during("collating a batch")?;
         let device_ms = tensors.begun.elapsed_ms(&ready).during("timing a batch")?;
-        drop(memory);
+        drop(placed);
         drop(tensors.scratch);
         stats.gpu_busy += Duration::from_secs_f32(device_ms.max(0.0) / 1e3);
         stats.collate_busy += started.elapsed();
@@ -150,24 +166,115 @@ impl DeviceCollator {
             pace,
         })
     }
+
+    /// Places the chunks decoded on the GPU where they are, in `stream`'s order after their
+    /// decoding, and uploads those decoded on the CPU into memory of their own.
+    fn place_decoded(
+        &self,
+        parts: &mut Parts,
+        placed: &mut Placed,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        for mut part in parts.decoded.drain(..) {
+            let base = part.buffer().read_on(stream)?;
+            let mut requests = Vec::with_capacity(part.chunks.len());
+            let mut addresses = Vec::with_capacity(part.chunks.len());
+            for chunk in std::mem::take(&mut part.chunks) {
+                let chunk = chunk?;
+                addresses.push(base + chunk.offset as u64);
+                requests.push(chunk.request);
+            }
+            placed.add(requests, addresses);
+            placed.memory.push(ChunkMemory::Decoded { _batch: part });
+        }
+        let host = std::mem::take(&mut parts.host);
+        if !host.is_empty() {
+            self.upload(host, placed, stream)?;
+        }
+        Ok(())
+    }
+
+    /// Uploads chunks decoded on the CPU into memory of their own (one pinned copy).
+    fn upload(
+        &self,
+        chunks: Vec<DecodedChunk>,
+        placed: &mut Placed,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let bytes: Vec<&[u8]> = chunks.iter().map(|chunk| chunk.bytes.as_slice()).collect();
+        let (buffer, offsets) = self.staging().upload_parts(&bytes, stream)?;
+        let base = buffer.device_ptr(stream).0;
+        let requests = chunks.into_iter().map(|chunk| chunk.request);
+        placed.add(requests, offsets.iter().map(|&offset| base + offset as u64));
+        placed
+            .memory
+            .push(ChunkMemory::Uploaded { _buffer: buffer });
+        Ok(())
+    }
 }
 
-/// Sorts a batch's parts into those decoded on the GPU, the chunks decoded on the CPU and
-/// those left for the collator to have decoded.
-fn sort_parts(
-    payload: DecodedChunks,
-    decoded: &mut Vec<DeviceBatch>,
-    host: &mut Vec<DecodedChunk>,
-    pending: &mut Vec<PendingChunks>,
-) {
-    match payload {
-        DecodedChunks::Host(chunks) => host.extend(chunks),
-        DecodedChunks::Pending(chunks) => pending.push(chunks),
-        DecodedChunks::Device(batch) => decoded.push(batch),
-        DecodedChunks::Split(parts) => {
-            for part in parts {
-                sort_parts(part, decoded, host, pending);
+/// A batch's parts by where they are: decoded on the GPU, decoded on the CPU, left for the
+/// collator to have decoded, and still decoding.
+#[derive(Default)]
+struct Parts {
+    decoded: Vec<DeviceBatch>,
+    host: Vec<DecodedChunk>,
+    pending: Vec<PendingChunks>,
+    decoding: Vec<DecodingPart>,
+}
+
+impl Parts {
+    fn sort(&mut self, payload: DecodedChunks) {
+        match payload {
+            DecodedChunks::Host(chunks) => self.host.extend(chunks),
+            DecodedChunks::Pending(chunks) => self.pending.push(chunks),
+            DecodedChunks::Device(batch) => self.decoded.push(batch),
+            DecodedChunks::Decoding(part) => self.decoding.push(part),
+            DecodedChunks::Split(parts) => {
+                for part in parts {
+                    self.sort(part);
+                }
             }
         }
+    }
+}
+
+/// Chunks placed on the device: their requests and addresses, in one order, and the memory
+/// they are in, held (never read) until the batch's kernels have read them.
+#[derive(Default)]
+struct Placed {
+    requests: Vec<ChunkRequest>,
+    addresses: Vec<u64>,
+    memory: Vec<ChunkMemory>,
+}
+
+impl Placed {
+    fn add(
+        &mut self,
+        requests: impl IntoIterator<Item = ChunkRequest>,
+        addresses: impl IntoIterator<Item = u64>,
+    ) {
+        self.requests.extend(requests);
+        self.addresses.extend(addresses);
+    }
+
+    /// The addresses of the chunks of `requests`, in their order, wherever they were placed.
+    fn addresses_of(&self, requests: &[ChunkRequest]) -> Result<Vec<u64>> {
+        let at: HashMap<(&str, &[u64]), u64> = (self.requests.iter())
+            .zip(&self.addresses)
+            .map(|(request, &address)| ((request.variable.name(), &request.indices[..]), address))
+            .collect();
+        requests
+            .iter()
+            .map(|request| {
+                let key = (request.variable.name(), &request.indices[..]);
+                at.get(&key)
+                    .copied()
+                    .ok_or_else(|| Error::ChunkNotReturned {
+                        variable: request.variable.name().to_string(),
+                        indices: request.indices.clone(),
+                    })
+            })
+            .collect()
     }
 }

@@ -141,24 +141,11 @@ impl DeviceCollator {
         self.host.layout()
     }
 
-    /// Enqueues the collation of `samples` from decoded chunks at device addresses, on
-    /// `stream`, which orders the chunks' writes before (the caller keeps their buffers alive
-    /// until the returned batch's `ready`).
-    fn enqueue(
-        &self,
-        samples: &[Sample],
-        chunks: &[(&ChunkRequest, u64)],
-        stream: &Arc<CudaStream>,
-    ) -> Result<Tensors> {
-        let requests: Vec<&ChunkRequest> = chunks.iter().map(|&(request, _)| request).collect();
-        let mut addresses: Vec<u64> = chunks.iter().map(|&(_, address)| address).collect();
-        // Static fields count as chunks after the batch's (see `GatherPlan::new`).
-        addresses.extend(self.statics.iter().map(|field| field.device_ptr(stream).0));
-        let plan = GatherPlan::new(self.layout(), samples, &requests)?;
-        let derived = |offsets: &[i64]| {
-            let derived = self.options.derived.as_ref();
-            derived.map(|derived| derived.plan(self.layout(), samples, offsets))
-        };
+    /// Plans the collation of `samples` from the batch's chunks (`requests`, in the order
+    /// their addresses will come) and reserves its tensors' room, which can wait for the
+    /// consumer to let older tensors go: batches plan in order, in the collator's turns.
+    fn plan(&self, samples: &[Sample], requests: &[&ChunkRequest]) -> Result<PlannedBatch> {
+        let plan = GatherPlan::new(self.layout(), samples, requests)?;
         let mask = match self.layout().padded() {
             true => Some(self.host.mask(samples)),
             false => None,
@@ -167,9 +154,6 @@ impl DeviceCollator {
             Some(weights) => Some(weights.batch(self.layout(), samples)?),
             None => None,
         };
-        // Every tensor is taken before the first kernel is queued: a take can wait, on the
-        // host, for a consumer still reading an older tensor, and that wait is not this
-        // batch's GPU time (`begun` marks where it starts).
         // The batch's room is taken at once: with several tensors a batch, taking them one by
         // one under a tight cap could leave a batch waiting for room its own tensors hold.
         let bytes =
@@ -184,7 +168,40 @@ impl DeviceCollator {
         room_needed += weights
             .as_ref()
             .map_or(0, |w| bytes(w.shape(), TensorDType::F32));
-        let mut room = self.pool.reserve(room_needed);
+        let room = self.pool.reserve(room_needed);
+        Ok(PlannedBatch {
+            plan,
+            mask,
+            weights,
+            room,
+        })
+    }
+
+    /// Enqueues a planned collation of `samples` from its chunks at device addresses (in the
+    /// order of the plan's requests), on `stream`, which orders the chunks' writes before (the
+    /// caller keeps their buffers alive until the returned batch's `ready`).
+    fn enqueue(
+        &self,
+        samples: &[Sample],
+        planned: PlannedBatch,
+        mut addresses: Vec<u64>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Tensors> {
+        let PlannedBatch {
+            plan,
+            mask,
+            weights,
+            mut room,
+        } = planned;
+        // Static fields count as chunks after the batch's (see `GatherPlan::new`).
+        addresses.extend(self.statics.iter().map(|field| field.device_ptr(stream).0));
+        let derived = |offsets: &[i64]| {
+            let derived = self.options.derived.as_ref();
+            derived.map(|derived| derived.plan(self.layout(), samples, offsets))
+        };
+        // Every tensor is taken before the first kernel is queued: a take can wait, on the
+        // host, for a consumer still reading an older tensor, and that wait is not this
+        // batch's GPU time (`begun` marks where it starts).
         let input_buffers = self.take_buffers(&mut room, &plan.input_shape, true, stream)?;
         let target_buffers = match &plan.targets {
             Some((_, shape)) => Some(self.take_buffers(&mut room, shape, false, stream)?),
@@ -473,6 +490,14 @@ impl DeviceCollator {
 }
 
 /// A batch's tensors, enqueued.
+/// A batch's collation planned, with its tensors' room reserved ([`DeviceCollator::plan`]).
+struct PlannedBatch {
+    plan: GatherPlan,
+    mask: Option<ndarray::ArrayD<u8>>,
+    weights: Option<ndarray::ArrayD<f32>>,
+    room: TensorRoom,
+}
+
 struct Tensors {
     inputs: DeviceTensor,
     targets: Option<DeviceTensor>,
