@@ -90,25 +90,7 @@ impl DeviceCollator {
         let turn = ticket.wait();
         tracing::debug!(target: "zarrpipe::timeline", "batch {index}: collator's turn");
         for part in std::mem::take(&mut parts.pending) {
-            // Decoded on the CPU straight into the pinned buffer they upload from.
-            let lens: Vec<usize> = (0..part.chunks().len())
-                .map(|i| part.decoded_len(i))
-                .collect();
-            let part_requests: Vec<ChunkRequest> = part.requests().into_iter().cloned().collect();
-            let mut decoding = BatchStats::default();
-            let (buffer, offsets) = self.staging().upload_written(&lens, &stream, |runs| {
-                decoding = part.decode_into(&ChunkRuns::new(runs))?;
-                Ok(())
-            })?;
-            stats += decoding;
-            let base = buffer.device_ptr(&stream).0;
-            placed.add(
-                part_requests,
-                offsets.iter().map(|&offset| base + offset as u64),
-            );
-            placed
-                .memory
-                .push(ChunkMemory::Uploaded { _buffer: buffer });
+            stats += self.decode_in_place(part, &mut placed, &stream)?;
         }
         // The parts still decoding (a split's GPU part): planned by their requests now, their
         // chunks' addresses taken once they are done, out of the turn, so that the next batch's
@@ -123,21 +105,9 @@ impl DeviceCollator {
         drop(turn);
         let mut addresses = std::mem::take(&mut placed.addresses);
         if !decoding.is_empty() {
-            let mut done = Placed::default();
-            let mut decoding = decoding;
-            while let Some(part) = decoding.pop() {
-                let decoded = part.wait()?;
-                stats += decoded.stats();
-                let mut parts = Parts::default();
-                parts.sort(decoded);
-                self.place_decoded(&mut parts, &mut done, &stream)?;
-                for pending in parts.pending {
-                    self.upload(pending.into_host()?, &mut done, &stream)?;
-                }
-                decoding.append(&mut parts.decoding);
-            }
+            let done = self.wait_for(decoding, &mut stats, &stream)?;
             addresses.extend(done.addresses_of(&later)?);
-            placed.memory.append(&mut done.memory);
+            placed.memory.extend(done.memory);
         }
         // The GPU's work for this batch runs from `tensors.begun` (the upload above is the
         // copy engine's) to `ready`.
@@ -165,6 +135,54 @@ impl DeviceCollator {
             stats,
             pace,
         })
+    }
+
+    /// Has a pending part's chunks decoded on the CPU straight into the pinned buffer they
+    /// upload from; returns what decoding cost.
+    fn decode_in_place(
+        &self,
+        part: PendingChunks,
+        placed: &mut Placed,
+        stream: &Arc<CudaStream>,
+    ) -> Result<BatchStats> {
+        let lens: Vec<usize> = (0..part.chunks().len())
+            .map(|i| part.decoded_len(i))
+            .collect();
+        let requests: Vec<ChunkRequest> = part.requests().into_iter().cloned().collect();
+        let mut decoding = BatchStats::default();
+        let (buffer, offsets) = self.staging().upload_written(&lens, stream, |runs| {
+            decoding = part.decode_into(&ChunkRuns::new(runs))?;
+            Ok(())
+        })?;
+        let base = buffer.device_ptr(stream).0;
+        placed.add(requests, offsets.iter().map(|&offset| base + offset as u64));
+        placed
+            .memory
+            .push(ChunkMemory::Uploaded { _buffer: buffer });
+        Ok(decoding)
+    }
+
+    /// Waits for the parts still decoding and places their chunks; adds what they cost to
+    /// `stats`.
+    fn wait_for(
+        &self,
+        mut decoding: Vec<DecodingPart>,
+        stats: &mut BatchStats,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Placed> {
+        let mut done = Placed::default();
+        while let Some(part) = decoding.pop() {
+            let decoded = part.wait()?;
+            *stats += decoded.stats();
+            let mut parts = Parts::default();
+            parts.sort(decoded);
+            self.place_decoded(&mut parts, &mut done, stream)?;
+            for pending in parts.pending {
+                self.upload(pending.into_host()?, &mut done, stream)?;
+            }
+            decoding.append(&mut parts.decoding);
+        }
+        Ok(done)
     }
 
     /// Places the chunks decoded on the GPU where they are, in `stream`'s order after their
