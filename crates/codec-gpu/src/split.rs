@@ -1458,6 +1458,27 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_part_that_fails_fails_its_batch_naming_a_chunk_of_it() {
+        let (_dir, runtime, mut chunks) = fixture_chunks(13);
+        for chunk in &mut chunks {
+            if chunk.bytes.is_some() {
+                chunk.bytes = Some(bytes::Bytes::from_static(b"not a stored chunk"));
+            }
+        }
+        let split = Arc::new(split(SplitPolicy::Fixed { gpu_chunks: 0.5 }));
+        let decoding = runtime.block_on(async { split.clone().decode_chunks(chunks).await });
+        let Ok(DecodedChunks::Split(mut parts)) = decoding else {
+            panic!("not split: {decoding:?}");
+        };
+        let Some(DecodedChunks::Decoding(gpu)) = parts.pop() else {
+            panic!("no GPU part still decoding: {parts:?}");
+        };
+        let keys: Vec<String> = gpu.requests().iter().map(|request| request.key()).collect();
+        let error = runtime.block_on(gpu.finished()).unwrap_err().to_string();
+        assert!(keys.iter().any(|key| error.contains(key)), "{error}");
+    }
+
+    #[test]
     fn a_mixed_batchs_cpu_part_is_handed_on_to_be_placed_and_its_gpu_part_decodes_beside() {
         let (_dir, runtime, chunks) = fixture_chunks(12);
         let split = Arc::new(split(SplitPolicy::Auto { gpu_share: None }));
