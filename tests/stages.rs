@@ -239,14 +239,23 @@ async fn split_decoding_shares_each_batch_and_changes_no_bit() {
     for compression in [Compression::Zstd, Compression::BloscLz4] {
         let url = write_store(&dir.path().join(format!("{compression:?}")), compression);
         let reference: Vec<Batch> = built_epoch(&url).await;
-        let (split, cpu, gpu) = split_epoch(&url, SplitPolicy::Balanced, Arc::default()).await;
-        assert_eq!(contents(&split), contents(&reference), "{compression:?}");
-        assert!(
-            cpu > 0 && gpu > 0,
-            "{compression:?}: {cpu} chunks on one side, {gpu} on the other"
-        );
-        let chunks: u64 = split.iter().map(|batch| batch.stats.chunks).sum();
-        assert_eq!((cpu + gpu) as u64, chunks);
+        // Balanced decodes both parts at once; a fixed split hands its CPU part on to be
+        // decoded in place, beside its GPU part still decoding.
+        let fixed = SplitPolicy::Fixed { gpu_chunks: 0.5 };
+        for policy in [SplitPolicy::Balanced, fixed] {
+            let (split, cpu, gpu) = split_epoch(&url, policy, Arc::default()).await;
+            assert_eq!(
+                contents(&split),
+                contents(&reference),
+                "{compression:?} {policy:?}"
+            );
+            assert!(
+                cpu > 0 && gpu > 0,
+                "{compression:?} {policy:?}: {cpu} chunks on one side, {gpu} on the other"
+            );
+            let chunks: u64 = split.iter().map(|batch| batch.stats.chunks).sum();
+            assert_eq!((cpu + gpu) as u64, chunks, "{policy:?}");
+        }
     }
 }
 
