@@ -155,13 +155,13 @@ impl PendingChunks {
     }
 
     /// Decodes every chunk into memory of its own on the decoder's threads, without blocking
-    /// the caller (for a decoder whose time is measured where it decodes, as a split
-    /// decoder's CPU side). Each chunk is its own task in the pool's queue, so parts handed in
+    /// the caller (for a decoder whose time is measured where it decodes, as a balanced
+    /// split's CPU side). Each chunk is its own task in the pool's queue, so parts handed in
     /// one after another decode in that order, the next one's chunks taking the threads as
     /// the last of the one before finish. Decoded as one parallel task each, parts handed in
-    /// together (a split's backlog when auto first gives the GPU a share) took the threads
-    /// side by side and finished together: seven CPU parts of setup A's batches in 520-970 ms
-    /// where one decodes in 100 (H200, 2026-11-29; docs/training.md).
+    /// together took the threads side by side and finished together: seven CPU parts of setup
+    /// A's batches in 520-970 ms where one decodes in 100 (H200, 2026-11-29;
+    /// docs/training.md).
     pub fn decode(self) -> BoxFuture<'static, Result<Vec<DecodedChunk>>> {
         let Self {
             chunks,

@@ -4,10 +4,11 @@
 //! together ([`SplitPolicy::Balanced`], which keeps the CPU side only while it adds to what
 //! the GPU decodes alone, `split_trial.rs`); or the CPU goes first and the GPU takes the share
 //! that lets the CPU side keep up with the consumer, within a budget of GPU time
-//! ([`SplitPolicy::Auto`], see `auto_share.rs`). Under auto a batch on the CPU side alone is
-//! handed on undecoded, as CPU decoding alone hands a batch on, and decoded where the
-//! collator places it; the split decoder learns from it when it has decoded there
-//! (`DecodeWatch`). A mixed batch's CPU part decodes at once, beside its GPU part.
+//! ([`SplitPolicy::Auto`], see `auto_share.rs`); or a fixed share ([`SplitPolicy::Fixed`]).
+//! Under auto and a fixed share a batch's CPU part is handed on undecoded, as CPU decoding
+//! alone hands a batch on, and decoded where the collator places it, in its turn; the split
+//! decoder learns from it when it has decoded there (`DecodeWatch`). Its GPU part decodes
+//! meanwhile on a task of its own ([`DecodingPart`]). Balanced split decodes both at once.
 //!
 //! A side's rate is its throughput, not one batch's latency: several batches are in flight
 //! on a side at once (the GPU's decode streams, the CPU pool's queue), and each takes longer
