@@ -162,25 +162,21 @@ impl DeviceCollator {
         Ok(decoding)
     }
 
-    /// Waits for the parts still decoding and places their chunks; adds what they cost to
-    /// `stats`.
+    /// Waits for the parts still decoding and places their chunks, decoded by then (on the
+    /// GPU, or on the CPU into memory of their own); adds what they cost to `stats`.
     fn wait_for(
         &self,
-        mut decoding: Vec<DecodingPart>,
+        decoding: Vec<DecodingPart>,
         stats: &mut BatchStats,
         stream: &Arc<CudaStream>,
     ) -> Result<Placed> {
         let mut done = Placed::default();
-        while let Some(part) = decoding.pop() {
+        for part in decoding {
             let decoded = part.wait()?;
             *stats += decoded.stats();
             let mut parts = Parts::default();
             parts.sort(decoded);
             self.place_decoded(&mut parts, &mut done, stream)?;
-            for pending in parts.pending {
-                self.upload(pending.into_host()?, &mut done, stream)?;
-            }
-            decoding.append(&mut parts.decoding);
         }
         Ok(done)
     }
