@@ -6,7 +6,7 @@
 //! batches with nvCOMP 6 and zarrpipe's own kernels ([`GpuDecoder`], feature `cuda`); or both
 //! at once, each batch shared out by measured rates ([`SplitDecoder`]). The swap point is
 //! [`BatchDecoder`]: each decodes a batch into [`DecodedChunks`] in host or device memory, or
-//! pending, and both collators take each.
+//! pending, or (a split's GPU part) still decoding, and both collators take each.
 //!
 //! ```no_run
 //! use std::sync::Arc;
