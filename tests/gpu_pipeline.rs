@@ -10,7 +10,8 @@
 //! (with `ZARRPIPE_REQUIRE_GPU=1`, on a GPU host, that fails it instead). On a GPU host:
 //! `ZARRPIPE_REQUIRE_GPU=1 cargo test --release --test gpu_pipeline`. Static fields and
 //! derived channels (the xarray fixture `xr_static`) match the CPU bit for bit too: the GPU
-//! computes derived channels from the host's tables with the same float32 operations.
+//! computes derived channels from the host's tables with the same float32 operations. A
+//! thread waiting for the GPU on zarrpipe's events sleeps instead of spinning on a core.
 
 #![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
@@ -1165,6 +1166,56 @@ mod on_gpu {
             assert!(idle >= Duration::from_millis(4 * 20), "{idle:?}");
             assert!(busy <= Duration::from_millis(5), "{busy:?}");
         });
+    }
+
+    /// The calling thread's CPU time so far.
+    fn thread_cpu_time() -> std::time::Duration {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid timespec for the call to write.
+        let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+        assert_eq!(status, 0, "clock_gettime");
+        std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    }
+
+    /// zarrpipe's threads wait for the GPU asleep: a thread waiting for about 100 ms of queued
+    /// work on an event of `HOST_WAITED_EVENT` spends a fraction of it on its core, where the
+    /// driver spins a thread waiting on a default event (a process with fewer contexts than
+    /// cores) and takes a core from CPU decoding.
+    #[test]
+    fn a_thread_waiting_for_the_gpu_sleeps() {
+        use std::time::{Duration, Instant};
+        use zarrpipe::cuda::cudarc::driver::sys::CUevent_flags;
+        use zarrpipe::cuda::HOST_WAITED_EVENT;
+        let Some(_gpu) = own_gpu() else {
+            return;
+        };
+        let context = CudaContext::new(0).unwrap();
+        let stream = context.new_stream().unwrap();
+        let mut busy_buffer = stream.alloc_zeros::<u8>(1 << 30).unwrap();
+        let mut wait = |flags: CUevent_flags| {
+            stream.synchronize().unwrap();
+            for _ in 0..250 {
+                stream.memset_zeros(&mut busy_buffer).unwrap();
+            }
+            let done = stream.record_event(Some(flags)).unwrap();
+            let (wall, cpu) = (Instant::now(), thread_cpu_time());
+            done.synchronize().unwrap();
+            (wall.elapsed(), thread_cpu_time() - cpu)
+        };
+        let (spun_wall, spun_cpu) = wait(CUevent_flags::CU_EVENT_DEFAULT);
+        let (slept_wall, slept_cpu) = wait(HOST_WAITED_EVENT);
+        eprintln!(
+            "default event: {spun_cpu:?} on the core over {spun_wall:?}; \
+             HOST_WAITED_EVENT: {slept_cpu:?} over {slept_wall:?}"
+        );
+        assert!(slept_wall >= Duration::from_millis(30), "{slept_wall:?}");
+        assert!(
+            slept_cpu < slept_wall / 4,
+            "{slept_cpu:?} over {slept_wall:?}"
+        );
     }
 }
 

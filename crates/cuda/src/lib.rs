@@ -1,6 +1,7 @@
 //! The CUDA runtime that zarrpipe's GPU stages share: opening a device, its pooled memory,
 //! kernels compiled at run time, device buffers that carry the event after which they may be
-//! read, and one [`CudaError`] that says what was asked of the GPU.
+//! read, the events zarrpipe's threads wait for asleep, and one [`CudaError`] that says what
+//! was asked of the GPU.
 //!
 //! The decoder (`zarrpipe-codec-gpu`) and the collator (`zarrpipe-collate`) both build on this
 //! crate, and on nothing of each other's GPU internals. With the `runtime` feature off the
@@ -28,6 +29,8 @@ mod buffer;
 mod device;
 mod error;
 #[cfg(feature = "runtime")]
+mod host_wait;
+#[cfg(feature = "runtime")]
 mod kernels;
 #[cfg(feature = "runtime")]
 mod memory;
@@ -43,6 +46,8 @@ pub use device::{device_count, open_device};
 #[cfg(feature = "runtime")]
 pub use error::During;
 pub use error::{CudaError, Result};
+#[cfg(feature = "runtime")]
+pub use host_wait::HOST_WAITED_EVENT;
 #[cfg(feature = "runtime")]
 pub use kernels::{kernel, load_module};
 #[cfg(feature = "runtime")]

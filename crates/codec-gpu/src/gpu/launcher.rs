@@ -10,7 +10,7 @@ use zarrpipe_cuda::cudarc::driver::{
     result, CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig,
     PushKernelArg,
 };
-use zarrpipe_cuda::During;
+use zarrpipe_cuda::{During, HOST_WAITED_EVENT};
 
 use super::kernels::Kernels;
 use super::lanes::Lane;
@@ -65,7 +65,8 @@ impl Launcher {
     }
 
     /// Enqueues the copy of the decompressions' sizes and statuses to the slot's pinned
-    /// memory; the returned event marks the end of the group's work.
+    /// memory; the returned event marks the end of the group's work (a thread waits for it
+    /// asleep).
     pub(super) fn read_results(
         &self,
         upload: &Upload,
@@ -87,7 +88,7 @@ impl Launcher {
             .during("reading decompression statuses")?;
         }
         stream
-            .record_event(None)
+            .record_event(Some(HOST_WAITED_EVENT))
             .during("recording a batch event")
             .map_err(Into::into)
     }

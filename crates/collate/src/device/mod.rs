@@ -18,11 +18,10 @@ use std::sync::Arc;
 
 use zarrpipe_batcher::{Sample, SampleLayout};
 use zarrpipe_core::{CfDecoding, DType};
-use zarrpipe_cuda::cudarc::driver::sys::CUevent_flags;
 use zarrpipe_cuda::cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
-use zarrpipe_cuda::{kernel, load_module, During};
+use zarrpipe_cuda::{kernel, load_module, During, HOST_WAITED_EVENT};
 use zarrpipe_store::ChunkRequest;
 
 #[cfg(feature = "candle")]
@@ -517,10 +516,11 @@ struct TensorBuffers {
     nan_mask: Option<DeviceTensor>,
 }
 
-/// An event whose time can be read: where a batch's GPU work starts or ends.
+/// An event whose time can be read: where a batch's GPU work starts or ends. The collator
+/// and the consumer wait for the end on the host, asleep.
 fn timed_event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
     stream
-        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .record_event(Some(HOST_WAITED_EVENT))
         .during("recording an event")
         .map_err(Into::into)
 }

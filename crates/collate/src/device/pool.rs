@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use zarrpipe_cuda::cudarc::driver::{
     result, sys, CudaContext, CudaEvent, CudaModule, CudaSlice, CudaStream, DevicePtr,
 };
-use zarrpipe_cuda::{trim_memory_pool, CudaError, DeviceMemory, During};
+use zarrpipe_cuda::{trim_memory_pool, CudaError, DeviceMemory, During, HOST_WAITED_EVENT};
 
 use super::staging::Staging;
 use crate::dlpack::dlpark::ffi::DLDevice;
@@ -414,7 +414,8 @@ impl DeviceTensor {
             readers
                 .iter()
                 .map(|reader| {
-                    let event = context.new_event(None)?;
+                    // Waited for on the host when the tensor's memory is taken again.
+                    let event = context.new_event(Some(HOST_WAITED_EVENT))?;
                     // SAFETY: `read_on`'s caller promised the stream is valid until now; the
                     // event is alive and belongs to this context.
                     unsafe { result::event::record(event.cu_event(), reader.0) }?;
