@@ -1168,18 +1168,6 @@ mod on_gpu {
         });
     }
 
-    /// The calling thread's CPU time so far.
-    fn thread_cpu_time() -> std::time::Duration {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `now` is a valid timespec for the call to write.
-        let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-        assert_eq!(status, 0, "clock_gettime");
-        std::time::Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-    }
-
     /// zarrpipe's threads wait for the GPU asleep: a thread waiting for about 100 ms of queued
     /// work on an event of `HOST_WAITED_EVENT` spends a fraction of it on its core, where the
     /// driver spins a thread waiting on a default event (a process with fewer contexts than
@@ -1187,8 +1175,10 @@ mod on_gpu {
     #[test]
     fn a_thread_waiting_for_the_gpu_sleeps() {
         use std::time::{Duration, Instant};
+        use zarrpipe::codec::testing::thread_cpu_time;
         use zarrpipe::cuda::cudarc::driver::sys::CUevent_flags;
         use zarrpipe::cuda::HOST_WAITED_EVENT;
+        let cpu_time = || thread_cpu_time().expect("the thread's CPU clock");
         let Some(_gpu) = own_gpu() else {
             return;
         };
@@ -1201,9 +1191,9 @@ mod on_gpu {
                 stream.memset_zeros(&mut busy_buffer).unwrap();
             }
             let done = stream.record_event(Some(flags)).unwrap();
-            let (wall, cpu) = (Instant::now(), thread_cpu_time());
+            let (wall, cpu) = (Instant::now(), cpu_time());
             done.synchronize().unwrap();
-            (wall.elapsed(), thread_cpu_time() - cpu)
+            (wall.elapsed(), cpu_time() - cpu)
         };
         let (spun_wall, spun_cpu) = wait(CUevent_flags::CU_EVENT_DEFAULT);
         let (slept_wall, slept_cpu) = wait(HOST_WAITED_EVENT);

@@ -36,7 +36,7 @@ impl DecodeClock {
 
 /// The CPU time the calling thread has run, where the system tells it.
 #[cfg(unix)]
-fn thread_cpu_time() -> Option<Duration> {
+pub fn thread_cpu_time() -> Option<Duration> {
     let mut time = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -48,7 +48,7 @@ fn thread_cpu_time() -> Option<Duration> {
 }
 
 #[cfg(not(unix))]
-fn thread_cpu_time() -> Option<Duration> {
+pub fn thread_cpu_time() -> Option<Duration> {
     None
 }
 

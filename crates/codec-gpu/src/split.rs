@@ -849,9 +849,11 @@ impl BatchDecoder for SplitDecoder {
         // for (up to 725 ms where one takes 105; setup A bf16, H200, 2026-11-29;
         // docs/training.md). Balanced split decodes both parts at once: its trials time a
         // batch from when both are done.
-        let cpu_placed_later = self.policy != SplitPolicy::Balanced;
+        let hands_cpu_parts_on = self.policy != SplitPolicy::Balanced;
         let gpu_beside = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) if cpu_placed_later && !shares.cpu.is_empty() && !shares.gpu.is_empty() => {
+            Ok(runtime)
+                if hands_cpu_parts_on && !shares.cpu.is_empty() && !shares.gpu.is_empty() =>
+            {
                 let requests = shares.gpu.iter().map(|chunk| chunk.request.clone());
                 Some((runtime, requests.collect::<Vec<_>>()))
             }
@@ -882,7 +884,9 @@ impl BatchDecoder for SplitDecoder {
             }
             .boxed();
         }
-        let cpu_placed_later = cpu_placed_later && gpu_part.is_none();
+        // Off a runtime a mixed batch's parts decode at once; a batch on the CPU alone is
+        // still handed on.
+        let cpu_placed_later = hands_cpu_parts_on && gpu_part.is_none();
         async move {
             let (cpu, gpu) = futures::try_join!(
                 self.decode_side(Side::Cpu, cpu_part, cpu_queued, cpu_placed_later),

@@ -1,6 +1,6 @@
 //! Test support shared by this crate's tests and the GPU suite (feature `testing`): stores of
-//! random data in every supported data type and codec chain, written by zarrs, and a check
-//! that a batch decoder gives exactly what the CPU path gives.
+//! random data in every supported data type and codec chain, written by zarrs, a check that
+//! a batch decoder gives exactly what the CPU path gives, and the calling thread's CPU clock.
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -15,6 +15,8 @@ use zarrs::array::{Array, ArrayBytes, ArrayMetadata};
 use zarrs::filesystem::FilesystemStore;
 
 use crate::{decode_on_cpu, ChunkRuns, DecodedChunk, PendingChunks, Result};
+
+pub use crate::decode_clock::thread_cpu_time;
 
 /// One generated array: a data type, a codec chain and a chunking.
 #[derive(Clone, Debug)]

@@ -34,12 +34,14 @@ impl BatchCollator for HostCollator {
     /// On rayon's pool (chunks decoded on the GPU are copied to the host first, pending
     /// chunks decoded into the tensor). Two batches at once: each uses every core, and the
     /// second fills the cores the first's last chunks leave idle.
-    fn collate_batch(self: Arc<Self>, batch: DecodedBatch) -> BoxFuture<'static, Result<Batch>> {
+    fn collate_batch(
+        self: Arc<Self>,
+        mut batch: DecodedBatch,
+    ) -> BoxFuture<'static, Result<Batch>> {
         async move {
             let started = Instant::now();
             // A part still decoding (a split's GPU part) is waited for here, not on a rayon
             // thread, which the part's own reading may need.
-            let mut batch = batch;
             batch.payload = batch.payload.finished().await?;
             let mut batch = collate_on_rayon(self, batch).await?;
             batch.stats.collate_busy += started.elapsed();

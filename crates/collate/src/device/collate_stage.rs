@@ -154,11 +154,7 @@ impl DeviceCollator {
             decoding = part.decode_into(&ChunkRuns::new(runs))?;
             Ok(())
         })?;
-        let base = buffer.device_ptr(stream).0;
-        placed.add(requests, offsets.iter().map(|&offset| base + offset as u64));
-        placed
-            .memory
-            .push(ChunkMemory::Uploaded { _buffer: buffer });
+        placed.add_uploaded(requests, buffer, &offsets, stream);
         Ok(decoding)
     }
 
@@ -217,12 +213,8 @@ impl DeviceCollator {
     ) -> Result<()> {
         let bytes: Vec<&[u8]> = chunks.iter().map(|chunk| chunk.bytes.as_slice()).collect();
         let (buffer, offsets) = self.staging().upload_parts(&bytes, stream)?;
-        let base = buffer.device_ptr(stream).0;
         let requests = chunks.into_iter().map(|chunk| chunk.request);
-        placed.add(requests, offsets.iter().map(|&offset| base + offset as u64));
-        placed
-            .memory
-            .push(ChunkMemory::Uploaded { _buffer: buffer });
+        placed.add_uploaded(requests, buffer, &offsets, stream);
         Ok(())
     }
 }
@@ -270,6 +262,20 @@ impl Placed {
     ) {
         self.requests.extend(requests);
         self.addresses.extend(addresses);
+    }
+
+    /// Adds chunks uploaded into `buffer` at `offsets` (in the order of `requests`), holding
+    /// the buffer until the batch's kernels have read it.
+    fn add_uploaded(
+        &mut self,
+        requests: impl IntoIterator<Item = ChunkRequest>,
+        buffer: CudaSlice<u8>,
+        offsets: &[usize],
+        stream: &Arc<CudaStream>,
+    ) {
+        let base = buffer.device_ptr(stream).0;
+        self.add(requests, offsets.iter().map(|&offset| base + offset as u64));
+        self.memory.push(ChunkMemory::Uploaded { _buffer: buffer });
     }
 
     /// The addresses of the chunks of `requests`, in their order, wherever they were placed.

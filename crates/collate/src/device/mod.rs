@@ -488,7 +488,6 @@ impl DeviceCollator {
     }
 }
 
-/// A batch's tensors, enqueued.
 /// A batch's collation planned, with its tensors' room reserved ([`DeviceCollator::plan`]).
 struct PlannedBatch {
     plan: GatherPlan,
@@ -497,6 +496,7 @@ struct PlannedBatch {
     room: TensorRoom,
 }
 
+/// A batch's tensors, enqueued.
 struct Tensors {
     inputs: DeviceTensor,
     targets: Option<DeviceTensor>,
