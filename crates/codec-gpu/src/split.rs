@@ -474,11 +474,11 @@ impl SplitDecoder {
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
                 if in_place {
                     // The greater of its busy time and its threads' time: decoded beside other
-                    // parts (as mixed batches' CPU parts were, when they decoded at once), its
-                    // busy time is shared with theirs. Beside setup B's model, batches that took the
-                    // threads 295 ms read as 180-192 ms by busy time alone, and every batch on
-                    // the CPU was tried where it trains at a third of the GPU's pace (H200,
-                    // 2026-11-29; docs/training.md).
+                    // parts (mixed batches' CPU parts decoding at once, as a balanced split's
+                    // and any off a runtime do), its busy time is shared with theirs. Beside
+                    // setup B's model, batches that took the threads 295 ms read as 180-192 ms
+                    // by busy time alone, and every batch on the CPU was tried where it trains
+                    // at a third of the GPU's pace (H200, 2026-11-29; docs/training.md).
                     let seconds = cost.map_or(pool, |cost| cost.as_secs_f64().max(pool));
                     record(&mut state.rates, chunks, seconds, |rates| {
                         &mut rates.cpu_in_place
