@@ -94,6 +94,18 @@ impl CpuDecoder {
         }
     }
 
+    /// Runs `work` on the calling thread with a scope whose tasks go on the decoder's pool in
+    /// the order they are spawned, behind the tasks queued before; returns once all are done.
+    pub(crate) fn scope_fifo<'scope, R>(
+        &self,
+        work: impl FnOnce(&rayon::ScopeFifo<'scope>) -> R,
+    ) -> R {
+        match &self.pool {
+            Some(pool) => pool.in_place_scope_fifo(work),
+            None => rayon::in_place_scope_fifo(work),
+        }
+    }
+
     /// Runs `work` (parallel iterators) on the decoder's pool, blocking the caller.
     pub(crate) fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         match &self.pool {

@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -34,6 +34,17 @@ pub trait ChunkPlacement: Sync {
     /// Copies chunk `index`'s decoded bytes into place. Called at most once per chunk, from
     /// any thread, at once for different chunks.
     fn put(&self, index: usize, decoded: &[u8]);
+
+    /// Every chunk is queued on the decoder's threads, behind those queued before: a later
+    /// batch's chunks queued from now on decode after them, on threads this batch's last
+    /// chunks leave idle.
+    fn all_queued(&self) {}
+}
+
+/// The lock of a batch's outcome; a panic while holding it (none is expected: chunks' panics
+/// are caught first) leaves the outcome as it was.
+fn lock<T>(outcome: &Mutex<T>) -> MutexGuard<'_, T> {
+    outcome.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A batch's chunks, read but not yet decoded: the CPU decoder that will decode them does so
@@ -108,32 +119,46 @@ impl PendingChunks {
 
     /// Decodes every chunk on the decoder's threads into the memory `placement` gives it, and
     /// returns when all are done with what decoding cost. A chunk that fails fails the batch,
-    /// naming the chunk.
+    /// naming the chunk; the chunks not begun by then are skipped.
+    ///
+    /// Each chunk is a task of its own, queued behind the chunks queued before it (those of
+    /// an earlier batch): threads that free up as this batch's last chunks end take the next
+    /// batch's first, once `placement` has let it be queued ([`ChunkPlacement::all_queued`]).
     pub fn decode_into(mut self, placement: &dyn ChunkPlacement) -> Result<BatchStats> {
         let watch = self.watch.take();
         let decoders = direct_decoders(&self.chunks);
+        // While a shard decodes on several threads, a waiting thread may take on another
+        // chunk, which finds the thread's scratch memory in use and makes its own. So a shard
+        // decoded into scratch memory decodes on several threads only where the batch has
+        // fewer chunks than threads (which would idle otherwise): at most that many shards'
+        // scratch memory at once.
+        let few = self.chunks.len() < self.decoder.threads();
         let decode = || {
-            // While a shard decodes on several threads, a waiting thread may take on another
-            // chunk, which finds the thread's scratch memory in use and makes its own. So a
-            // shard decoded into scratch memory decodes on several threads only where the
-            // batch has fewer chunks than threads (which would idle otherwise): at most that
-            // many shards' scratch memory at once.
-            let few = self.chunks.len() < rayon::current_num_threads();
-            self.chunks
-                .par_iter()
-                .enumerate()
-                .map(|(index, chunk)| {
-                    let decoder = decoders[&variable_key(&chunk.request.variable)].as_ref();
-                    guarded(chunk, || {
-                        decode_chunk(chunk, index, decoder, placement, few)
-                    })
-                })
-                .try_reduce(BatchStats::default, |mut a, b| {
-                    a += b;
-                    Ok(a)
-                })
+            let outcome = Mutex::new(Ok(BatchStats::default()));
+            self.decoder.scope_fifo(|scope| {
+                for (index, chunk) in self.chunks.iter().enumerate() {
+                    let (decoders, outcome) = (&decoders, &outcome);
+                    scope.spawn_fifo(move |_| {
+                        if lock(outcome).is_err() {
+                            return;
+                        }
+                        let decoder = decoders[&variable_key(&chunk.request.variable)].as_ref();
+                        let decoded = guarded(chunk, || {
+                            decode_chunk(chunk, index, decoder, placement, few)
+                        });
+                        let mut outcome = lock(outcome);
+                        match (&mut *outcome, decoded) {
+                            (Ok(total), Ok(stats)) => *total += stats,
+                            (Ok(_), Err(error)) => *outcome = Err(error),
+                            (Err(_), _) => {}
+                        }
+                    });
+                }
+                placement.all_queued();
+            });
+            outcome.into_inner().unwrap_or_else(PoisonError::into_inner)
         };
-        watching(watch, || self.decoder.install(decode), |stats| *stats)
+        watching(watch, decode, |stats| *stats)
     }
 
     /// Decodes every chunk into memory of its own, on the calling thread's pool.
@@ -375,5 +400,157 @@ impl ChunkPlacement for ChunkRuns<'_> {
             .take();
         run.expect("each chunk is placed once")
             .copy_from_slice(decoded);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{mpsc, Condvar};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Chunk runs that log which chunk of which batch begins, and tell when all are queued.
+    struct Logged<'a> {
+        runs: ChunkRuns<'a>,
+        batch: char,
+        log: &'a Mutex<Vec<(char, usize)>>,
+        queued: Option<mpsc::Sender<()>>,
+        /// Called as each chunk begins, with its index.
+        beginning: &'a (dyn Fn(usize) + Sync),
+    }
+
+    impl ChunkPlacement for Logged<'_> {
+        fn whole(&self, index: usize, len: usize) -> Option<&mut [u8]> {
+            lock(self.log).push((self.batch, index));
+            (self.beginning)(index);
+            self.runs.whole(index, len)
+        }
+
+        fn put(&self, index: usize, decoded: &[u8]) {
+            self.runs.put(index, decoded)
+        }
+
+        fn all_queued(&self) {
+            if let Some(queued) = &self.queued {
+                queued.send(()).unwrap();
+            }
+        }
+    }
+
+    fn memory(pending: &PendingChunks) -> Vec<Vec<u8>> {
+        (0..pending.chunks().len())
+            .map(|index| vec![0xAB; pending.decoded_len(index)])
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_queued_behind_another_decodes_on_the_threads_its_last_chunks_leave() {
+        use crate::testing::{cases, fetch_all, write_cases};
+        let dir = tempfile::tempdir().unwrap();
+        write_cases(dir.path(), &cases(), 3);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let chunks = runtime.block_on(async {
+            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
+                .await
+                .unwrap();
+            fetch_all(&dataset).await
+        });
+        let expected: Vec<Vec<u8>> = (chunks.iter())
+            .map(|chunk| decode_on_cpu(chunk.clone()).unwrap().bytes)
+            .collect();
+        let threads = 2;
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
+        let decoder = CpuDecoder::with_pool(Arc::new(pool.unwrap()));
+        let half = chunks.len() / 2;
+        let first = PendingChunks::new(chunks[..half].to_vec(), decoder.clone());
+        let second = PendingChunks::new(chunks[half..].to_vec(), decoder);
+        let (mut first_memory, mut second_memory) = (memory(&first), memory(&second));
+        let log = Mutex::new(Vec::new());
+        // The first batch's last chunk goes on only once the second batch has begun: on the
+        // thread the first batch's other chunks have left.
+        let second_begun = (Mutex::new(false), Condvar::new());
+        let wait_for_second = |index: usize| {
+            if index + 1 == half {
+                let begun = lock(&second_begun.0);
+                let (begun, waited) = (second_begun.1)
+                    .wait_timeout_while(begun, Duration::from_secs(20), |begun| !*begun)
+                    .unwrap();
+                assert!(
+                    *begun && !waited.timed_out(),
+                    "the second batch never began"
+                );
+            }
+        };
+        let tell_begun = |_: usize| {
+            *lock(&second_begun.0) = true;
+            second_begun.1.notify_all();
+        };
+        let (queued, all_queued) = mpsc::channel();
+        let (first_stats, second_stats) = std::thread::scope(|scope| {
+            let first_runs = Logged {
+                runs: ChunkRuns::new(first_memory.iter_mut().map(Vec::as_mut_slice).collect()),
+                batch: 'a',
+                log: &log,
+                queued: Some(queued),
+                beginning: &wait_for_second,
+            };
+            let first = scope.spawn(move || first.decode_into(&first_runs));
+            all_queued
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the first batch's chunks queued");
+            let second_runs = Logged {
+                runs: ChunkRuns::new(second_memory.iter_mut().map(Vec::as_mut_slice).collect()),
+                batch: 'b',
+                log: &log,
+                queued: None,
+                beginning: &tell_begun,
+            };
+            let second = second.decode_into(&second_runs);
+            (first.join().unwrap(), second)
+        });
+        assert_eq!(first_stats.unwrap().cpu_decoded_chunks, half as u64);
+        assert_eq!(
+            second_stats.unwrap().cpu_decoded_chunks,
+            (chunks.len() - half) as u64
+        );
+        assert!(first_memory.into_iter().chain(second_memory).eq(expected));
+        // In the order they were queued: no chunk of the second batch began before every chunk
+        // of the first had been taken (a thread may log its chunk after another's next one).
+        let log = log.into_inner().unwrap();
+        let second_from = log.iter().position(|(batch, _)| *batch == 'b').unwrap();
+        let first_before = log[..second_from].iter().filter(|(b, _)| *b == 'a').count();
+        assert!(first_before >= half - (threads - 1), "{log:?}");
+    }
+
+    #[test]
+    fn a_chunk_that_fails_fails_its_batch_naming_it() {
+        use crate::testing::{cases, fetch_all, write_cases};
+        let dir = tempfile::tempdir().unwrap();
+        write_cases(dir.path(), &cases(), 5);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut chunks = runtime.block_on(async {
+            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
+                .await
+                .unwrap();
+            fetch_all(&dataset).await
+        });
+        let broken = chunks
+            .iter()
+            .position(|chunk| chunk.bytes.is_some())
+            .unwrap();
+        chunks[broken].bytes = Some(bytes::Bytes::from_static(b"not a stored chunk"));
+        let key = chunks[broken].request.key();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
+        let decoder = CpuDecoder::with_pool(Arc::new(pool.unwrap()));
+        let pending = PendingChunks::new(chunks, decoder);
+        let mut memory = memory(&pending);
+        let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
+        let error = pending.decode_into(&runs).unwrap_err().to_string();
+        assert!(error.contains(&key), "{error}");
     }
 }

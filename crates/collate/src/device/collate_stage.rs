@@ -5,25 +5,56 @@
 //! took.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use zarrpipe_codec_gpu::{
-    ChunkRuns, DecodedChunk, DecodedChunks, DecodingPart, DeviceBatch, PendingChunks,
+    ChunkPlacement, ChunkRuns, DecodedChunk, DecodedChunks, DecodingPart, DeviceBatch,
+    PendingChunks,
 };
 use zarrpipe_core::{BatchStats, Staged};
 use zarrpipe_cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use zarrpipe_cuda::{CudaError, During};
 use zarrpipe_store::ChunkRequest;
 
-use super::turns::Ticket;
+use super::turns::{Ticket, Turn};
 use super::{timed_event, DeviceCollator, Gpu};
 use crate::{Batch, BatchCollator, DecodedBatch, Error, Result};
 
 /// Batches collated at once (each on a blocking thread that waits for its kernels).
 const COLLATES_IN_FLIGHT: usize = 4;
+
+/// A batch's places in its turns, taken as it comes.
+struct Tickets {
+    /// To begin decoding its pending chunks.
+    decode: Ticket,
+    /// To plan and reserve its tensors' room.
+    plan: Ticket,
+}
+
+/// An upload buffer's chunk runs that pass the decoding turn on once every chunk is queued.
+struct RunsPassingTurn<'a> {
+    runs: ChunkRuns<'a>,
+    turn: Option<&'a Mutex<Option<Turn>>>,
+}
+
+impl ChunkPlacement for RunsPassingTurn<'_> {
+    fn whole(&self, index: usize, len: usize) -> Option<&mut [u8]> {
+        self.runs.whole(index, len)
+    }
+
+    fn put(&self, index: usize, decoded: &[u8]) {
+        self.runs.put(index, decoded)
+    }
+
+    fn all_queued(&self) {
+        if let Some(turn) = self.turn {
+            drop(turn.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
+    }
+}
 
 /// The device memory a batch's chunks are in, held (never read) until its kernels have read
 /// them.
@@ -42,9 +73,12 @@ impl BatchCollator for DeviceCollator {
         batch: DecodedBatch,
     ) -> BoxFuture<'static, Result<Batch<Gpu>>> {
         // Taken as the batch comes, before anything waits (`turns.rs`).
-        let ticket = self.turns.ticket();
+        let tickets = Tickets {
+            decode: self.decode_turns.ticket(),
+            plan: self.plan_turns.ticket(),
+        };
         async move {
-            tokio::task::spawn_blocking(move || self.collate_now(batch, ticket))
+            tokio::task::spawn_blocking(move || self.collate_now(batch, tickets))
                 .await
                 .map_err(|error| {
                     CudaError::call(
@@ -65,7 +99,7 @@ impl BatchCollator for DeviceCollator {
 }
 
 impl DeviceCollator {
-    fn collate_now(&self, batch: DecodedBatch, ticket: Ticket) -> Result<Batch<Gpu>> {
+    fn collate_now(&self, batch: DecodedBatch, tickets: Tickets) -> Result<Batch<Gpu>> {
         let started = Instant::now();
         let Staged {
             index,
@@ -85,13 +119,19 @@ impl DeviceCollator {
         let stream = self.stream.clone();
         let mut placed = Placed::default();
         self.place_decoded(&mut parts, &mut placed, &stream)?;
-        // This batch's turn: its pending chunks decode and its tensors' room is reserved only
-        // after the batches before it have done both.
-        let turn = ticket.wait();
+        // This batch's turns: its pending chunks are queued to decode once every chunk of the
+        // batch before is, and its tensors' room is reserved once the batch before has
+        // reserved its own.
+        let decode_turn = Mutex::new(Some(tickets.decode.wait()));
         tracing::debug!(target: "zarrpipe::timeline", "batch {index}: collator's turn");
-        for part in std::mem::take(&mut parts.pending) {
-            stats += self.decode_in_place(part, &mut placed, &stream)?;
+        let pending = std::mem::take(&mut parts.pending);
+        let last = pending.len();
+        for (i, part) in pending.into_iter().enumerate() {
+            let passes_on = (i + 1 == last).then_some(&decode_turn);
+            stats += self.decode_in_place(part, passes_on, &mut placed, &stream)?;
         }
+        drop(decode_turn);
+        let turn = tickets.plan.wait();
         // The parts still decoding (a split's GPU part): planned by their requests now, their
         // chunks' addresses taken once they are done, out of the turn, so that the next batch's
         // CPU part decodes meanwhile.
@@ -138,10 +178,12 @@ impl DeviceCollator {
     }
 
     /// Has a pending part's chunks decoded on the CPU straight into the pinned buffer they
-    /// upload from; returns what decoding cost.
+    /// upload from, passing the decoding turn in `passes_on` on once they are all queued;
+    /// returns what decoding cost.
     fn decode_in_place(
         &self,
         part: PendingChunks,
+        passes_on: Option<&Mutex<Option<Turn>>>,
         placed: &mut Placed,
         stream: &Arc<CudaStream>,
     ) -> Result<BatchStats> {
@@ -151,7 +193,11 @@ impl DeviceCollator {
         let requests: Vec<ChunkRequest> = part.requests().into_iter().cloned().collect();
         let mut decoding = BatchStats::default();
         let (buffer, offsets) = self.staging().upload_written(&lens, stream, |runs| {
-            decoding = part.decode_into(&ChunkRuns::new(runs))?;
+            let runs = RunsPassingTurn {
+                runs: ChunkRuns::new(runs),
+                turn: passes_on,
+            };
+            decoding = part.decode_into(&runs)?;
             Ok(())
         })?;
         placed.add_uploaded(requests, buffer, &offsets, stream);

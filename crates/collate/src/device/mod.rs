@@ -57,13 +57,18 @@ pub struct DeviceCollator {
     /// Every batch's uploads and kernels (give it a high priority: the GPU's decoding fills
     /// every SM, and a batch's kernels are what the consumer waits for).
     stream: Arc<CudaStream>,
-    /// Batches decode their pending chunks on the CPU and reserve their tensors' room one at
-    /// a time, in the order they came (`turns.rs`). One batch at a time on every decoding
-    /// thread finishes soonest, and its upload and kernels overlap the next one's decoding;
-    /// four at once finish together and leave the threads idle while they upload (W1, H100,
-    /// 2026-11-26: 4.8-5.5 GB/s where the CPU's bound was 6.5-7.1; docs/benchmarks.md,
-    /// "Defaults and the measurements behind them").
-    turns: Arc<turns::Turns>,
+    /// Batches queue their pending chunks to decode on the CPU, one batch after another in
+    /// the order they came (`turns.rs`), each chunk a task behind the earlier batches' chunks.
+    /// The threads finish one batch before the next, so its upload and kernels overlap the
+    /// next one's decoding, and the threads its last chunks leave idle begin the next: with a
+    /// batch's chunks decoded by one parallel iterator at a time, those threads waited, 5-8%
+    /// of their time on W1 (H200, 2026-11-30; docs/benchmarks.md, "The CPU path against the
+    /// cores' bound"). Four batches decoding side by side finish together and leave the
+    /// threads idle while they upload (W1, H100, 2026-11-26: 4.8-5.5 GB/s where the CPU's bound
+    /// was 6.5-7.1).
+    decode_turns: Arc<turns::Turns>,
+    /// Batches reserve their tensors' room one at a time, in the same order.
+    plan_turns: Arc<turns::Turns>,
 }
 
 impl std::fmt::Debug for DeviceCollator {
@@ -121,7 +126,8 @@ impl DeviceCollator {
             statics,
             pool,
             stream,
-            turns: Arc::default(),
+            decode_turns: Arc::default(),
+            plan_turns: Arc::default(),
         })
     }
 

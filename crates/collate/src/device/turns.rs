@@ -1,8 +1,9 @@
-//! The collator's one-batch-at-a-time steps, taken in the order the batches came: decoding a
-//! batch's pending chunks on the CPU and reserving its tensors' room. Batches collate side by
-//! side on blocking threads and are handed on in order; a later batch that took the room
-//! first would hold it while it waits, downstream, for the earlier one, which waits for the
-//! room. A batch takes its ticket when it comes (`collate_batch`), before anything waits.
+//! The collator's one-batch-at-a-time steps, taken in the order the batches came: queuing a
+//! batch's pending chunks to decode on the CPU, and reserving its tensors' room. Batches
+//! collate side by side on blocking threads and are handed on in order; a later batch that
+//! took the room first would hold it while it waits, downstream, for the earlier one, which
+//! waits for the room. A batch takes its tickets when it comes (`collate_batch`), before
+//! anything waits.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
