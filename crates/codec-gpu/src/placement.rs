@@ -409,6 +409,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::testing::fixture_chunks;
 
     /// Chunk runs that log which chunk of which batch begins, and tell when all are queued.
     struct Logged<'a> {
@@ -446,18 +447,7 @@ mod tests {
 
     #[test]
     fn a_batch_queued_behind_another_decodes_on_the_threads_its_last_chunks_leave() {
-        use crate::testing::{cases, fetch_all, write_cases};
-        let dir = tempfile::tempdir().unwrap();
-        write_cases(dir.path(), &cases(), 3);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let chunks = runtime.block_on(async {
-            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
-                .await
-                .unwrap();
-            fetch_all(&dataset).await
-        });
+        let (_dir, _runtime, chunks) = fixture_chunks(3);
         let expected: Vec<Vec<u8>> = (chunks.iter())
             .map(|chunk| decode_on_cpu(chunk.clone()).unwrap().bytes)
             .collect();
@@ -527,18 +517,7 @@ mod tests {
 
     #[test]
     fn a_chunk_that_fails_fails_its_batch_naming_it() {
-        use crate::testing::{cases, fetch_all, write_cases};
-        let dir = tempfile::tempdir().unwrap();
-        write_cases(dir.path(), &cases(), 5);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let mut chunks = runtime.block_on(async {
-            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
-                .await
-                .unwrap();
-            fetch_all(&dataset).await
-        });
+        let (_dir, _runtime, mut chunks) = fixture_chunks(5);
         let broken = chunks
             .iter()
             .position(|chunk| chunk.bytes.is_some())

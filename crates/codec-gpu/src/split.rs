@@ -943,6 +943,7 @@ impl BatchDecoder for SplitDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::fixture_chunks;
     use crate::CpuDecoder;
 
     fn split(policy: SplitPolicy) -> SplitDecoder {
@@ -1228,30 +1229,6 @@ mod tests {
         };
         assert_eq!(share_after(false), 0.0);
         assert!(share_after(true) > 0.3, "{}", share_after(true));
-    }
-
-    /// Every chunk of the fixture cases written with `seed`, the directory that holds them
-    /// and a runtime.
-    fn fixture_chunks(
-        seed: u64,
-    ) -> (
-        tempfile::TempDir,
-        tokio::runtime::Runtime,
-        Vec<EncodedChunk>,
-    ) {
-        use crate::testing::{cases, fetch_all, write_cases};
-        let dir = tempfile::tempdir().unwrap();
-        write_cases(dir.path(), &cases(), seed);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let chunks = runtime.block_on(async {
-            let dataset = zarrpipe_store::Dataset::open(dir.path().to_str().unwrap())
-                .await
-                .unwrap();
-            fetch_all(&dataset).await
-        });
-        (dir, runtime, chunks)
     }
 
     /// A CPU part of `split` (on 16 threads) decoded, its threads busy for `threads_busy`.

@@ -327,6 +327,28 @@ pub async fn fetch_all(dataset: &Dataset) -> Vec<EncodedChunk> {
         .expect("every chunk fetched")
 }
 
+/// Every chunk of the fixture cases written with `seed`, the directory that holds them and
+/// the runtime that fetched them.
+#[cfg(test)]
+pub(crate) fn fixture_chunks(
+    seed: u64,
+) -> (
+    tempfile::TempDir,
+    tokio::runtime::Runtime,
+    Vec<EncodedChunk>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    write_cases(dir.path(), &cases(), seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let chunks = runtime.block_on(async {
+        let dataset = Dataset::open(dir.path().to_str().unwrap()).await.unwrap();
+        fetch_all(&dataset).await
+    });
+    (dir, runtime, chunks)
+}
+
 /// Decodes `pending` in place into one buffer per chunk, each filled with 0xAB first so that
 /// bytes a decoder leaves unwritten show; returns the buffers, in the part's order, and the
 /// part's stats.
