@@ -409,7 +409,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::testing::fixture_chunks;
+    use crate::testing::{fixture_chunks, marked_buffers};
 
     /// Chunk runs that log which chunk of which batch begins, and tell when all are queued.
     struct Logged<'a> {
@@ -439,12 +439,6 @@ mod tests {
         }
     }
 
-    fn memory(pending: &PendingChunks) -> Vec<Vec<u8>> {
-        (0..pending.chunks().len())
-            .map(|index| vec![0xAB; pending.decoded_len(index)])
-            .collect()
-    }
-
     #[test]
     fn a_batch_queued_behind_another_decodes_on_the_threads_its_last_chunks_leave() {
         let (_dir, _runtime, chunks) = fixture_chunks(3);
@@ -457,7 +451,8 @@ mod tests {
         let half = chunks.len() / 2;
         let first = PendingChunks::new(chunks[..half].to_vec(), decoder.clone());
         let second = PendingChunks::new(chunks[half..].to_vec(), decoder);
-        let (mut first_memory, mut second_memory) = (memory(&first), memory(&second));
+        let (mut first_memory, mut second_memory) =
+            (marked_buffers(&first), marked_buffers(&second));
         let log = Mutex::new(Vec::new());
         // The first batch's last chunk goes on only once the second batch has begun: on the
         // thread the first batch's other chunks have left.
@@ -527,7 +522,7 @@ mod tests {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
         let decoder = CpuDecoder::with_pool(Arc::new(pool.unwrap()));
         let pending = PendingChunks::new(chunks, decoder);
-        let mut memory = memory(&pending);
+        let mut memory = marked_buffers(&pending);
         let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
         let error = pending.decode_into(&runs).unwrap_err().to_string();
         assert!(error.contains(&key), "{error}");

@@ -349,13 +349,19 @@ pub(crate) fn fixture_chunks(
     (dir, runtime, chunks)
 }
 
+/// One buffer per chunk of `pending`, of its decoded size, each filled with 0xAB so that bytes
+/// a decoder leaves unwritten show.
+pub fn marked_buffers(pending: &PendingChunks) -> Vec<Vec<u8>> {
+    (0..pending.chunks().len())
+        .map(|index| vec![0xAB; pending.decoded_len(index)])
+        .collect()
+}
+
 /// Decodes `pending` in place into one buffer per chunk, each filled with 0xAB first so that
 /// bytes a decoder leaves unwritten show; returns the buffers, in the part's order, and the
 /// part's stats.
 pub fn decode_into_own_buffers(pending: PendingChunks) -> (Vec<Vec<u8>>, BatchStats) {
-    let mut memory: Vec<Vec<u8>> = (0..pending.chunks().len())
-        .map(|index| vec![0xAB; pending.decoded_len(index)])
-        .collect();
+    let mut memory = marked_buffers(&pending);
     let runs = ChunkRuns::new(memory.iter_mut().map(Vec::as_mut_slice).collect());
     let stats = pending.decode_into(&runs).unwrap();
     drop(runs);
