@@ -113,6 +113,36 @@ async fn every_codec_and_cut_matches_decoding_at_once() {
 }
 
 #[tokio::test]
+async fn long_rows_cut_from_chunks_match_decoding_at_once() {
+    // Rows of 300 to 700 float32 cut from chunks 700 wide: copied with streaming stores,
+    // starting at every alignment of the tensor.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.zarr");
+    let options = GenerateOptions {
+        time: 3,
+        levels: 1,
+        lat: 8,
+        lon: 1400,
+        compression: Compression::Zstd,
+        shard: None,
+        seed: 5,
+        chunks: Some([4, 700]),
+        variables: Default::default(),
+    };
+    generate(&path, &options, |_, _| {}).unwrap();
+    let url = path.to_string_lossy().into_owned();
+    let cut = || {
+        Pipeline::builder(&url)
+            .variables(["t2m", "u10"])
+            .window("latitude", 3, 1)
+            .window("longitude", 1001, 199)
+            .forecast(2, [1])
+            .batch_size(3)
+    };
+    same_batches("long rows", cut).await;
+}
+
+#[tokio::test]
 async fn stores_written_by_xarray_match_decoding_at_once() {
     for store in ["xr_v2", "xr_v3"] {
         let url = store_path(store);

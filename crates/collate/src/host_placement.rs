@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use zarrpipe_codec_gpu::ChunkPlacement;
 use zarrpipe_core::{decode_to_f32, CfDecoding, DType};
 
+use crate::streaming_stores::{copy_streaming, store_fence, LEAST_STREAMED_BYTES};
 use crate::{GatherPlan, Piece};
 
 /// The tensors of one batch (inputs, and targets with forecasting pairs), filled through raw
@@ -154,9 +155,22 @@ unsafe fn write_piece(piece: &Piece, cf: Option<&CfDecoding>, bytes: &[u8], out:
         ),
     };
     let runs = piece.len() / run.max(1);
+    // Long runs of float32 as stored bypass the caches (`streaming_stores.rs`).
+    let streams = cf.is_none()
+        && piece.dtype == DType::Float32
+        && src_step == 1
+        && dst_step == 1
+        && run as usize * size >= LEAST_STREAMED_BYTES;
     for first in (0..runs).map(|r| r * run) {
         let (src, dst) = piece.offsets(first);
         let (src, dst, run) = (src as usize, dst as usize, run as usize);
+        if streams {
+            let values = &bytes[src * size..(src + run) * size];
+            // SAFETY: the run's elements are the piece's (the caller's promise), and the
+            // fence below comes before anything reads them.
+            unsafe { copy_streaming(values, out.add(dst).cast()) };
+            continue;
+        }
         if src_step == 1 && dst_step == 1 {
             let values = &bytes[src * size..(src + run) * size];
             // SAFETY: the run's elements are the piece's (the caller's promise).
@@ -177,5 +191,8 @@ unsafe fn write_piece(piece: &Piece, cf: Option<&CfDecoding>, bytes: &[u8], out:
             // SAFETY: as above.
             unsafe { out.add(dst + element * dst_step as usize).write(value[0]) };
         }
+    }
+    if streams {
+        store_fence();
     }
 }
