@@ -58,6 +58,23 @@ async fn same_batches(what: &str, builder: impl Fn() -> PipelineBuilder) -> u64 
     metrics.cpu_copied_chunks
 }
 
+/// Windows of (size, stride) `lat` and `lon` over `variables`, with forecasting targets: where
+/// they cross chunk edges, chunks are cut.
+fn cut_windows(
+    url: &str,
+    variables: [&str; 2],
+    lat: (u64, u64),
+    lon: (u64, u64),
+    batch_size: usize,
+) -> PipelineBuilder {
+    Pipeline::builder(url)
+        .variables(variables)
+        .window("latitude", lat.0, lat.1)
+        .window("longitude", lon.0, lon.1)
+        .forecast(2, [1])
+        .batch_size(batch_size)
+}
+
 fn generated(dir: &std::path::Path, compression: Compression, shard: Option<u64>) -> String {
     let path = dir.join(format!("{compression:?}-{shard:?}.zarr"));
     let options = GenerateOptions {
@@ -92,14 +109,7 @@ async fn every_codec_and_cut_matches_decoding_at_once() {
             0
         );
         // Windows across chunk edges, with forecasting targets: chunks are cut.
-        let cut = || {
-            Pipeline::builder(&url)
-                .variables(["t2m", "z"])
-                .window("latitude", 6, 5)
-                .window("longitude", 12, 10)
-                .forecast(2, [1])
-                .batch_size(4)
-        };
+        let cut = || cut_windows(&url, ["t2m", "z"], (6, 5), (12, 10), 4);
         assert_eq!(same_batches(&format!("{compression:?} cut"), cut).await, 0);
     }
     // Sharded chains decode in place too, none copied.
@@ -114,8 +124,8 @@ async fn every_codec_and_cut_matches_decoding_at_once() {
 
 #[tokio::test]
 async fn long_rows_cut_from_chunks_match_decoding_at_once() {
-    // Rows of 300 to 700 float32 cut from chunks 700 wide: copied with streaming stores,
-    // starting at every alignment of the tensor.
+    // Rows of 301 to 700 float32 cut from chunks 700 wide, copied with streaming stores; the
+    // tensor's rows are 1001 long, so the runs start at every 16-byte alignment.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wide.zarr");
     let options = GenerateOptions {
@@ -131,14 +141,7 @@ async fn long_rows_cut_from_chunks_match_decoding_at_once() {
     };
     generate(&path, &options, |_, _| {}).unwrap();
     let url = path.to_string_lossy().into_owned();
-    let cut = || {
-        Pipeline::builder(&url)
-            .variables(["t2m", "u10"])
-            .window("latitude", 3, 1)
-            .window("longitude", 1001, 199)
-            .forecast(2, [1])
-            .batch_size(3)
-    };
+    let cut = || cut_windows(&url, ["t2m", "u10"], (3, 1), (1001, 199), 3);
     same_batches("long rows", cut).await;
 }
 
