@@ -164,18 +164,17 @@ unsafe fn write_piece(piece: &Piece, cf: Option<&CfDecoding>, bytes: &[u8], out:
     for first in (0..runs).map(|r| r * run) {
         let (src, dst) = piece.offsets(first);
         let (src, dst, run) = (src as usize, dst as usize, run as usize);
-        if streams {
-            let values = &bytes[src * size..(src + run) * size];
-            // SAFETY: the run's elements are the piece's (the caller's promise), and the
-            // fence below comes before anything reads them.
-            unsafe { copy_streaming(values, out.add(dst).cast()) };
-            continue;
-        }
         if src_step == 1 && dst_step == 1 {
             let values = &bytes[src * size..(src + run) * size];
-            // SAFETY: the run's elements are the piece's (the caller's promise).
-            let target = unsafe { std::slice::from_raw_parts_mut(out.add(dst), run) };
-            decode_to_f32(piece.dtype, cf, values, target, 1);
+            if streams {
+                // SAFETY: the run's elements are the piece's (the caller's promise), and the
+                // fence below comes before anything reads them.
+                unsafe { copy_streaming(values, out.add(dst).cast()) };
+            } else {
+                // SAFETY: the run's elements are the piece's (the caller's promise).
+                let target = unsafe { std::slice::from_raw_parts_mut(out.add(dst), run) };
+                decode_to_f32(piece.dtype, cf, values, target, 1);
+            }
             continue;
         }
         for element in 0..run {
