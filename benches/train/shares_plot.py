@@ -12,11 +12,7 @@ Each file is one call's runs (their `loader`, `samples_per_s`, `gpu_decoded_chun
 
 from __future__ import annotations
 
-import argparse
-import statistics
-from pathlib import Path
-
-from runs_plot import runs_of
+from plot_runs_common import arguments, figure, finish
 
 
 def gpu_share(run: dict) -> float | None:
@@ -28,25 +24,9 @@ def gpu_share(run: dict) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--title", default="")
-    parser.add_argument("--target", type=float, default=0.8)
-    args = parser.parse_args()
+    args = arguments(__doc__, target=0.8)
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = runs_of(args.files)
-    synthetic = [run["samples_per_s"] for run in runs if run["loader"] == "synthetic"]
-    if not synthetic:
-        raise SystemExit("no synthetic run: the target needs one")
-    reference = statistics.median(synthetic)
-
-    fig, ax = plt.subplots(figsize=(8, 4))
+    runs, reference, fig, ax = figure(args)
     series: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
         share = gpu_share(run)
@@ -61,21 +41,8 @@ def main() -> None:
     for index, (label, points) in enumerate(sorted(series.items())):
         xs, ys = zip(*points)
         ax.plot(xs, ys, markers[index % len(markers)], label=label)
-    ax.axhline(reference, color="black", linewidth=1, label=f"synthetic (median {reference:.1f})")
-    ax.axhline(
-        args.target * reference,
-        color="black",
-        linestyle="--",
-        linewidth=1,
-        label=f"{args.target:.0%} of synthetic",
-    )
-    ax.set_xlabel("share of the run's chunks decoded on the GPU")
-    ax.set_ylabel("samples/s")
     ax.set_xlim(0, 1.05)
-    ax.set_title(args.title)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.savefig(args.out, dpi=120, bbox_inches="tight")
-    print(f"wrote {args.out}")
+    finish(fig, ax, args, reference, "share of the run's chunks decoded on the GPU")
 
 
 if __name__ == "__main__":
