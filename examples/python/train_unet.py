@@ -350,7 +350,8 @@ def main() -> int:
         # loader's), and the most PyTorch itself held: what the loader left the model.
         free, total = torch.cuda.mem_get_info(device)
         result.update(device_memory_used_gib=(total - free) / 2**30,
-                      torch_max_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30)
+                      torch_max_allocated_gib=torch.cuda.max_memory_allocated(device) / 2**30,
+                      model_stream=args.model_stream)
     if zarrpipe_loader is not None:
         now = zarrpipe_loader.metrics()
         delta = {k: now.get(k, 0) - metrics_at_start.get(k, 0) for k in now}
@@ -427,6 +428,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--distributed", action="store_true", help="under torchrun: DDP, a pipeline per rank")
     p.add_argument("--dist-backend", choices=["nccl", "gloo"],
                    help="default: nccl on GPUs, gloo on the CPU (gloo lets ranks share one GPU)")
+    p.add_argument("--model-stream", choices=["default", "high"], default="default",
+                   help="on a GPU: the stream the model runs on (high: the device's highest "
+                        "priority, its kernels scheduled ahead of decoding on other streams)")
     p.add_argument("--tiny", action="store_true",
                    help="a few steps on a small grid; the loss must fall (a smoke test)")
     args = p.parse_args()
@@ -476,6 +480,12 @@ def setup_device(args):
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
+        if args.model_stream == "high":
+            # zarrpipe hands each batch over on the consumer's current stream (DLPack), so
+            # the batches follow the model onto this one.
+            torch.cuda.set_stream(torch.cuda.Stream(device, priority=-100))
+    elif args.model_stream != "default":
+        raise SystemExit(f"--model-stream {args.model_stream} needs a CUDA device, not {device}")
     if args.distributed:
         # NCCL refuses two ranks on one GPU: gloo for that test (--dist-backend gloo).
         backend = args.dist_backend or ("nccl" if device.type == "cuda" else "gloo")
