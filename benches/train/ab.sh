@@ -13,7 +13,8 @@
 # one at a time). The stores are written by the first run that needs them and kept, so a later
 # call on the same warm machine reuses them. A build named NAME+VARIANT runs NAME's wheels with
 # the variables ENV_BUILD gives it, e.g. ENV_BUILD="new+purge=MIMALLOC_PURGE_DELAY=-1" (a
-# TRAIN_ARGS variable adds to the training script's arguments).
+# TRAIN_ARGS variable adds to the training script's arguments; a variant's options go one per
+# word, its name repeated: "new+hp6=TRAIN_ARGS=--model-stream=high new+hp6=TRAIN_ARGS=--gpu-chunks=0.6").
 #
 # Environment (all optional): LIMIT=seconds after which runs are skipped (default 540, a
 # device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
