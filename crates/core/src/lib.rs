@@ -2,8 +2,7 @@
 //! decoded chunk bytes to `f32` with CF decoding ([`CfDecoding`]), the envelope a batch travels in between stages ([`Staged`],
 //! with what each stage cost in [`BatchStats`]), the ordered-concurrency stream the stage
 //! adapters are built on ([`InFlight`], [`StageStream`]), the consumer's [`Pace`], which
-//! adaptive stages read, the [`TicketOrder`] in which batches take shared resources, and the
-//! copies into a batch that bypass the caches ([`streaming_stores`]).
+//! adaptive stages read, and the [`TicketOrder`] in which batches take shared resources.
 //!
 //! ```
 //! use zarrpipe_core::{DType, Device};
