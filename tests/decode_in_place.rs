@@ -76,17 +76,7 @@ fn cut_windows(
 }
 
 fn generated(dir: &std::path::Path, compression: Compression, shard: Option<u64>) -> String {
-    generated_in(dir, compression, shard, [8, 16])
-}
-
-/// A store of 16 x 32 fields in `chunks`.
-fn generated_in(
-    dir: &std::path::Path,
-    compression: Compression,
-    shard: Option<u64>,
-    chunks: [u64; 2],
-) -> String {
-    let path = dir.join(format!("{compression:?}-{shard:?}-{chunks:?}.zarr"));
+    let path = dir.join(format!("{compression:?}-{shard:?}.zarr"));
     let options = GenerateOptions {
         time: 4,
         levels: 2,
@@ -95,7 +85,7 @@ fn generated_in(
         compression,
         shard,
         seed: 11,
-        chunks: Some(chunks),
+        chunks: Some([8, 16]),
         variables: Default::default(),
     };
     generate(&path, &options, |_, _| {}).unwrap();
@@ -122,16 +112,6 @@ async fn every_codec_and_cut_matches_decoding_at_once() {
         let cut = || cut_windows(&url, ["t2m", "z"], (6, 5), (12, 10), 4);
         assert_eq!(same_batches(&format!("{compression:?} cut"), cut).await, 0);
     }
-    // Blosc chunks of 1 KiB and more decode through the thread's scratch memory and are
-    // streamed into their places (`DirectChain::decodes_faster_through_scratch`).
-    let url = generated_in(dir.path(), Compression::BloscLz4, None, [8, 32]);
-    let whole = || {
-        Pipeline::builder(&url)
-            .window("latitude", 8, 8)
-            .window("longitude", 32, 32)
-            .batch_size(3)
-    };
-    assert_eq!(same_batches("blosc, whole 1 KiB chunks", whole).await, 0);
     // Sharded chains decode in place too, none copied.
     let url = generated(dir.path(), Compression::Zstd, Some(2));
     let sharded = || {

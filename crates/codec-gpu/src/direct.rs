@@ -81,16 +81,6 @@ impl DirectChain {
         })
     }
 
-    /// Whether the chunks decode faster into the thread's scratch memory, copied into place
-    /// with streaming stores, than into their place: c-blosc unshuffles into its output with
-    /// ordinary stores, which read each line of a place new to the caches before writing it.
-    /// On the 2-core development machine (blosc-lz4, 2026-11-30) the host path delivered 5.21
-    /// GB/s against 4.77, 84% of the cores' bound with reused buffers against 77% (medians of
-    /// eight interleaved rounds; `docs/benchmarks.md`, "Blosc chunks through scratch memory").
-    pub fn decodes_faster_through_scratch(&self) -> bool {
-        cfg!(target_arch = "x86_64") && self.compressor == Some(Compressor::Blosc)
-    }
-
     /// Decodes the stored bytes `stored` into `out`, which must end up exactly full.
     pub fn decode_into(&self, stored: &[u8], out: &mut [u8]) -> Result<(), CodecFailure> {
         let stored = match self.crc32c {

@@ -3,8 +3,7 @@
 //! the collator has them decoded where they go ([`PendingChunks::decode_into`]): a chunk
 //! that lies in the batch whole and as stored is decoded straight into its place, any other
 //! into the decoding thread's scratch memory and copied into place once (cut to its windows,
-//! CF-decoded, converted). Blosc chunks go through scratch memory too, copied whole into their
-//! place with streaming stores, where that is faster (`DirectChain::decodes_faster_through_scratch`).
+//! CF-decoded, converted).
 //!
 //! [`DecodedChunks::Pending`]: crate::DecodedChunks::Pending
 
@@ -15,7 +14,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rayon::prelude::*;
-use zarrpipe_core::streaming_stores::{copy_streaming, store_fence, LEAST_STREAMED_BYTES};
 use zarrpipe_core::BatchStats;
 use zarrpipe_store::{ChunkRequest, EncodedChunk, Variable};
 
@@ -335,11 +333,9 @@ fn decode_stored(
         count_read(stored.bytes, stored.read_time, stats);
     }
     let clock = DecodeClock::start();
-    let through_scratch = decoder.decodes_faster_through_scratch() && len >= LEAST_STREAMED_BYTES;
-
     match placement.whole(index, len) {
-        Some(out) if !through_scratch => write_chunk(chunk, stored.bytes, decoder, out, true)?,
-        place => {
+        Some(out) => write_chunk(chunk, stored.bytes, decoder, out, true)?,
+        None => {
             let mut scratch = SCRATCH.take();
             if scratch.len() < len {
                 scratch.resize(len, 0);
@@ -352,15 +348,7 @@ fn decode_stored(
                 parallel_in_scratch,
             );
             if written.is_ok() {
-                match place {
-                    Some(out) => {
-                        // SAFETY: `out` holds `len` bytes and is not the thread's scratch
-                        // memory; the fence follows at once.
-                        unsafe { copy_streaming(&scratch[..len], out.as_mut_ptr()) };
-                        store_fence();
-                    }
-                    None => placement.put(index, &scratch[..len]),
-                }
+                placement.put(index, &scratch[..len]);
             }
             SCRATCH.set(scratch);
             written?;

@@ -49,6 +49,7 @@ mod host;
 mod host_placement;
 mod options;
 mod static_fields;
+mod streaming_stores;
 mod tensor_dtype;
 
 use std::sync::Arc;
