@@ -18,6 +18,7 @@
 #
 # Environment (all optional): LIMIT=seconds after which runs are skipped (default 540, a
 # device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
+# GPUS=2 (every run under torchrun, a rank per GPU; one count per call),
 # TRACE=1 (auto's shares in each run's log: ZARRPIPE_LOG=zarrpipe_codec_gpu=debug, or TRACE_LOG's
 # filter, e.g. TRACE_LOG=zarrpipe_codec_gpu=debug,zarrpipe::timeline=debug).
 # Every run's JSON line, with its `build`, goes to $OUT/ab.jsonl (WORKDIR/ab.jsonl without
@@ -84,7 +85,7 @@ one() {
   local label=zarrpipe-$mode
   [ "$mode" = synthetic ] && label=synthetic
   # `+` spelled `_` in the file's name: the device tool does not bring back names with a `+`.
-  cp "$work/$setup-1gpu-${label}_$precision.log" "$out/logs/$setup-$mode-$precision-${build//+/_}-$((SECONDS - started))s.log" 2>/dev/null
+  cp "$work/$setup-${GPUS:-1}gpu-${label}_$precision.log" "$out/logs/$setup-$mode-$precision-${build//+/_}-$((SECONDS - started))s.log" 2>/dev/null
 }
 
 for run in $RUNS; do
