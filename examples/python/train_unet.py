@@ -44,6 +44,7 @@ import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from typing import Iterator
 
 import torch
@@ -289,6 +290,9 @@ def main() -> int:
         if step == args.warmup:
             sync(device)
             started = time.perf_counter()
+            # On the same clock as zarrpipe's traces (ZARRPIPE_LOG), to find what ran when.
+            print(f"rank {rank}: timed steps from {datetime.now(timezone.utc).isoformat()}",
+                  file=sys.stderr, flush=True)
             metrics_at_start = zarrpipe_loader.metrics() if zarrpipe_loader else None
             loss_sum.zero_()
         timed = step >= args.warmup
