@@ -4,6 +4,7 @@ memory on another stream, and the uploads alone (one rank at a time) and on ever
 
     NCCL_DEBUG=INFO torchrun --standalone --nproc-per-node 2 benches/train/ddp_link_probe.py
 """
+import os
 import time
 
 import torch
@@ -13,8 +14,8 @@ import torch.distributed as dist
 def main() -> None:
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.cuda.set_device(rank)
-    device = torch.device("cuda", rank)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
     gradients = torch.ones(64 * 2**20, device=device)  # 256 MB of fp32
     host = torch.empty(2 * 2**30, dtype=torch.uint8).pin_memory()
     target = torch.empty_like(host, device=device)

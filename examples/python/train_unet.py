@@ -365,14 +365,13 @@ def main() -> int:
                       loader_consumer_wait_fraction=delta.get("consumer_wait_s", 0.0) / seconds)
     if args.distributed:
         # A rank's wait holds every rank in the next all-reduce: each rank's, beside rank 0's.
-        mine = [result["data_wait_fraction"], result["host_wait_fraction"],
-                result.get("cpu_decoded_chunks", 0), result.get("gpu_decoded_chunks", 0)]
+        mine = {"data_wait_by_rank": result["data_wait_fraction"],
+                "host_wait_by_rank": result["host_wait_fraction"],
+                "cpu_chunks_by_rank": result.get("cpu_decoded_chunks", 0),
+                "gpu_chunks_by_rank": result.get("gpu_decoded_chunks", 0)}
         every = [None] * world
         torch.distributed.all_gather_object(every, mine)
-        result.update(data_wait_by_rank=[r[0] for r in every],
-                      host_wait_by_rank=[r[1] for r in every],
-                      cpu_chunks_by_rank=[r[2] for r in every],
-                      gpu_chunks_by_rank=[r[3] for r in every])
+        result.update({key: [ranks[key] for ranks in every] for key in mine})
     if rank == 0:
         print(f"{result['loader']}{' (loader alone)' if args.no_training else ''}, "
               f"{args.precision}: {result['samples_per_s']:.1f} samples/s, data wait "
