@@ -76,7 +76,17 @@ fn cut_windows(
 }
 
 fn generated(dir: &std::path::Path, compression: Compression, shard: Option<u64>) -> String {
-    let path = dir.join(format!("{compression:?}-{shard:?}.zarr"));
+    generated_in(dir, compression, shard, [8, 16])
+}
+
+/// A store of 16 x 32 fields in `chunks`.
+fn generated_in(
+    dir: &std::path::Path,
+    compression: Compression,
+    shard: Option<u64>,
+    chunks: [u64; 2],
+) -> String {
+    let path = dir.join(format!("{compression:?}-{shard:?}-{chunks:?}.zarr"));
     let options = GenerateOptions {
         time: 4,
         levels: 2,
@@ -85,7 +95,7 @@ fn generated(dir: &std::path::Path, compression: Compression, shard: Option<u64>
         compression,
         shard,
         seed: 11,
-        chunks: Some([8, 16]),
+        chunks: Some(chunks),
         variables: Default::default(),
     };
     generate(&path, &options, |_, _| {}).unwrap();
@@ -111,6 +121,19 @@ async fn every_codec_and_cut_matches_decoding_at_once() {
         // Windows across chunk edges, with forecasting targets: chunks are cut.
         let cut = || cut_windows(&url, ["t2m", "z"], (6, 5), (12, 10), 4);
         assert_eq!(same_batches(&format!("{compression:?} cut"), cut).await, 0);
+    }
+    // Compressed chunks of 1 KiB and more decode through the thread's scratch memory and are
+    // streamed into their places (`DirectChain::decodes_faster_through_scratch`).
+    for compression in [Compression::Zstd, Compression::BloscLz4, Compression::Gzip] {
+        let url = generated_in(dir.path(), compression, None, [8, 32]);
+        let whole = || {
+            Pipeline::builder(&url)
+                .window("latitude", 8, 8)
+                .window("longitude", 32, 32)
+                .batch_size(3)
+        };
+        let label = format!("{compression:?}, whole 1 KiB chunks");
+        assert_eq!(same_batches(&label, whole).await, 0);
     }
     // Sharded chains decode in place too, none copied.
     let url = generated(dir.path(), Compression::Zstd, Some(2));

@@ -169,6 +169,15 @@ pub(crate) enum DirectDecoder {
 }
 
 impl DirectDecoder {
+    /// Whether a chunk decodes faster through the thread's scratch memory than into its place
+    /// ([`DirectChain::decodes_faster_through_scratch`]).
+    pub(crate) fn decodes_faster_through_scratch(&self) -> bool {
+        match self {
+            Self::Chunk(chain) => chain.decodes_faster_through_scratch(),
+            Self::Shard(_) => false,
+        }
+    }
+
     /// The decoder of `variable`'s chunks, if the codec libraries decode its chain (`chain`,
     /// read from its metadata) into a given buffer.
     fn of(variable: &Variable, chain: &GpuChain) -> Option<Self> {

@@ -81,6 +81,18 @@ impl DirectChain {
         })
     }
 
+    /// Whether the chunks decode faster into the thread's scratch memory, copied into place
+    /// with streaming stores, than into their place: every decompressor here writes its output
+    /// with ordinary stores (and zstd and lz4 read back from it), so each line of a place new
+    /// to the caches is read from memory before it is written, where the scratch memory stays
+    /// in the cache and the streaming copy writes whole lines. On an H200 host's 16 cores
+    /// (2026-11-30, six interleaved rounds) decoding through scratch memory was faster in the
+    /// median by 5-8% on blosc-lz4 and W1 of 64 steps and 2% on w1-small
+    /// (`docs/benchmarks.md`, "Chunks through scratch memory").
+    pub fn decodes_faster_through_scratch(&self) -> bool {
+        cfg!(target_arch = "x86_64") && self.compressor.is_some()
+    }
+
     /// Decodes the stored bytes `stored` into `out`, which must end up exactly full.
     pub fn decode_into(&self, stored: &[u8], out: &mut [u8]) -> Result<(), CodecFailure> {
         let stored = match self.crc32c {

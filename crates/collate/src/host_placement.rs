@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use zarrpipe_codec_gpu::ChunkPlacement;
 use zarrpipe_core::{decode_to_f32, CfDecoding, DType};
 
-use crate::streaming_stores::{copy_streaming, store_fence, LEAST_STREAMED_BYTES};
 use crate::{GatherPlan, Piece};
+use zarrpipe_core::streaming_stores::{copy_streaming, store_fence, LEAST_STREAMED_BYTES};
 
 /// The tensors of one batch (inputs, and targets with forecasting pairs), filled through raw
 /// pointers from several threads.
@@ -155,7 +155,7 @@ unsafe fn write_piece(piece: &Piece, cf: Option<&CfDecoding>, bytes: &[u8], out:
         ),
     };
     let runs = piece.len() / run.max(1);
-    // Long runs of float32 as stored bypass the caches (`streaming_stores.rs`).
+    // Long runs of float32 as stored bypass the caches (`zarrpipe_core::streaming_stores`).
     let streams = cf.is_none()
         && piece.dtype == DType::Float32
         && src_step == 1

@@ -49,7 +49,6 @@ mod host;
 mod host_placement;
 mod options;
 mod static_fields;
-mod streaming_stores;
 mod tensor_dtype;
 
 use std::sync::Arc;

@@ -23,6 +23,7 @@ mod panic_message;
 mod retaining_allocator;
 mod stage_stream;
 mod staged;
+pub mod streaming_stores;
 mod ticket_order;
 
 pub use cf::{decode_to_f32, decoded_values_f64, CfDecoding};

@@ -1,15 +1,17 @@
-//! Copies into a host batch with non-temporal (streaming) stores. A batch is far larger than
-//! the caches and is read only once it is whole, so the rows a decoding thread copies into it
-//! from its scratch memory need not pass through the caches: streaming stores write whole
-//! lines to memory without reading them first, and leave the thread's scratch memory and the
-//! codec's state in the cache. On w1-small's host path (2026-11-30) the streaming stores
-//! delivered 7.22 GB/s against 6.71 with ordinary stores on an H200 host's 16 cores (medians
-//! of six interleaved rounds, faster in each), and 1.52-1.54 against 1.42-1.43 on the 2-core
-//! development machine (`docs/benchmarks.md`, "Cut rows with streaming stores").
+//! Copies into a batch with non-temporal (streaming) stores: the host collator's rows cut from
+//! chunks, and the CPU decoder's blosc chunks, decoded into scratch memory and copied whole. A
+//! batch is far larger than the caches and is read only once it is whole, so what a decoding
+//! thread copies into it from its scratch memory need not pass through the caches: streaming
+//! stores write whole lines to memory without reading them first, and leave the thread's
+//! scratch memory and the codec's state in the cache. On w1-small's host path (2026-11-30) the
+//! streaming stores delivered 7.22 GB/s against 6.71 with ordinary stores on an H200 host's 16
+//! cores (medians of six interleaved rounds, faster in each), and 1.52-1.54 against 1.42-1.43
+//! on the 2-core development machine (`docs/benchmarks.md`, "Cut rows with streaming
+//! stores"); blosc chunks, "Blosc chunks through scratch memory" there.
 
 /// Runs shorter than this are copied with ordinary stores: a streaming store that fills part of
 /// a line costs more than it saves.
-pub(crate) const LEAST_STREAMED_BYTES: usize = 1024;
+pub const LEAST_STREAMED_BYTES: usize = 1024;
 
 /// Copies `src` to `dst` with streaming stores where the target has them (x86-64), ordinary
 /// stores elsewhere.
@@ -18,7 +20,7 @@ pub(crate) const LEAST_STREAMED_BYTES: usize = 1024;
 /// `dst` must be valid for writes of `src.len()` bytes and not overlap `src`, and the calling
 /// thread must call [`store_fence`] before the bytes at `dst` are read or written again by any
 /// thread.
-pub(crate) unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
+pub unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's promise; SSE2 is part of x86-64.
     unsafe {
@@ -33,7 +35,7 @@ pub(crate) unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
 
 /// Makes the calling thread's streaming stores visible to every thread before its later
 /// stores (such as the one that tells another thread its batch is decoded).
-pub(crate) fn store_fence() {
+pub fn store_fence() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `sfence` has no operands; SSE is part of x86-64.
     unsafe {
