@@ -25,7 +25,7 @@ pub enum DecodedChunks {
     /// work on them is ordered after the decoding and the buffer outlives it.
     Device(DeviceBatch),
     /// Read, not yet decoded: the collator has a CPU decoder decode them into the batch's
-    /// memory ([`PendingChunks::decode_into`]), each straight into its place where it can.
+    /// memory ([`PendingChunks::decode_into`]), each into its place.
     Pending(PendingChunks),
     /// Decoded by several decoders (a [`SplitDecoder`](crate::SplitDecoder)): each part
     /// where its decoder left it. Chunks are found by their request, so order does not matter.

@@ -1,13 +1,13 @@
 //! Copies into a batch with non-temporal (streaming) stores: the host collator's rows cut from
-//! chunks, and the CPU decoder's blosc chunks, decoded into scratch memory and copied whole. A
-//! batch is far larger than the caches and is read only once it is whole, so what a decoding
-//! thread copies into it from its scratch memory need not pass through the caches: streaming
-//! stores write whole lines to memory without reading them first, and leave the thread's
-//! scratch memory and the codec's state in the cache. On w1-small's host path (2026-11-30) the
-//! streaming stores delivered 7.22 GB/s against 6.71 with ordinary stores on an H200 host's 16
-//! cores (medians of six interleaved rounds, faster in each), and 1.52-1.54 against 1.42-1.43
-//! on the 2-core development machine (`docs/benchmarks.md`, "Cut rows with streaming
-//! stores"); blosc chunks, "Blosc chunks through scratch memory" there.
+//! chunks, and the CPU decoder's compressed chunks, decoded into scratch memory and copied
+//! whole. A batch is far larger than the caches and is read only once it is whole, so what a
+//! decoding thread copies into it from its scratch memory need not pass through the caches:
+//! streaming stores write whole lines to memory without reading them first, and leave the
+//! thread's scratch memory and the codec's state in the cache. On w1-small's host path
+//! (2026-11-30) the streaming stores delivered 7.22 GB/s against 6.71 with ordinary stores on an
+//! H200 host's 16 cores (medians of six interleaved rounds, faster in each), and 1.52-1.54
+//! against 1.42-1.43 on the 2-core development machine (`docs/benchmarks.md`, "Cut rows with
+//! streaming stores"); whole chunks, "Chunks through scratch memory" there.
 
 /// Runs shorter than this are copied with ordinary stores: a streaming store that fills part of
 /// a line costs more than it saves.
