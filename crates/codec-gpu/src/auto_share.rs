@@ -724,4 +724,23 @@ mod tests {
             "{steps:?}"
         );
     }
+
+    #[test]
+    fn a_cpu_side_that_keeps_up_after_a_slow_warm_up_takes_every_batch_back() {
+        // Setup A's bf16 model on a host whose cores feed it alone (75 ms of compute a batch,
+        // up to a quarter more beside GPU parts): the CPU side decodes the first 20 batches in
+        // 90-120 ms, as the model sets up, and then in 68-74 ms.
+        for (warm_up, later) in [(0.09, 0.068), (0.10, 0.071), (0.10, 0.074), (0.12, 0.072)] {
+            let mut simulation = Simulation::new(6);
+            let compute = |share: f64| 0.075 * (1.0 + 0.25 * (share / 0.3).min(1.0));
+            let shares: Vec<_> = (0..400)
+                .map(|n| {
+                    let cpu_batch = if n < 20 { warm_up } else { later };
+                    simulation.step_with(compute, cpu_batch, |_| 0.0).0
+                })
+                .collect();
+            assert!(shares[..20].iter().any(|&share| share > 0.0), "{shares:?}");
+            assert!(shares[20..].iter().all(|&share| share == 0.0), "{shares:?}");
+        }
+    }
 }
