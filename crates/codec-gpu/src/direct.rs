@@ -87,8 +87,8 @@ impl DirectChain {
     /// to the caches is read from memory before it is written, where the scratch memory stays
     /// in the cache and the streaming copy writes whole lines. On an H200 host's 16 cores
     /// (2026-11-30, six interleaved rounds) decoding through scratch memory was faster in the
-    /// median by 5-8% on blosc-lz4 and W1 of 64 steps and 2% on w1-small
-    /// (`docs/benchmarks.md`, "Chunks through scratch memory").
+    /// median by 5-8% on blosc-lz4 and W1 of 64 steps, and within the rounds' spread on
+    /// w1-small (`docs/benchmarks.md`, "Chunks through scratch memory").
     pub fn decodes_faster_through_scratch(&self) -> bool {
         cfg!(target_arch = "x86_64") && self.compressor.is_some()
     }
