@@ -17,7 +17,8 @@
 # word, its name repeated: "new+hp6=TRAIN_ARGS=--model-stream=high new+hp6=TRAIN_ARGS=--gpu-chunks=0.6").
 #
 # Environment (all optional): LIMIT=seconds after which runs are skipped (default 540, a
-# device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=60 WARMUP=15,
+# device call's 600 less the writing), A_TIME=2200 B_TIME=200 B_BATCH=8 STEPS=300 WARMUP=15,
+# RUN_TIMEOUT=300,
 # GPUS=2 (every run under torchrun, a rank per GPU; one count per call),
 # TRACE=1 (auto's shares in each run's log: ZARRPIPE_LOG=zarrpipe_codec_gpu=debug, or TRACE_LOG's
 # filter, e.g. TRACE_LOG=zarrpipe_codec_gpu=debug,zarrpipe::timeline=debug).
@@ -77,8 +78,8 @@ one() {
   # shellcheck disable=SC2046 # the variant's VAR=VALUE words
   env $(variant_env "$build") PYTHONPATH="/tmp/site-$(wheels_of "$build")" SKIP_WHEELS=1 \
     SETUPS="$setup" MODES="$mode" PRECISIONS="$precision" LOADERS=$loaders ALONE= KEEP=1 APPEND=1 \
-    A_TIME="${A_TIME:-2200}" B_TIME="${B_TIME:-200}" B_BATCH="${B_BATCH:-8}" STEPS="${STEPS:-60}" \
-    WARMUP="${WARMUP:-15}" RUN_TIMEOUT=120 TRAIN_ARGS="$train_args" OUT= \
+    A_TIME="${A_TIME:-2200}" B_TIME="${B_TIME:-200}" B_BATCH="${B_BATCH:-8}" STEPS="${STEPS:-300}" \
+    WARMUP="${WARMUP:-15}" RUN_TIMEOUT="${RUN_TIMEOUT:-300}" TRAIN_ARGS="$train_args" OUT= \
     "$here/run.sh" "$bin" "$work" 2>&1 | grep -E "samples/s|failed|advice|^wrote /tmp" | sed "s/^/[$build $setup] /"
   tail -n 1 "$work/results.jsonl" \
     | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); d['build']=sys.argv[1]; print(json.dumps(d))" "$build" >> "$out/ab.jsonl"

@@ -25,7 +25,10 @@
 #   WHEELS=.whl (a folder of wheels)   SKIP_WHEELS=1 (use what python3 has)
 #   SETUPS="a b"   PRECISIONS="fp32 bf16" (bf16 runs train only; setup B: fp32 only)
 #   MODES="gpu cpu split auto"   LOADERS="synthetic baseline zarrpipe" (or dali)
-#   STEPS=60 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
+#   STEPS=300 WARMUP=15 WORKERS=8   A_TIME=4800 B_TIME=200   GEN_ARGS="--lat 640 --lon 1280"
+#   (the pipe holds up to 8 batches decoded before the timed steps begin: over 60 steps they
+#   counted for 13% of what a mode that cannot keep up delivers, docs/training.md, setup A bf16)
+#   RUN_TIMEOUT=420 (seconds a run may take: the baseline trains setup B at about 9 samples/s)
 #   STATS_STEPS=480 (the training split the statistics cover)
 #   GPUS="1 2" (each run once per count: above 1, under torchrun with --distributed, a rank and
 #   a zarrpipe pipeline per GPU, batch size per rank; default "1", no torchrun)
@@ -70,7 +73,7 @@ python3 -c "import zarrpipe, torch; print('zarrpipe', zarrpipe.__version__, 'cud
   || { say "python3 cannot import zarrpipe and torch"; exit 1; }
 
 [ "${APPEND:-0}" = 1 ] || : > "$work/results.jsonl"
-steps=${STEPS:-60}; warmup=${WARMUP:-15}; workers=${WORKERS:-8}
+steps=${STEPS:-300}; warmup=${WARMUP:-15}; workers=${WORKERS:-8}
 modes=${MODES:-gpu cpu split auto}
 loaders=${LOADERS:-synthetic baseline zarrpipe}
 script=$root/examples/python/train_unet.py
@@ -89,7 +92,7 @@ train() {
   # One process per GPU, as the hackathon's script runs under torchrun; rank 0 prints the
   # figures of all ranks together.
   [ "$gpus" -gt 1 ] && launch=(python3 -m torch.distributed.run --standalone --nproc-per-node "$gpus" "$script" --distributed)
-  timeout "${RUN_TIMEOUT:-300}" "${launch[@]}" --steps "$steps" --warmup "$warmup" --workers "$workers" ${TRAIN_ARGS:-} "$@" > "$log" 2>&1
+  timeout "${RUN_TIMEOUT:-420}" "${launch[@]}" --steps "$steps" --warmup "$warmup" --workers "$workers" ${TRAIN_ARGS:-} "$@" > "$log" 2>&1
   local status=$?
   local line
   line=$(grep '^{' "$log" | tail -n 1)

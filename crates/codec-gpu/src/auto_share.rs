@@ -259,22 +259,22 @@ impl AutoShare {
         // in for 93% of each batch, where 30% trains fastest (H200, 2026-11-29;
         // docs/training.md).
         let cpu_behind = queued[0] >= queued[1];
-        let share =
+        let (share, why) =
             if waiting && cpu_behind && wanted > self.share && cpu_measured && self.share < ceiling
             {
                 // Called in: at once, as much as the wait asks for.
                 self.trials.cancel();
-                room.min(ceiling)
+                (room.min(ceiling), "called in by a wait")
             } else if foreseen > self.share && self.share < ceiling {
-                foreseen.min(ceiling)
+                (foreseen.min(ceiling), "foreseen from the CPU side's rate")
             } else if let Some(alone) =
                 (self.trials).start_cpu_alone(self.share, cpu_alone_keeps_up, &self.carried, now)
             {
                 // The CPU side alone would keep up: try it, kept where steps come no slower.
-                alone
+                (alone, "every batch on the CPU tried")
             } else if let Some(every) = self.trials.start_every_batch(self.share, room, now) {
                 // The GPU decodes most of each batch: try it with all of them (`auto_trial.rs`).
-                every
+                (every, "every batch on the GPU tried")
             } else if !keeping_up && !cpu_behind {
                 // The batches wait for the GPU side (or did over the window): work goes back to
                 // the CPU, halfway to the share that keeps it busy, not below a share under trial
@@ -282,19 +282,38 @@ impl AutoShare {
                 // the GPU, shared with the model, fell up to a second behind at 94% of the
                 // chunks while the CPU side had 30-60 ms queued (H100, 2026-11-27;
                 // docs/training.md).
-                self.share.min(((self.share + wanted) / 2.0).max(floor))
+                let back = ((self.share + wanted) / 2.0).max(floor);
+                (
+                    self.share.min(back),
+                    "back to a CPU side the GPU side waits on",
+                )
             } else if keeping_up {
                 // Give back, halfway each batch, so that a moment's quiet does not send
                 // everything back to the CPU; not below a share a trial showed to help or the
                 // CPU side's rate calls for.
                 let back = ((self.share + wanted) / 2.0).max(floor);
-                self.share.min(back)
+                (self.share.min(back), "given back, the consumer keeping up")
             } else {
                 // Still waiting, with the batches in the pipe carrying the share or neither side
                 // behind: keep the share, or try a larger one, or a smaller one where the CPU side
                 // has room for it.
-                self.trials.start(self.share, room, &self.carried, now)
+                let tried = self.trials.start(self.share, room, &self.carried, now);
+                (tried, "kept, or another tried, the consumer waiting")
             };
+        tracing::debug!(
+            share,
+            why,
+            given,
+            wanted,
+            foreseen,
+            floor,
+            ceiling,
+            cpu_load = self.cpu_load,
+            cpu_alone_keeps_up,
+            compute_ms = compute_seconds.map(|seconds| 1e3 * seconds),
+            compute_alone_ms = compute_alone.map(|seconds| 1e3 * seconds),
+            "auto: the share set"
+        );
         self.set_share(share);
     }
 
