@@ -26,7 +26,9 @@ every figure (benches/train/run.sh collects them).
 How the figures are taken:
 - the same number of steps for every loader, after `--warmup` steps that are not timed; the
   device is synchronised before each clock reading;
-- samples/s = timed steps x batch / seconds;
+- samples/s = timed steps x batch / seconds; and over the last half of the timed steps alone
+  (on the GPU's timeline): where it falls short of the whole, the batches the loader decoded
+  before timing carried the first half, and the run was too short to show its pace;
 - data wait: on the GPU's own timeline, from the end of one step's kernels to the moment the
   next batch is there for the model (CUDA events on the training stream): time the GPU had no
   data to train on, whether the host was blocked on the loader or the stream waited for the
@@ -281,6 +283,7 @@ def main() -> int:
     cuda = device.type == "cuda"
     steps = args.warmup + args.steps
     ends, readies = [], []  # CUDA events: a step's end, the next batch there for the model
+    host_ends = []  # the same ends on the host's clock, where there is no GPU
     host_wait = 0.0
     loss_sum = torch.zeros((), device=device)
     losses = []
@@ -320,6 +323,8 @@ def main() -> int:
                 end = torch.cuda.Event(enable_timing=True)
                 end.record()
                 ends.append(end)
+            else:
+                host_ends.append(time.perf_counter())
         if (step + 1) % args.log_every == 0:
             losses.append(loss.item())
             if rank == 0:
@@ -334,6 +339,13 @@ def main() -> int:
     else:
         data_wait = host_wait
     samples = args.steps * args.batch_size * world
+    # The last half of the timed steps: from the end of the step before it to the last end.
+    half = args.steps // 2
+    if cuda:
+        last_half = ends[half - 1].elapsed_time(ends[-1]) / 1e3 if half else 0.0
+    else:
+        last_half = host_ends[-1] - host_ends[half - 1] if half else 0.0
+    last_half_rate = (args.steps - half) * args.batch_size * world / last_half if last_half else None
     name = args.loader
     if args.loader == "zarrpipe":
         name = f"zarrpipe-{args.mode}" if cuda else "zarrpipe-cpu"
@@ -345,6 +357,7 @@ def main() -> int:
                   batch_size=args.batch_size, steps=args.steps, warmup=args.warmup,
                   world_size=world, device=str(device), seconds=seconds,
                   samples_per_s=samples / seconds,
+                  samples_per_s_last_half=last_half_rate,
                   data_wait_fraction=min(data_wait / seconds, 1.0),
                   host_wait_fraction=min(host_wait / seconds, 1.0),
                   mean_loss=float(loss_sum.item()) / args.steps,
@@ -374,7 +387,9 @@ def main() -> int:
         result.update({key: [ranks[key] for ranks in every] for key in mine})
     if rank == 0:
         print(f"{result['loader']}{' (loader alone)' if args.no_training else ''}, "
-              f"{args.precision}: {result['samples_per_s']:.1f} samples/s, data wait "
+              f"{args.precision}: {result['samples_per_s']:.1f} samples/s"
+              + (f" ({last_half_rate:.1f} over the last half)" if last_half_rate else "")
+              + ", data wait "
               f"{100 * result['data_wait_fraction']:.1f}% of the time"
               + (f", loader GPU time {100 * result['loader_gpu_fraction']:.1f}%"
                  if "loader_gpu_fraction" in result else "")
