@@ -8,7 +8,7 @@
 # Each run is BUILD:SETUP:MODE:PRECISION: BUILD names a folder of wheels under WHEELS_AB
 # (default .whl-ab: .whl-ab/new, .whl-ab/old), each installed into /tmp/site-BUILD once per call
 # (afresh, so that a warm machine does not run the wheels an earlier call carried); SETUP
-# is one of benches/train/run.sh's (a, b, b-advised), MODE a zarrpipe mode or `synthetic`;
+# is one of benches/train/run.sh's (a, b, a-advised, b-advised), MODE a zarrpipe mode or `synthetic`;
 # `rm:SETUP` removes that setup's store (the host's disk holds setup A and B's two layouts only
 # one at a time). The stores are written by the first run that needs them and kept, so a later
 # call on the same warm machine reuses them. A build named NAME+VARIANT runs NAME's wheels with

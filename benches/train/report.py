@@ -17,10 +17,11 @@ from pathlib import Path
 SETUPS = {
     "a": "Setup A: t2m, V500, U500, T500, Z500, Q500 in and out (6 channels)",
     "b": "Setup B: W1's 43 fields in and out",
+    "a-advised": "Setup A on the layout `zarrpipe advise` names for it",
     "b-advised": "Setup B on the layout `zarrpipe advise` names for it",
 }
 # A setup whose model is another's: its synthetic row, when it has none of its own.
-SAME_MODEL = {"b-advised": "b"}
+SAME_MODEL = {"a-advised": "a", "b-advised": "b"}
 LOADER_NAMES = {
     "baseline": "baseline (xarray + DataLoader)",
     "dali": "the hackathon's DALI loader (zarr-python reads into CuPy buffers)",

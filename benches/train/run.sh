@@ -9,8 +9,10 @@
 # 2. writes each setup's store with `zarrpipe generate` into WORKDIR (kept between runs):
 #      a   setup A: t2m, V500, U500, T500, Z500, Q500 (`--variables setup-a`), A_TIME steps
 #      b   setup B: W1's 43 fields (t2m, u10, v10, msl; z, t, u on 13 levels), B_TIME steps
-#      b-advised   setup B's store rewritten in the layout `zarrpipe advise` names for it on this
-#          host (`zarrpipe rechunk` with the options the advice prints), trained the same way
+#      a-advised, b-advised   setup A's or B's store rewritten in the layout `zarrpipe advise`
+#          names for it on this host (`zarrpipe rechunk` with the options the advice prints),
+#          trained the same way (the advice may be uncompressed: setup A's store at A_TIME=2200
+#          is 20 GB and 43 GB uncompressed, both on the disk while the second is written)
 #    and their per-variable statistics (the first training run computes and caches them);
 # 3. runs examples/python/train_unet.py once per loader, mode and precision, the same STEPS
 #    timed steps after WARMUP untimed ones each: synthetic (the upper bound), the baseline
@@ -113,34 +115,37 @@ train() {
 # Whether a loader is also timed alone (--no-training).
 alone() { [[ " ${ALONE-baseline zarrpipe} " == *" $1 "* ]]; }
 
-# Setup B's store in the layout `zarrpipe advise` names on this host: written from setup B's
-# (generated first if missing), with its statistics.
+# A setup's store in the layout `zarrpipe advise` names on this host: written from the setup's
+# own store (generated first if missing, `gen` its options), with its statistics.
 advised_store() {
-  local source=$work/setup-b.zarr store=$1
+  local base=$1 store=$2; shift 2
+  local source=$work/setup-$base.zarr
   if [ ! -e "$source/zarr.json" ]; then
-    say "writing $source for the advice: zarrpipe generate --time ${B_TIME:-200} ${GEN_ARGS:-}"
-    "$bin" generate "$source" --time "${B_TIME:-200}" ${GEN_ARGS:-} | tail -n 1 >&2 || return 1
+    say "writing $source for the advice: zarrpipe generate $* ${GEN_ARGS:-}"
+    "$bin" generate "$source" "$@" ${GEN_ARGS:-} | tail -n 1 >&2 || return 1
   fi
-  "$bin" advise "$source" --json > "$work/advice-b.json" 2> "$work/advice-b.log" || { say "advise failed: $(tail -n 2 "$work/advice-b.log")"; return 1; }
+  "$bin" advise "$source" --json > "$work/advice-$base.json" 2> "$work/advice-$base.log" || { say "advise failed: $(tail -n 2 "$work/advice-$base.log")"; return 1; }
   local options
-  options=$(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(' '.join(a['rechunk'] or []))" "$work/advice-b.json")
-  say "advice for setup B: ${options:-keep the layout of the store} ($(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(a['reason'], '; decode on:', a['decode_on'], '-', a['decode_on_reason'])" "$work/advice-b.json"))"
+  options=$(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(' '.join(a['rechunk'] or []))" "$work/advice-$base.json")
+  say "advice for setup $base: ${options:-keep the layout of the store} ($(python3 -c "import json,sys; a=json.load(open(sys.argv[1])); print(a['reason'], '; decode on:', a['decode_on'], '-', a['decode_on_reason'])" "$work/advice-$base.json"))"
   if [ -z "$options" ]; then ln -sfn "$source" "$store"; return 0; fi
-  "$bin" rechunk "$source" "$store" $options > "$work/rechunk-b.log" 2>&1 || { say "rechunk failed: $(tail -n 2 "$work/rechunk-b.log")"; return 1; }
-  [ -s "$work/setup-b.stats.json" ] && cp "$work/setup-b.stats.json" "$work/setup-b-advised.stats.json"
+  "$bin" rechunk "$source" "$store" $options > "$work/rechunk-$base.log" 2>&1 || { say "rechunk failed: $(tail -n 2 "$work/rechunk-$base.log")"; return 1; }
+  [ -s "$work/setup-$base.stats.json" ] && cp "$work/setup-$base.stats.json" "$work/setup-$base-advised.stats.json"
   return 0
 }
 
 for setup in ${SETUPS:-a b}; do
   store=$work/setup-$setup.zarr
-  case $setup in
+  base=${setup%-advised}
+  case $base in
     a) gen=(--variables setup-a --time "${A_TIME:-4800}"); variables=(--variables t2m,V500,U500,T500,Z500,Q500); stats_vars=(--var t2m --var V500 --var U500 --var T500 --var Z500 --var Q500); precisions=${PRECISIONS:-fp32 bf16} ;;
     b) gen=(--time "${B_TIME:-200}"); variables=(--variables all --batch-size "${B_BATCH:-8}"); stats_vars=(); precisions=fp32 ;;
-    b-advised)
-      [ -e "$store/zarr.json" ] || advised_store "$store" || { say "no advised store for setup B"; continue; }
-      gen=(); variables=(--variables all --batch-size "${B_BATCH:-8}"); stats_vars=(); precisions=fp32 ;;
-    *) say "unknown setup $setup (a or b)"; continue ;;
+    *) say "unknown setup $setup (a, b, a-advised or b-advised)"; continue ;;
   esac
+  if [ "$setup" != "$base" ]; then
+    [ -e "$store/zarr.json" ] || advised_store "$base" "$store" "${gen[@]}" || { say "no advised store for setup $base"; continue; }
+    gen=()
+  fi
   if [ ! -e "$store/zarr.json" ]; then
     say "writing $store: zarrpipe generate ${gen[*]} ${GEN_ARGS:-}"
     "$bin" generate "$store" "${gen[@]}" ${GEN_ARGS:-} | tail -n 1 >&2 || { say "generate failed"; continue; }
@@ -177,11 +182,11 @@ for setup in ${SETUPS:-a b}; do
       done
     done
   done
-  # Setup B's store stays while the advised one is still to be written from it.
-  if [ "${KEEP:-0}" != 1 ] && ! { [ "$setup" = b ] && [[ " ${SETUPS:-a b} " == *" b-advised "* ]]; }; then
+  # A setup's store stays while the advised one is still to be written from it.
+  if [ "${KEEP:-0}" != 1 ] && [[ " ${SETUPS:-a b} " != *" $setup-advised "* ]]; then
     rm -rf "$store"
   fi
-  [ "$setup" = b-advised ] && [ "${KEEP:-0}" != 1 ] && rm -rf "$work/setup-b.zarr"
+  [ "$setup" != "$base" ] && [ "${KEEP:-0}" != 1 ] && rm -rf "$work/setup-$base.zarr"
 done
 
 # --- 4. the report ---------------------------------------------------------------------------
