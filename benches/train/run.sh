@@ -12,7 +12,7 @@
 #      a-advised, b-advised   setup A's or B's store rewritten in the layout `zarrpipe advise`
 #          names for it on this host (`zarrpipe rechunk` with the options the advice prints),
 #          trained the same way (the advice may be uncompressed: setup A's store at A_TIME=2200
-#          is 20 GB and 43 GB uncompressed, both on the disk while the second is written)
+#          is 19 GB and 43 GB uncompressed, both on the disk while the second is written)
 #    and their per-variable statistics (the first training run computes and caches them);
 # 3. runs examples/python/train_unet.py once per loader, mode and precision, the same STEPS
 #    timed steps after WARMUP untimed ones each: synthetic (the upper bound), the baseline
