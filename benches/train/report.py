@@ -44,6 +44,12 @@ def pct(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}%"
 
 
+def last_half(row: dict) -> str:
+    """Samples/s over the last half of a run's timed steps, where the run gives it."""
+    value = row.get("samples_per_s_last_half")
+    return "" if value is None else f"{value:.1f}"
+
+
 def gpus(row: dict) -> int:
     """GPUs (DDP ranks) of a run: its world size."""
     return int(row.get("world_size", 1))
@@ -59,13 +65,14 @@ def table(rows: list[dict], setup: str, precision: str, count: int) -> tuple[lis
                      and r["run"] == f"synthetic {precision}"})
     synthetic = runs.get(f"synthetic {precision}", {}).get("samples_per_s")
     out = [
-        "| loader | training samples/s | % of synthetic | data wait | loader GPU time | loader alone samples/s | mean loss |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| loader | training samples/s | over the last half | % of synthetic | data wait | loader GPU time | loader alone samples/s | mean loss |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     bars = {}
     if synthetic:
-        out.append(f"| synthetic (random tensors on the GPU) | {synthetic:.1f} | 100% | "
-                   f"{pct(runs[f'synthetic {precision}'].get('data_wait_fraction'))} | | | |")
+        row = runs[f"synthetic {precision}"]
+        out.append(f"| synthetic (random tensors on the GPU) | {synthetic:.1f} | "
+                   f"{last_half(row)} | 100% | {pct(row.get('data_wait_fraction'))} | | | |")
     # Loaders this report has no name for are listed under their own, not left out.
     others = sorted({run.rsplit(" ", 1)[0] for run in runs} - set(LOADER_NAMES) - {"synthetic"})
     for loader, name in [*LOADER_NAMES.items(), *((other, other) for other in others)]:
@@ -74,16 +81,16 @@ def table(rows: list[dict], setup: str, precision: str, count: int) -> tuple[lis
         if train is None and alone is None:
             continue
         if train is not None and "error" in train:
-            out.append(f"| {name} | failed: {train['error'][:120]} | | | | | |")
+            out.append(f"| {name} | failed: {train['error'][:120]} | | | | | | |")
             continue
         speed = train.get("samples_per_s") if train else None
         alone_speed = alone.get("samples_per_s") if alone and "error" not in alone else None
         ratio = f"{100 * speed / synthetic:.1f}%" if speed and synthetic else ""
         out.append(
-            f"| {name} | {speed:.1f} | {ratio} | {pct(train.get('data_wait_fraction'))} | "
+            f"| {name} | {speed:.1f} | {last_half(train)} | {ratio} | {pct(train.get('data_wait_fraction'))} | "
             f"{pct(train.get('loader_gpu_fraction'))} | "
             f"{'' if alone_speed is None else f'{alone_speed:.1f}'} | {train.get('mean_loss', 0):.4f} |"
-            if speed else f"| {name} | | | | | {'' if alone_speed is None else f'{alone_speed:.1f}'} | |")
+            if speed else f"| {name} | | | | | | {'' if alone_speed is None else f'{alone_speed:.1f}'} | |")
         bars[name] = (speed, alone_speed)
     return out, {"synthetic": synthetic, "bars": bars}
 
