@@ -259,6 +259,9 @@ impl AutoShare {
         // in for 93% of each batch, where 30% trains fastest (H200, 2026-11-29;
         // docs/training.md).
         let cpu_behind = queued[0] >= queued[1];
+        // Halfway back to the share that keeps the CPU side busy, not below a share under
+        // trial or kept or the one the CPU side's rate calls for, and never forward.
+        let halfway_back = self.share.min(((self.share + wanted) / 2.0).max(floor));
         let (share, why) =
             if waiting && cpu_behind && wanted > self.share && cpu_measured && self.share < ceiling
             {
@@ -277,22 +280,14 @@ impl AutoShare {
                 (every, "every batch on the GPU tried")
             } else if !keeping_up && !cpu_behind {
                 // The batches wait for the GPU side (or did over the window): work goes back to
-                // the CPU, halfway to the share that keeps it busy, not below a share under trial
-                // or kept, and never forward: no larger share is tried. Beside setup B's model
-                // the GPU, shared with the model, fell up to a second behind at 94% of the
-                // chunks while the CPU side had 30-60 ms queued (H100, 2026-11-27;
-                // docs/training.md).
-                let back = ((self.share + wanted) / 2.0).max(floor);
-                (
-                    self.share.min(back),
-                    "back to a CPU side the GPU side waits on",
-                )
+                // the CPU, halfway, and no larger share is tried. Beside setup B's model the GPU,
+                // shared with the model, fell up to a second behind at 94% of the chunks while
+                // the CPU side had 30-60 ms queued (H100, 2026-11-27; docs/training.md).
+                (halfway_back, "back to a CPU side the GPU side waits on")
             } else if keeping_up {
                 // Give back, halfway each batch, so that a moment's quiet does not send
-                // everything back to the CPU; not below a share a trial showed to help or the
-                // CPU side's rate calls for.
-                let back = ((self.share + wanted) / 2.0).max(floor);
-                (self.share.min(back), "given back, the consumer keeping up")
+                // everything back to the CPU.
+                (halfway_back, "given back, the consumer keeping up")
             } else {
                 // Still waiting, with the batches in the pipe carrying the share or neither side
                 // behind: keep the share, or try a larger one, or a smaller one where the CPU side
