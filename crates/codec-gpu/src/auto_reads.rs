@@ -3,7 +3,7 @@
 //! memory it reuses, as CPU decoding reads them; while the GPU takes part of each batch, they
 //! are read into the GPU side's memory, from which both sides decode. Read into the GPU's
 //! memory throughout, auto on the CPU alone stepped in 140-150 ms beside setup B's model on its
-//! advised layout, where CPU decoding steps in 117 (H200, 2026-11-29; docs/training.md).
+//! advised layout, where CPU decoding steps in 117 (H200, 2026-11-29; docs/training-runs.md).
 //! A batch read unread whose share then gives the GPU a part has that part read before the
 //! GPU side takes it (`SplitDecoder`).
 

@@ -44,7 +44,7 @@ const MOST_WAIT_SHARE: f64 = 0.005;
 /// later ones (125-163 ms against 95-110 beside setup B's model on its advised layout, where
 /// the model computes about 112): read off them, a CPU side that keeps up looked short, and
 /// the GPU's first parts beside the model then cost the consumer 2 s of waits (H200,
-/// 2026-11-29; docs/training.md). A wait, timed on the GPU, still calls the GPU in at once.
+/// 2026-11-29; docs/training-runs.md). A wait, timed on the GPU, still calls the GPU in at once.
 const FORESEEN_PAST: f64 = 1.5;
 /// Waits and the CPU side's load are averaged over about this many seconds of steps.
 const WINDOW_SECONDS: f64 = 2.0;
@@ -65,7 +65,7 @@ pub(crate) struct CpuSide {
     /// time. Threads that share their cores (with the consumer, with the GPU side's reading)
     /// decode slower than their seconds say: beside setup B's model on 16 cores the first
     /// read put a batch at about twice what the side took, and the GPU was called in for half
-    /// of each batch with the consumer not waiting (H200, 2026-11-29; docs/training.md). The
+    /// of each batch with the consumer not waiting (H200, 2026-11-29; docs/training-runs.md). The
     /// second reads high where parts are smaller than the pool.
     pub(crate) batch_seconds: Option<f64>,
     /// The seconds it took for a batch decoded alone, in place, once measured: what it would
@@ -203,7 +203,7 @@ impl AutoShare {
         // Keeping up over the window, not only in the last batch: beside setup B's model
         // (8 samples of 43 fields a batch) one batch in three or four came without a wait
         // while the consumer waited 34-45% of its time, and giving back on each of those held
-        // the share down (H100, 2026-11-27; docs/training.md).
+        // the share down (H100, 2026-11-27; docs/training-runs.md).
         let keeping_up = self.wait_share <= MOST_WAIT_SHARE;
         let compute = 1.0 - if waiting { lately } else { 0.0 };
         let cpu_part = HEADROOM * (1.0 - given) * compute / self.cpu_load.max(LEAST_LOAD);
@@ -223,7 +223,7 @@ impl AutoShare {
         // model's slowed by them: beside setup A's bf16 model it read 89-94 ms a batch with
         // every batch on the GPU, where the model computes 75 alone, and every batch on the
         // CPU (90-108 ms a batch) was tried from there in nine runs of sixteen, which trained
-        // at 127-169 samples/s against 173-180 without (H200, 2026-11-29; docs/training.md).
+        // at 127-169 samples/s against 173-180 without (H200, 2026-11-29; docs/training-runs.md).
         let compute_alone = compute_per_batch(&self.compute_alone)
             .filter(|&alone| compute_seconds.is_some_and(|compute| alone <= compute));
         let cpu_alone_keeps_up = match (compute_alone, cpu.alone_in_place_seconds) {
@@ -239,7 +239,7 @@ impl AutoShare {
         // the pipe and waits, where the CPU side alone falls clearly short. Waited for, beside
         // setup B's model the first 23 batches went to the CPU alone (the pipe held 14 when
         // the model started), where the CPU decodes a batch in 345 ms and the model takes one
-        // every 184 (H100, 2026-11-27; docs/training.md).
+        // every 184 (H100, 2026-11-27; docs/training-runs.md).
         let foreseen = match (compute_seconds, cpu.batch_seconds) {
             _ if cpu_alone_within(FORESEEN_PAST) => 0.0,
             (Some(compute), Some(cpu_batch)) if cpu_batch > 0.0 => {
@@ -257,7 +257,7 @@ impl AutoShare {
         // GPU side. Beside setup A's bf16 model the GPU side's first parts (its set-up beside
         // the model's kernels) took 210-380 ms each, and the waits they caused called the GPU
         // in for 93% of each batch, where 30% trains fastest (H200, 2026-11-29;
-        // docs/training.md).
+        // docs/training-runs.md).
         let cpu_behind = queued[0] >= queued[1];
         // Halfway back to the share that keeps the CPU side busy, not below a share under
         // trial or kept or the one the CPU side's rate calls for, and never forward.
@@ -282,7 +282,7 @@ impl AutoShare {
                 // The batches wait for the GPU side (or did over the window): work goes back to
                 // the CPU, halfway, and no larger share is tried. Beside setup B's model the GPU,
                 // shared with the model, fell up to a second behind at 94% of the chunks while
-                // the CPU side had 30-60 ms queued (H100, 2026-11-27; docs/training.md).
+                // the CPU side had 30-60 ms queued (H100, 2026-11-27; docs/training-runs.md).
                 (halfway_back, "back to a CPU side the GPU side waits on")
             } else if keeping_up {
                 // Give back, halfway each batch, so that a moment's quiet does not send

@@ -10,14 +10,14 @@
 //!
 //! Beside setup B's model (43 fields in fp32, H200, 2026-11-27) the rule alone settled at a
 //! tenth of the chunks on the GPU while the consumer waited 44-54% of its time, where GPU
-//! decoding alone trained 27% faster (docs/training.md).
+//! decoding alone trained 27% faster (docs/training-runs.md).
 //!
 //! The other way round, a share the CPU side has room to take back is tried smaller, and kept
 //! where the consumer's steps come no slower: a small wait the rule reads as a call for the
 //! GPU may cost the model more than it saves. Beside setup A's bf16 model on 32 cores, a wait
 //! in the model's first steps called the GPU in for half of each batch, which took 69% of the
 //! GPU's time, and the consumer then waited 0.9% of its time, too much to give back: auto
-//! trained 11% slower than CPU decoding alone (H200, 2026-11-27; docs/training.md). A smaller
+//! trained 11% slower than CPU decoding alone (H200, 2026-11-27; docs/training-runs.md). A smaller
 //! share kept holds against the rule's call-ins for a while, then the rule may call the GPU in
 //! again and the trial repeats.
 //!
@@ -33,7 +33,7 @@
 //! keeps that only if the consumer's steps then come clearly faster: beside a model that
 //! shares the GPU, what a mixed batch costs the model does not show as waiting. Beside setup
 //! B's model, auto at 82-96% of the chunks on the GPU trained 11% slower than GPU decoding
-//! while the consumer waited 0.5-7.8% of its time (H100, 2026-11-27; docs/training.md).
+//! while the consumer waited 0.5-7.8% of its time (H100, 2026-11-27; docs/training-runs.md).
 
 use std::time::{Duration, Instant};
 
@@ -52,7 +52,7 @@ const FASTER: f64 = 0.03;
 /// model on 16 cores, where a third of each batch on the GPU trains fastest and every batch on
 /// it 10% slower, auto's share rose past half while the consumer waited, and the trial that
 /// followed (steps of 105 ms against 80) cost one run of five a tenth of its pace (H200,
-/// 2026-11-30; docs/training.md). Setup B's default layout, where the GPU alone keeps up
+/// 2026-11-30; docs/training-runs.md). Setup B's default layout, where the GPU alone keeps up
 /// best, runs at 0.9 and more.
 const MOSTLY_GPU: f64 = 0.75;
 /// Batches that carry every batch on the GPU before they are judged: steps beside a model come
@@ -77,7 +77,7 @@ const NOT_SLOWER: f64 = 0.01;
 /// decoded lasts. Beside setup A's bf16 model, every batch on the CPU was kept four times on
 /// steps no slower than a mix the GPU's first parts had slowed, the consumer waiting 16-28%
 /// of its time there, and held while it went on waiting 25-35% (H200, 2026-11-29;
-/// docs/training.md). Where the CPU side is idle much of the time, the wait has another cause,
+/// docs/training-runs.md). Where the CPU side is idle much of the time, the wait has another cause,
 /// which the GPU does not cure. The side's busy time counts its threads' decoding, not their
 /// reading (about an eighth of a zstd chunk's time from the page cache), so a side that cannot
 /// keep up reads well above this.

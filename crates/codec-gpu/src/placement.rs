@@ -194,7 +194,7 @@ impl PendingChunks {
     /// the last of the one before finish. Decoded as one parallel task each, parts handed in
     /// together took the threads side by side and finished together: seven CPU parts of setup
     /// A's batches in 520-970 ms where one decodes in 100 (H200, 2026-11-29;
-    /// docs/training.md).
+    /// docs/training-runs.md).
     pub fn decode(self) -> BoxFuture<'static, Result<Vec<DecodedChunk>>> {
         let Self {
             chunks,

@@ -14,7 +14,7 @@
 //! on a side at once (the GPU's decode streams, the CPU pool's queue), and each takes longer
 //! for waiting on the others. A part is timed by the side's busy time since the previous
 //! part finished ([`BusyTime`]). Timed by latency alone, the GPU looked three times slower than
-//! it is (setup B of the training benchmark, H100, 2026-11-24; docs/training.md, "What split's
+//! it is (setup B of the training benchmark, H100, 2026-11-24; docs/training-runs.md, "What split's
 //! rates need"); timed by
 //! latency over the parts in flight, the first of four parts queued on the CPU looked four
 //! times faster than it is, and the CPU side got a third of W1's next batches where it
@@ -44,7 +44,7 @@ use crate::{BatchDecoder, DecodedChunks, DecodingPart, Result};
 /// BENCHMARKS.md); replaced by measurements as parts finish.
 /// The CPU side's threads count: from 16 threads' rate whatever the side had, split gave its
 /// 4 threads a quarter of setup B's first batches, about twice what they decode, and their
-/// first parts took up to 1.8 s where later ones take 0.4 (H100, 2026-11-24; docs/training.md,
+/// first parts took up to 1.8 s where later ones take 0.4 (H100, 2026-11-24; docs/training-runs.md,
 /// "What split's rates need").
 const PRIOR_GPU_RATE: f64 = 20e9;
 const PRIOR_CPU_THREAD_RATE: f64 = 0.42e9;
@@ -57,7 +57,7 @@ const RATE_WINDOW_SECONDS: f64 = 0.2;
 /// give it away from it, never adds more. Beside a training loop the GPU's first parts take
 /// longer than their share of the GPU (the model's first steps run between them), so the CPU's
 /// parts finished first while the CPU was already behind, and the weight rose to 1.6 in setup
-/// B's first batches (docs/training.md).
+/// B's first batches (docs/training-runs.md).
 const LATE_CPU: f64 = 0.85;
 const EARLY_CPU: f64 = 1.1;
 const CPU_WEIGHT_BOUNDS: (f64, f64) = (1.0 / 16.0, 1.0);
@@ -136,7 +136,7 @@ struct Rates {
     /// CPU side alone would take. Its threads' decoding seconds leave out their reads: read by
     /// the lesser of the two, the CPU alone was tried beside setup A's bf16 model from every
     /// batch on the GPU (89-94 ms a step), where it took 90-108 ms a batch (H200, 2026-11-29;
-    /// docs/training.md).
+    /// docs/training-runs.md).
     cpu_in_place: Throughput,
 }
 
@@ -197,7 +197,7 @@ struct SplitState {
     /// flight) stays near the wall clock whatever each part holds, so with parts smaller than
     /// the pool a side decoding a tenth of what it could read as full. On 64 cores beside
     /// setup A in bf16, where CPU decoding alone trains at 201 samples/s, auto read it so and
-    /// sent 88% of each batch to the GPU: 177 samples/s (H200, 2026-11-27; docs/training.md,
+    /// sent 88% of each batch to the GPU: 177 samples/s (H200, 2026-11-27; docs/training-runs.md,
     /// "Four GPUs").
     cpu_pool_seconds: f64,
     /// Work shared out to each side and not yet finished.
@@ -308,7 +308,7 @@ impl SplitDecoder {
     /// which keeps the CPU first. Its CPU side always has work queued (the GPU helps only while
     /// the consumer waits), so counting it sent whole batches to the GPU once throttled up
     /// (setup A in fp32 on an H100, 2026-11-25: 10.3% of the GPU's time, against 3.0-3.4% without;
-    /// docs/training.md).
+    /// docs/training-runs.md).
     fn backlog_to_share_by(&self, state: &SplitState) -> Backlog {
         match self.policy {
             SplitPolicy::Balanced => state.backlog,
@@ -468,7 +468,7 @@ impl SplitDecoder {
                 // feeding, they wait for cores, and read by their wall-clock time the side
                 // looks slower the more the GPU takes. Beside setup A's bf16 model a mixed
                 // batch's CPU part took its threads 25-50% more wall-clock time than CPU time,
-                // a batch in place under 3% more (H200, 2026-11-29; docs/training.md).
+                // a batch in place under 3% more (H200, 2026-11-29; docs/training-runs.md).
                 let pool = spent.decode_cpu.as_secs_f64() / self.cpu_threads as f64;
                 state.cpu_pool_seconds += pool;
                 record(&mut state.rates, chunks, pool, |rates| &mut rates.cpu_pool);
@@ -478,7 +478,7 @@ impl SplitDecoder {
                     // and any off a runtime do), its busy time is shared with theirs. Beside
                     // setup B's model, batches that took the threads 295 ms read as 180-192 ms
                     // by busy time alone, and every batch on the CPU was tried where it trains
-                    // at a third of the GPU's pace (H200, 2026-11-29; docs/training.md).
+                    // at a third of the GPU's pace (H200, 2026-11-29; docs/training-runs.md).
                     let seconds = cost.map_or(pool, |cost| cost.as_secs_f64().max(pool));
                     record(&mut state.rates, chunks, seconds, |rates| {
                         &mut rates.cpu_in_place
@@ -579,7 +579,7 @@ impl SplitDecoder {
 /// side's `memory` where it has room (there they upload without a staging copy): a GPU part
 /// of a batch fetched while auto kept every batch on the CPU (`auto_reads.rs`). Read into
 /// ordinary memory, the first such parts beside setup B's model were staged through pinned
-/// buffers that grew by `cudaHostAlloc`, 0.3-0.75 s each (H200, 2026-11-29; docs/training.md).
+/// buffers that grew by `cudaHostAlloc`, 0.3-0.75 s each (H200, 2026-11-29; docs/training-runs.md).
 async fn read_now(
     chunks: Vec<EncodedChunk>,
     memory: Option<Arc<dyn ReadMemory>>,
@@ -847,7 +847,7 @@ impl BatchDecoder for SplitDecoder {
         // called the GPU in, the CPU parts of the seven batches shared out then took the
         // threads before the batches on the CPU alone ahead of them, which the consumer waited
         // for (up to 725 ms where one takes 105; setup A bf16, H200, 2026-11-29;
-        // docs/training.md). Balanced split decodes both parts at once: its trials time a
+        // docs/training-runs.md). Balanced split decodes both parts at once: its trials time a
         // batch from when both are done.
         let hands_cpu_parts_on = self.policy != SplitPolicy::Balanced;
         let gpu_beside = match tokio::runtime::Handle::try_current() {

@@ -5,7 +5,7 @@
 //! third of the host path's time in `perf` on W1). Decoded chunks of a split batch's CPU part
 //! (megabytes each, hundreds a batch) go the same way: beside setup A's bf16 model their
 //! threads spent 8-15 ms of CPU time a chunk where the same chunks decoded in place took 7
-//! (H200, 2026-11-29; docs/training.md). Blocks asked for zeroed are not served from here:
+//! (H200, 2026-11-29; docs/training-runs.md). Blocks asked for zeroed are not served from here:
 //! only memory its user writes whole (the host collator's tensors, a chunk decoded into a
 //! buffer it filled first) skips the zeroing.
 

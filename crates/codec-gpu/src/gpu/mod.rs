@@ -130,7 +130,7 @@ impl Default for GpuOptions {
 /// stored each, 12.8 GB with those a pipeline holds). With 4 GiB, most of its reads went to
 /// ordinary memory and were staged through pinned buffers that grew, a gigabyte at a time,
 /// while the model trained: each `cudaHostAlloc` held up its kernel launches for 0.3-0.7 s
-/// (H200, 2026-11-29; docs/training.md). At most a quarter of the host's memory is pinned.
+/// (H200, 2026-11-29; docs/training-runs.md). At most a quarter of the host's memory is pinned.
 fn default_read_memory() -> usize {
     const MOST: usize = 16 << 30;
     host_memory().map_or(4 << 30, |host| MOST.min(host / 4))

@@ -2,7 +2,7 @@
 //! kernels ahead of the device, so its thread waits in the hand-over while its own kernels
 //! run, and a wait on the thread says little of whether its GPU waited for data: beside setup
 //! B's model the thread waited 43% of its time for batches that were always there before the
-//! GPU needed them (CPU decoding, the GPU's wait 0.0%; H200, 2026-11-29, docs/training.md).
+//! GPU needed them (CPU decoding, the GPU's wait 0.0%; H200, 2026-11-29, docs/training-runs.md).
 //!
 //! So events on the consumer's stream mark when it asked for a batch (`asked`: complete once
 //! the kernels it had queued by then have run, or at once where they had) and when it was
