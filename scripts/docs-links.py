@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Every relative link in the project's Markdown resolves: to a file that exists and, where it
 names one, to a heading of that file (GitHub's anchors); and every `docs/NAME.md` named in code
-quotes exists. Pages move (docs/training.md's older runs went to docs/training-runs.md), and a
-link left behind is a dead end for the reader. Exits 1 and names each broken link."""
+quotes exists: pages move, and a link left behind is a dead end for the reader. Exits 1 and
+names each broken link."""
 
+import functools
 import glob
 import os
 import re
@@ -20,6 +21,11 @@ def anchor(heading):
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+@functools.cache
+def anchors_of(path):
+    return {anchor(h) for h in HEADING.findall(prose(path))}
+
+
 def prose(path):
     with open(path, encoding="utf-8") as f:
         return FENCED.sub("", f.read())
@@ -30,7 +36,7 @@ def markdown_files():
     return sorted({p for pattern in patterns for p in glob.glob(pattern, recursive=True)})
 
 
-def broken_links(path, anchors_of):
+def broken_links(path):
     text = prose(path)
     for match in LINK.finditer(text):
         target = match.group(1)
@@ -51,15 +57,8 @@ def broken_links(path, anchors_of):
 
 def main():
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    cache = {}
-
-    def anchors_of(path):
-        if path not in cache:
-            cache[path] = {anchor(h) for h in HEADING.findall(prose(path))}
-        return cache[path]
-
     files = markdown_files()
-    broken = [line for path in files for line in broken_links(path, anchors_of)]
+    broken = [line for path in files for line in broken_links(path)]
     for line in broken:
         print(line)
     print(f"docs-links: {len(files)} Markdown files, {len(broken)} broken links")
