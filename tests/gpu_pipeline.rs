@@ -1104,6 +1104,63 @@ mod on_gpu {
         assert!(consumer_busy < 0.5, "{consumer_busy} ms");
     }
 
+    /// A consumer's step is read on the GPU's timeline too, from one request for a batch to
+    /// the next: a loop that queues its kernels ahead of the GPU hands batches over as fast as
+    /// it queues them, while its GPU steps at the pace of its kernels.
+    #[test]
+    fn the_consumers_step_is_timed_on_the_gpu() {
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+        use zarrpipe::collate::HandoverClock;
+        use zarrpipe::core::Pace;
+        use zarrpipe::cuda::cudarc::driver::sys::CUevent_flags;
+        let Some(_gpu) = own_gpu() else {
+            return;
+        };
+        let context = CudaContext::new(0).unwrap();
+        let (loader, consumer) = (context.new_stream().unwrap(), context.new_stream().unwrap());
+        let mut buffer = consumer.alloc_zeros::<u8>(1 << 30).unwrap();
+        // One batch, complete before any step: the loader keeps pace with any consumer.
+        let batch = Arc::new(
+            loader
+                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .unwrap(),
+        );
+        context.synchronize().unwrap();
+        let pace = Arc::new(Pace::default());
+        let clock = HandoverClock::default();
+        // SAFETY (here and below): `consumer` is a live stream of the events' context.
+        unsafe { clock.handed_over(consumer.cu_stream(), &batch, &pace) }.unwrap();
+        // Five steps queued without a sync, each about 15-20 ms of kernels on the consumer's
+        // stream, timed on the thread and on the GPU.
+        let started = Instant::now();
+        let mut handed = started;
+        for _ in 0..5 {
+            for _ in 0..50 {
+                consumer.memset_zeros(&mut buffer).unwrap();
+            }
+            unsafe { clock.asked() }.unwrap();
+            unsafe { clock.handed_over(consumer.cu_stream(), &batch, &pace) }.unwrap();
+            let now = Instant::now();
+            pace.record(Duration::ZERO, now - handed);
+            handed = now;
+        }
+        let queued = started.elapsed();
+        context.synchronize().unwrap();
+        let ran = started.elapsed();
+        clock.record_resolved().unwrap();
+        let steps = pace.counts().steps;
+        eprintln!("queued in {queued:?}, ran in {ran:?}; steps {steps:?}");
+        // Four steps between five requests, timed as the GPU ran the kernels between them,
+        // with the thread's steps before the first (the queueing alone) beside them.
+        assert!(
+            queued < ran / 2,
+            "the loop did not run ahead: {queued:?} of {ran:?}"
+        );
+        assert!(steps > ran / 2, "{steps:?} of {ran:?}");
+        assert!(steps < ran + queued, "{steps:?} of {ran:?}");
+    }
+
     /// A Rust consumer's waits through `ConsumerStream`, timed on the GPU: a batch handed over
     /// 30 ms after an idle stream asked for it is waited for; one handed over while the
     /// consumer's own kernels still run is not, though its thread waited the same.
