@@ -15,6 +15,7 @@
 //! itself, unless an allocation is under way.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Instant;
 
 use zarrpipe_cuda::alloc_pinned_host;
 use zarrpipe_cuda::cudarc::driver::{CudaContext, DriverError, PinnedHostSlice};
@@ -151,6 +152,19 @@ impl PinnedReadMemory {
         }
     }
 
+    /// Marks the allocating thread stopped, under the state's lock.
+    fn stop_ahead(&self, mut state: MutexGuard<'_, State>, allocated: usize, started: Instant) {
+        state.allocating_ahead = false;
+        self.prepared.notify_all();
+        // The process's other CUDA calls wait on each allocation: a trace shows until when.
+        tracing::debug!(
+            slabs = state.slabs.len(),
+            allocated,
+            seconds = started.elapsed().as_secs_f64(),
+            "pinned memory for reads: set aside ahead"
+        );
+    }
+
     fn new_slab(&self) -> Result<Arc<Slab>, DriverError> {
         // SAFETY: bytes are read by the host or the device only after a read wrote them. The
         // host reads chunks too (frame checks, CPU decoding).
@@ -166,23 +180,24 @@ impl PinnedReadMemory {
 /// Allocates slabs into `memory` until it has the slabs wanted, is dropped, or can have no
 /// more.
 fn allocate_ahead(memory: &Weak<PinnedReadMemory>) {
+    let started = Instant::now();
+    let mut allocated = 0;
     while let Some(memory) = memory.upgrade() {
         {
             // Decided and marked under one lock: `expect_batches` raising `wanted` meanwhile
             // either is seen here or starts a new thread.
-            let mut state = memory.state();
+            let state = memory.state();
             if state.slabs.len() >= state.wanted {
-                state.allocating_ahead = false;
-                memory.prepared.notify_all();
+                memory.stop_ahead(state, allocated, started);
                 return;
             }
         }
         if !memory.allocate_slab(true) {
             // No more can be had (the most, or an allocation failed).
-            memory.state().allocating_ahead = false;
-            memory.prepared.notify_all();
+            memory.stop_ahead(memory.state(), allocated, started);
             return;
         }
+        allocated += 1;
     }
 }
 
