@@ -21,11 +21,11 @@ def anchor(heading):
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-@functools.cache
 def anchors_of(path):
     return {anchor(h) for h in HEADING.findall(prose(path))}
 
 
+@functools.cache
 def prose(path):
     with open(path, encoding="utf-8") as f:
         return FENCED.sub("", f.read())
