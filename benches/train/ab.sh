@@ -89,6 +89,16 @@ one() {
   cp "$work/$setup-${GPUS:-1}gpu-${label}_$precision.log" "$out/logs/$setup-$mode-$precision-${build//+/_}-$((SECONDS - started))s.log" 2>/dev/null
 }
 
+# Every build's wheels are there before the first run: a call's time is not spent on runs that
+# cannot start.
+missing=
+for run in $RUNS; do
+  IFS=: read -r build _ <<< "$run"
+  [ "$build" = rm ] && continue
+  ls "$wheels/$(wheels_of "$build")"/*.whl > /dev/null 2>&1 || missing+=" $wheels/$(wheels_of "$build")"
+done
+[ -z "$missing" ] || { echo "error: no wheels in$missing" >&2; exit 2; }
+
 for run in $RUNS; do
   IFS=: read -r build setup mode precision <<< "$run"
   if [ "$build" = rm ]; then
