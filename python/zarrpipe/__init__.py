@@ -388,7 +388,8 @@ class Pipeline:
       staged in pinned memory at once; ``gpu_read_memory``: bytes
       of pinned memory that chunk reads of a local store land in, so they upload unstaged
       (default 16 GiB, at most a quarter of the host's memory; 0: none; what the loader
-      will hold is allocated ahead, in the background, from when it is built). ``gpu_decode_streams``: most
+      will hold is allocated ahead, in the background, from when it is built; under
+      ``decode_on="auto"``, from when the GPU first takes a part). ``gpu_decode_streams``: most
       batches decoding on the GPU at once (default 6; batches of many chunks decode 3 at a
       time): each holds its decoded output and nvCOMP's scratch memory in device memory, so
       fewer leave more to the model (W1 of 64 steps on the H100: 21.0 GiB at 6, 12.3 at 3).
