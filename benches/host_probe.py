@@ -44,6 +44,18 @@ def run_threads(threads, work):
     return time.perf_counter() - started
 
 
+def chunk_files(store):
+    """The store's chunk files over 100 kB (Zarr v3 keys, `VARIABLE/c/...`), sorted."""
+    files = [
+        path
+        for path in sorted(glob.glob(os.path.join(store, "*", "c", "**", "*"), recursive=True))
+        if os.path.isfile(path) and os.path.getsize(path) > 100_000
+    ]
+    if not files:
+        sys.exit(f"no chunk files over 100 kB under {store}/*/c/")
+    return files
+
+
 def read_bandwidth(files, threads, repeats=3):
     """GB/s of stored bytes read with `readv` into one reused buffer per thread."""
     buffers = [bytearray(max(os.path.getsize(f) for f in files)) for _ in range(threads)]
@@ -106,13 +118,7 @@ def main():
     store = sys.argv[1]
     for threads in (1, 4, 8, 16):
         print(f"memcpy, {threads:2d} threads: {copy_bandwidth(threads):6.1f} GB/s copied")
-    files = [
-        path
-        for path in sorted(glob.glob(os.path.join(store, "*", "c", "**", "*"), recursive=True))
-        if os.path.isfile(path) and os.path.getsize(path) > 100_000
-    ]
-    if not files:
-        sys.exit(f"no chunk files over 100 kB under {store}/*/c/")
+    files = chunk_files(store)
     for path in files:
         with open(path, "rb") as f:
             f.read()  # into the page cache

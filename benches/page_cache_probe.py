@@ -1,5 +1,5 @@
 """Whether holding pinned memory pushes a store's chunk files out of the page cache: reads
-every file of a store until it is cached, then sets pinned memory aside in 64 MiB
+the store's chunk files until they are cached, then sets pinned memory aside in 64 MiB
 `cudaHostAlloc`s (as the GPU side's read memory does) and reads the files again, printing
 the memory limits, how much of the store is resident and how fast it reads, before and after.
 
@@ -8,7 +8,7 @@ the memory limits, how much of the store is resident and how fast it reads, befo
 A question it answers: under `auto`, setup B's decoding threads stalled for 1-2 s after the
 GPU side's 16 GiB of pinned slabs were set aside (benches/results/
 2026-12-01_h200_hosts_ad_ae_pinned_later.md). Needs a GPU host: the CUDA runtime is called
-through ctypes.
+through ctypes, and NumPy is needed (benches/host_probe.py reads the files).
 """
 
 import ctypes
@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from host_probe import chunk_files, read_bandwidth
 from pinned_allocation_probe import SLAB, host_alloc, runtime
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -49,13 +50,6 @@ def memory_state(label):
     print(f"{label}: " + ", ".join(fields))
 
 
-def chunk_files(store):
-    files = []
-    for root, _, names in os.walk(store):
-        files.extend(os.path.join(root, name) for name in names)
-    return [path for path in files if os.path.getsize(path) > 0]
-
-
 def resident_bytes(paths):
     """Bytes of `paths` in the page cache (mincore over a private mapping of each file)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -73,22 +67,12 @@ def resident_bytes(paths):
     return resident
 
 
-def read_all(paths):
-    """Reads every file; returns (bytes, GB/s)."""
-    started = time.perf_counter()
-    total = 0
-    for path in paths:
-        with open(path, "rb") as f:
-            total += len(f.read())
-    return total, total / 1e9 / (time.perf_counter() - started)
-
-
 def report(label, paths):
     total = sum(os.path.getsize(path) for path in paths)
     resident = resident_bytes(paths)
-    _, rate = read_all(paths)
+    rate = read_bandwidth(paths, os.cpu_count(), repeats=1)
     print(f"{label}: {100 * resident / total:.1f}% of {total / 1e9:.2f} GB resident, "
-          f"then read at {rate:.2f} GB/s")
+          f"then read at {rate:.2f} GB/s on {os.cpu_count()} threads")
 
 
 def main():
@@ -96,10 +80,8 @@ def main():
         raise SystemExit(__doc__)
     store, gib = sys.argv[1], float(sys.argv[2]) if len(sys.argv) == 3 else 16.0
     paths = chunk_files(store)
-    if not paths:
-        raise SystemExit(f"no files under {store}")
     memory_state("before")
-    read_all(paths)
+    read_bandwidth(paths, os.cpu_count(), repeats=1)
     report("store cached", paths)
     cuda = runtime()
     held, took = [], []
