@@ -46,7 +46,6 @@ install() {
   local build
   build=$(wheels_of "$1")
   [[ "$installed" == *" $build "* ]] && return 0
-  ls "$wheels/$build"/*.whl > /dev/null 2>&1 || { echo "no wheels in $wheels/$build" >&2; return 1; }
   rm -rf "/tmp/site-$build"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "/tmp/site-$build" "$wheels/$build"/*.whl \
     && installed+="$build "
@@ -95,7 +94,8 @@ missing=
 for run in $RUNS; do
   IFS=: read -r build _ <<< "$run"
   [ "$build" = rm ] && continue
-  ls "$wheels/$(wheels_of "$build")"/*.whl > /dev/null 2>&1 || missing+=" $wheels/$(wheels_of "$build")"
+  folder=$wheels/$(wheels_of "$build")
+  ls "$folder"/*.whl > /dev/null 2>&1 || missing+=" $folder"
 done
 [ -z "$missing" ] || { echo "error: no wheels in$missing" >&2; exit 2; }
 
